@@ -1,0 +1,83 @@
+"""citeflow's errors: one shallow hierarchy.
+
+Every error a user can cause or fix is a `CiteflowError` whose message is one line saying what is
+wrong and what to do. The CLI prints that line; the server maps the class to an HTTP status and an
+OpenAI-style error body in one place (`citeflow.api.errors`).
+"""
+
+from __future__ import annotations
+
+
+class CiteflowError(Exception):
+    """Base class: a clear, one-line, user-facing problem."""
+
+    #: OpenAI-style error ``type`` and HTTP status used by the server.
+    kind: str = "server_error"
+    status: int = 500
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class ConfigError(CiteflowError):
+    """A setting is missing or invalid."""
+
+    kind = "server_error"
+    status = 500
+
+
+class InvalidRequestError(CiteflowError):
+    """The request itself is wrong (empty question, bad parameter)."""
+
+    kind = "invalid_request_error"
+    status = 400
+
+
+class EmptyQueryError(InvalidRequestError):
+    """The question is empty."""
+
+
+class CollectionNotFoundError(CiteflowError):
+    """No knowledge base of that name exists."""
+
+    kind = "not_found_error"
+    status = 404
+
+
+class EmptyCollectionError(CiteflowError):
+    """The knowledge base exists but holds no documents."""
+
+    kind = "invalid_request_error"
+    status = 400
+
+
+class StoreLockedError(CiteflowError):
+    """The embedded Qdrant store is opened by another process (usually `citeflow serve`)."""
+
+    kind = "server_error"
+    status = 503
+
+
+class ModelError(CiteflowError):
+    """A model is missing, fails its checksum, or cannot be loaded."""
+
+    kind = "server_error"
+    status = 503
+
+
+class UpstreamError(CiteflowError):
+    """An LLM or embedding provider failed or timed out."""
+
+    kind = "upstream_error"
+    status = 502
+
+
+class IngestError(CiteflowError):
+    """A file cannot be read or parsed (reported and skipped by ingestion)."""
+
+    kind = "invalid_request_error"
+    status = 400

@@ -1,0 +1,176 @@
+"""Configuration: one `Settings` object, built once by the entry point and passed in.
+
+Every field can be set from the environment with the ``CITEFLOW_`` prefix or from a ``.env``
+file; ``.env.example`` documents each one. Nothing in citeflow builds a `Settings` at import time.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+Provider = Literal["local", "openai", "azure"]
+GraderKind = Literal["auto", "llm", "score", "none"]
+
+DEFAULT_LOCAL_MODEL_FILE = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+
+
+def _xdg(var: str, fallback: str) -> Path:
+    base = os.environ.get(var)
+    return Path(base) if base else Path.home() / fallback
+
+
+class Settings(BaseSettings):
+    """All of citeflow's settings. See ``.env.example`` for a commented list."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="CITEFLOW_",
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+        validate_default=True,
+    )
+
+    # --- where things live -------------------------------------------------------------------
+    data_dir: Path = Field(
+        default_factory=lambda: _xdg("XDG_DATA_HOME", ".local/share") / "citeflow",
+        description="Embedded Qdrant store and citeflow's own files.",
+    )
+    model_dir: Path = Field(
+        default_factory=lambda: _xdg("XDG_CACHE_HOME", ".cache") / "citeflow" / "models",
+        description="Where `citeflow models install` assembles the default GGUF.",
+    )
+    collection: str = Field(default="default", description="Knowledge base (Qdrant collection).")
+
+    # --- LLM ---------------------------------------------------------------------------------
+    llm_provider: Provider = "local"
+    llm_model: str = Field(
+        default="",
+        description="Model name (openai) or deployment (azure); empty: the provider's default.",
+    )
+    llm_temperature: float = 0.0
+    llm_max_tokens: int = Field(default=320, ge=16, le=8192)
+    llm_timeout: float = Field(default=120.0, gt=0)
+    local_model_path: Path | None = Field(
+        default=None, description="GGUF file for the local LLM; empty: the installed default."
+    )
+    local_context_window: int = Field(default=4096, ge=512)
+    local_threads: int = Field(default=0, ge=0, description="0: one per core.")
+
+    # --- embeddings ----------------------------------------------------------------------------
+    embed_provider: Provider = "local"
+    embed_model: str = Field(default="", description="Embedding model or deployment name.")
+    embed_batch_size: int = Field(default=64, ge=1, le=2048)
+
+    # --- OpenAI and any OpenAI-compatible server --------------------------------------------------
+    openai_api_key: SecretStr | None = None
+    openai_base_url: str | None = Field(
+        default=None, description="e.g. http://localhost:8000/v1 for vLLM, Ollama, llama.cpp."
+    )
+
+    # --- Azure OpenAI (optionally behind Azure API Management) -------------------------------
+    azure_endpoint: str | None = None
+    azure_api_key: SecretStr | None = None
+    azure_ad_token: SecretStr | None = Field(
+        default=None, description="Entra ID bearer token instead of an API key."
+    )
+    azure_use_entra_id: bool = Field(
+        default=False,
+        description="Get Entra ID tokens from azure-identity's DefaultAzureCredential.",
+    )
+    azure_api_version: str = "2024-10-21"
+    azure_embed_deployment: str = ""
+    azure_headers: dict[str, str] = Field(
+        default_factory=dict,
+        description='Extra headers, JSON: {"Ocp-Apim-Subscription-Key": "..."} for APIM.',
+    )
+
+    # --- Qdrant --------------------------------------------------------------------------------
+    qdrant_url: str | None = Field(default=None, description="Server or cluster; empty: embedded.")
+    qdrant_api_key: SecretStr | None = None
+
+    # --- ingestion -----------------------------------------------------------------------------
+    chunk_size: int = Field(default=512, ge=32, description="Tokens per stored chunk.")
+    chunk_overlap: int = Field(default=64, ge=0)
+
+    # --- query workflow ------------------------------------------------------------------------
+    top_k: int = Field(default=6, ge=1, le=100)
+    grader: GraderKind = "auto"
+    relevance_threshold: float = Field(
+        default=0.25, description="Score grader: minimum similarity for a relevant chunk."
+    )
+    max_rounds: int = Field(default=2, ge=1, le=5, description="Retrieval rounds, first included.")
+    on_no_relevant: Literal["best", "refuse"] = Field(
+        default="best",
+        description="When no round finds a relevant chunk: answer from the best hits, or refuse.",
+    )
+    citation_chunk_size: int = Field(default=160, ge=32, description="Tokens per Source N.")
+    citation_chunk_overlap: int = Field(default=16, ge=0)
+    max_sources: int = Field(default=4, ge=1, le=50, description="Sources given to the LLM.")
+    context_budget: int = Field(
+        default=900, ge=128, description="Tokens of sources per synthesis call (compact mode)."
+    )
+    repair_citations: bool = True
+    support_threshold: float = Field(
+        default=0.35, ge=0.0, le=1.0, description="Lexical support needed to keep/attach [N]."
+    )
+    workflow_timeout: float = Field(default=600.0, gt=0)
+
+    # --- server --------------------------------------------------------------------------------
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_keys: list[SecretStr] = Field(
+        default_factory=list, description='Bearer keys, JSON list: ["k1", "k2"]; empty: no auth.'
+    )
+
+    @field_validator("collection")
+    @classmethod
+    def _collection_name(cls, value: str) -> str:
+        value = value.strip()
+        if not value or not all(c.isalnum() or c in "-_." for c in value):
+            raise ValueError(
+                f"collection name {value!r} must be letters, digits, '-', '_' or '.'"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _overlaps(self) -> Settings:
+        if self.chunk_overlap >= self.chunk_size:
+            raise ValueError("CITEFLOW_CHUNK_OVERLAP must be smaller than CITEFLOW_CHUNK_SIZE")
+        if self.citation_chunk_overlap >= self.citation_chunk_size:
+            raise ValueError(
+                "CITEFLOW_CITATION_CHUNK_OVERLAP must be smaller than CITEFLOW_CITATION_CHUNK_SIZE"
+            )
+        return self
+
+    @property
+    def qdrant_path(self) -> Path:
+        """Embedded Qdrant's directory (used only when no `qdrant_url` is set)."""
+        return self.data_dir / "qdrant"
+
+    @property
+    def default_model_path(self) -> Path:
+        return self.model_dir / DEFAULT_LOCAL_MODEL_FILE
+
+    @property
+    def gguf_path(self) -> Path:
+        return self.local_model_path or self.default_model_path
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Build the settings from the environment and ``.env``; a bad value is one clear error."""
+    from pydantic import ValidationError
+
+    from citeflow.errors import ConfigError
+
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "settings"
+        name = f"CITEFLOW_{where.upper()}" if where != "settings" else where
+        raise ConfigError(f"{name}: {first.get('msg', 'invalid value')}") from None
