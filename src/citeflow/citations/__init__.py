@@ -1,0 +1,1 @@
+"""Citations: numbered source chunks, [N] markers, support checks and answer repair."""

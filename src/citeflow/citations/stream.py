@@ -1,0 +1,45 @@
+"""Cutting a stream of LLM tokens into whole sentences, markers included.
+
+A sentence is complete once its terminator (``.``, ``!``, ``?``), any citation markers after it,
+the following whitespace and the first character of the next sentence have arrived, or at a line
+break. Each segment is returned with its trailing whitespace, so joining the segments gives back
+the streamed text exactly.
+"""
+
+from __future__ import annotations
+
+import re
+
+_BOUNDARY = re.compile(
+    r"[.!?][\"')\]]*(?:\s*\[[^\[\]\n]{1,24}\]|\s*\(\s*[Ss]ources?\s*[\d ,]+\))*[ \t]+(?=[^\s\[a-z])"
+    r"|\n+",
+)
+
+
+class SentenceStream:
+    """Feed text deltas; get back complete sentence segments."""
+
+    def __init__(self) -> None:
+        self._buffer = ""
+
+    def feed(self, delta: str) -> list[str]:
+        """Add ``delta`` and return the segments it completed."""
+        self._buffer += delta
+        out: list[str] = []
+        while True:
+            match = _BOUNDARY.search(self._buffer)
+            if match is None:
+                break
+            end = match.end()
+            if match.group(0).startswith("\n") or match.group(0).endswith("\n"):
+                # a run of newlines may go on in the next delta; take it whole only when followed
+                if end == len(self._buffer):
+                    break
+            out.append(self._buffer[:end])
+            self._buffer = self._buffer[end:]
+        return out
+
+    def flush(self) -> list[str]:
+        """Whatever is left at the end of the stream."""
+        rest, self._buffer = self._buffer, ""
+        return [rest] if rest else []

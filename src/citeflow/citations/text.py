@@ -1,0 +1,82 @@
+"""Small text utilities shared by the citation modules: sentence spans, token counts, terms."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from functools import lru_cache
+
+# A sentence ends at . ! ? (optionally followed by closing quotes/brackets) before whitespace,
+# or at a line break. Decimal points and "e.g." mid-sentence are left alone because the next
+# character must be whitespace and the next word must not start in lower case.
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[^a-z\s])|\n+")
+_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'’-]*")
+
+STOPWORDS = frozenset(
+    """a about above after again against all also am an and any are as at be because been before
+    being below between both but by can could did do does doing down during each few for from
+    further had has have having he her here hers herself him himself his how i if in into is it
+    its itself just me more most my myself no nor not now of off on once only or other our ours
+    ourselves out over own same she should so some such than that the their theirs them themselves
+    then there these they this those through to too under until up very was we were what when
+    where which while who whom why will with would you your yours yourself yourselves said says
+    one two also may might must shall us upon within without via per like well much many however
+    therefore thus yet still even though although""".split()
+)
+
+
+def sentence_spans(text: str) -> list[tuple[int, int]]:
+    """Character spans ``(start, end)`` of the sentences of ``text``, whitespace trimmed."""
+    spans: list[tuple[int, int]] = []
+    start = 0
+    for match in _SENTENCE_END.finditer(text):
+        _append_trimmed(text, start, match.start() + _trailing_len(text, match), spans)
+        start = match.end()
+    _append_trimmed(text, start, len(text), spans)
+    return spans
+
+
+def _trailing_len(text: str, match: re.Match[str]) -> int:
+    # keep closing quotes/brackets that the lookbehind-only pattern matched with the sentence
+    return len(match.group(0)) - len(match.group(0).lstrip("\"')]"))
+
+
+def _append_trimmed(text: str, start: int, end: int, out: list[tuple[int, int]]) -> None:
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    if end > start:
+        out.append((start, end))
+
+
+def split_sentences(text: str) -> list[str]:
+    """The sentences of ``text``."""
+    return [text[s:e] for s, e in sentence_spans(text)]
+
+
+def count_tokens(text: str) -> int:
+    """Approximate LLM token count: about 4 characters or 0.75 words per token.
+
+    Exact counts would need the serving model's tokenizer; this estimate is within ~15% for
+    English prose on the tokenizers we use and costs microseconds.
+    """
+    return max(1, round(max(len(text) / 4.0, len(text.split()) / 0.75)))
+
+
+@lru_cache(maxsize=65536)
+def _stem(word: str) -> str:
+    for suffix in ("ations", "ation", "ingly", "ings", "ing", "edly", "ies", "ied", "es", "ed", "s"):
+        if len(word) > len(suffix) + 2 and word.endswith(suffix):
+            return word[: -len(suffix)] + ("y" if suffix in ("ies", "ied") else "")
+    return word
+
+
+def content_terms(text: str) -> list[str]:
+    """Lower-cased, lightly stemmed words of ``text`` without stopwords (order kept)."""
+    return [_stem(w) for w in _iter_words(text) if w not in STOPWORDS]
+
+
+def _iter_words(text: str) -> Iterator[str]:
+    for match in _WORD.finditer(text.lower()):
+        yield match.group(0).strip("'’-")

@@ -1,0 +1,229 @@
+"""The ``citeflow`` command: ingest, ask, documents, collections, models, serve.
+
+Every user-fixable problem ends in one line ``citeflow: error: ...`` and exit status 1; progress
+and status go to stderr, answers to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from citeflow.errors import CiteflowError
+from citeflow.settings import Settings, load_settings
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    overrides: dict[str, object] = {}
+    if getattr(args, "collection", None):
+        overrides["collection"] = args.collection
+    return load_settings(**overrides)
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _announce(settings: Settings) -> None:
+    from citeflow.providers.llm import describe_providers
+
+    _say(describe_providers(settings))
+
+
+# --- commands ------------------------------------------------------------------------------------
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from citeflow.knowledge_base import KnowledgeBase
+
+    settings = _settings(args)
+    _announce(settings)
+    kb = KnowledgeBase.open(settings=settings)
+    try:
+        report = kb.ingest(args.paths, prune=args.prune, progress=not args.quiet)
+    finally:
+        kb.close()
+    print(f"{settings.collection}: {report.summary()}")
+    return 0 if report.files or not report.skipped else 1
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    from citeflow.knowledge_base import KnowledgeBase
+
+    settings = _settings(args)
+    kb = KnowledgeBase.open(settings=settings)
+    try:
+        removed = kb.delete(args.paths) if args.paths else 0
+        if args.prune:
+            removed += kb.prune()
+    finally:
+        kb.close()
+    print(f"{settings.collection}: {removed} documents removed")
+    return 0
+
+
+def cmd_documents(args: argparse.Namespace) -> int:
+    from citeflow.store import Store
+
+    settings = _settings(args)
+    store = Store.open(settings)
+    try:
+        store.require(settings.collection)
+        for doc in sorted(store.documents(settings.collection).values(), key=lambda d: d.file_path):
+            print(f"{doc.chunks:5d} chunks  {doc.file_path or doc.doc_id}")
+    finally:
+        store.close()
+    return 0
+
+
+def cmd_collections(args: argparse.Namespace) -> int:
+    from citeflow.store import Store
+
+    store = Store.open(_settings(args))
+    try:
+        for name in store.collections():
+            print(f"{name}\t{store.count(name)} chunks")
+    finally:
+        store.close()
+    return 0
+
+
+def cmd_ask(args: argparse.Namespace) -> int:
+    return asyncio.run(_ask(args))
+
+
+async def _ask(args: argparse.Namespace) -> int:
+    from citeflow.events import AnswerDeltaEvent, StatusEvent
+    from citeflow.result import CitedResponse
+    from citeflow.workflows.citation_query import CitationQueryWorkflow
+
+    settings = _settings(args)
+    question = " ".join(args.question).strip()
+    if not question:
+        raise CiteflowError("the question is empty; try: citeflow ask \"What is ...?\"")
+    _announce(settings)
+    workflow = CitationQueryWorkflow.from_settings(settings)
+    handler = workflow.run(query=question)
+    async for event in handler.stream_events():
+        if isinstance(event, StatusEvent) and not event.done and not args.quiet:
+            _say(f"… {event.description}")
+        elif isinstance(event, AnswerDeltaEvent):
+            print(event.delta, end="", flush=True)
+    result = await handler
+    assert isinstance(result, CitedResponse)
+    print()
+    if result.cited:
+        print("\nSources:")
+        print(result.format_sources())
+    elif not result.grounded:
+        print("\n(no source in the documents supports an answer)")
+    if args.timings:
+        parts = ", ".join(f"{k} {v:.2f}s" for k, v in result.timings.items())
+        _say(f"timings: {parts}")
+    workflow.retriever.store.close()
+    return 0
+
+
+def cmd_models_install(args: argparse.Namespace) -> int:
+    from citeflow.providers.models import install_default_model
+
+    settings = load_settings()
+    path = install_default_model(settings, progress=not args.quiet)
+    print(f"default model ready: {path}")
+    return 0
+
+
+def cmd_models_path(args: argparse.Namespace) -> int:
+    settings = load_settings()
+    print(settings.gguf_path)
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from citeflow.server import serve
+
+    settings = load_settings(
+        **{k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
+    )
+    _announce(settings)
+    serve(settings)
+    return 0
+
+
+# --- parser --------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="citeflow",
+        description="Answers questions over your documents with numbered, verifiable citations.",
+    )
+    parser.add_argument("--log-level", default=os.environ.get("CITEFLOW_LOG_LEVEL", "WARNING"))
+    parser.add_argument("--log-json", action="store_true", help="structured JSON logs on stderr")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def collection_arg(p: argparse.ArgumentParser) -> None:
+        p.add_argument("-c", "--collection", help="knowledge base name (CITEFLOW_COLLECTION)")
+
+    p = sub.add_parser("ingest", help="add or update files and folders in a knowledge base")
+    p.add_argument("paths", nargs="+", type=Path)
+    p.add_argument("--prune", action="store_true", help="also remove documents whose files are gone")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    collection_arg(p)
+    p.set_defaults(func=cmd_ingest)
+
+    p = sub.add_parser("delete", help="remove documents from a knowledge base")
+    p.add_argument("paths", nargs="*", type=Path)
+    p.add_argument("--prune", action="store_true", help="remove documents whose files are gone")
+    collection_arg(p)
+    p.set_defaults(func=cmd_delete)
+
+    p = sub.add_parser("documents", help="list the documents of a knowledge base")
+    collection_arg(p)
+    p.set_defaults(func=cmd_documents)
+
+    p = sub.add_parser("collections", help="list knowledge bases")
+    p.set_defaults(func=cmd_collections)
+
+    p = sub.add_parser("ask", help="ask a question; streams a cited answer")
+    p.add_argument("question", nargs="+")
+    p.add_argument("-q", "--quiet", action="store_true", help="no status lines")
+    p.add_argument("--timings", action="store_true", help="print the time spent in each step")
+    collection_arg(p)
+    p.set_defaults(func=cmd_ask)
+
+    models = sub.add_parser("models", help="local model files").add_subparsers(
+        dest="models_command", required=True
+    )
+    p = models.add_parser("install", help="assemble and verify the default local GGUF")
+    p.add_argument("-q", "--quiet", action="store_true")
+    p.set_defaults(func=cmd_models_install)
+    p = models.add_parser("path", help="print the GGUF path in use")
+    p.set_defaults(func=cmd_models_path)
+
+    p = sub.add_parser("serve", help="run the OpenAI-compatible API server")
+    p.add_argument("--host")
+    p.add_argument("--port", type=int)
+    p.set_defaults(func=cmd_serve)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from citeflow import logs
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logs.configure(args.log_level, json_format=args.log_json)
+    try:
+        code: int = args.func(args)
+        return code
+    except CiteflowError as exc:
+        _say(f"citeflow: error: {exc}")
+        return 1
+    except KeyboardInterrupt:
+        _say("citeflow: interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

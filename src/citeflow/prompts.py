@@ -1,0 +1,87 @@
+"""Every prompt citeflow sends, as named templates.
+
+`CITATION_QA_TEMPLATE` and `CITATION_REFINE_TEMPLATE` play the roles of LlamaIndex's
+`CitationQueryEngine` templates (same variables: ``context_str``, ``query_str``,
+``existing_answer``), rewritten so that small local models cite too: a short system rule, the
+numbered sources first, one worked example, and the question last, close to where the answer
+starts. Sources reach the model as ``[N] text`` blocks produced by `format_sources`.
+"""
+
+from __future__ import annotations
+
+from llama_index.core.prompts import PromptTemplate
+
+CITATION_SYSTEM_PROMPT = (
+    "You answer questions using only the numbered sources you are given. "
+    "After every sentence that uses a source, write that source's number in square brackets, "
+    "like [1] or [2][3]. Use only numbers of the sources shown. "
+    "If the sources do not contain the answer, say that the documents do not cover it."
+)
+
+CITATION_QA_TEMPLATE = PromptTemplate(
+    "Example:\n"
+    "[1] The sky is red in the evening and blue in the morning.\n"
+    "[2] Water is wet when the sky is red.\n"
+    "Question: When is water wet?\n"
+    "Answer: Water is wet when the sky is red [2]. That happens in the evening [1].\n"
+    "\n"
+    "Sources:\n"
+    "{context_str}\n"
+    "\n"
+    "Question: {query_str}\n"
+    "Answer in a few sentences, each ending with its source number in brackets."
+)
+
+CITATION_REFINE_TEMPLATE = PromptTemplate(
+    "Existing answer (its [N] numbers refer to earlier sources and stay valid):\n"
+    "{existing_answer}\n"
+    "\n"
+    "More sources:\n"
+    "{context_str}\n"
+    "\n"
+    "Question: {query_str}\n"
+    "Rewrite the answer using the new sources where they help, keeping every sentence's "
+    "source numbers in brackets. If they do not help, repeat the existing answer."
+)
+
+REWRITE_PROMPT = PromptTemplate(
+    "Rewrite the last question of this conversation as one standalone search query that can be "
+    "understood without the conversation. Reply with the query only.\n"
+    "\n"
+    "Conversation:\n"
+    "{history_str}\n"
+    "\n"
+    "Last question: {query_str}\n"
+    "Standalone query:"
+)
+
+RETRY_KEYWORDS_PROMPT = PromptTemplate(
+    "A document search for the question below found nothing relevant. Write a different search "
+    "query: 3 to 8 keywords and synonyms a document answering it would contain. "
+    "Reply with the keywords only.\n"
+    "Question: {query_str}\n"
+    "Failed query: {failed_query}\n"
+    "Keywords:"
+)
+
+RETRY_HYPOTHETICAL_PROMPT = PromptTemplate(
+    "Write two sentences that a document answering this question might contain. "
+    "Reply with the two sentences only.\n"
+    "Question: {query_str}\n"
+    "Sentences:"
+)
+
+GRADE_PROMPT = PromptTemplate(
+    "Which passages help answer the question? Reply with JSON only, of the form "
+    '{{"relevant": [numbers]}}, listing the numbers of the helpful passages; '
+    '{{"relevant": []}} when none helps.\n'
+    "\n"
+    "Question: {query_str}\n"
+    "\n"
+    "Passages:\n"
+    "{passages_str}\n"
+    "\n"
+    "JSON:"
+)
+
+NOT_COVERED_ANSWER = "The documents do not cover this question."

@@ -1,0 +1,1 @@
+"""The parts the query workflow's steps call: retrieval, grading, rewriting, synthesis."""

@@ -1,0 +1,117 @@
+"""Grading: which retrieved chunks are relevant to the query.
+
+`ScoreGrader` keeps chunks whose retrieval similarity reaches a threshold: free, and the default
+for the in-process model, whose every extra call costs seconds of prefill. `LLMGrader` asks the
+LLM once about all candidates and parses its reply leniently (JSON, or any list of numbers), the
+default for hosted models. `KeepAllGrader` turns grading off.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Protocol
+
+from llama_index.core.llms import LLM, ChatMessage
+from llama_index.core.schema import MetadataMode, NodeWithScore
+
+from citeflow.prompts import GRADE_PROMPT
+from citeflow.settings import Settings
+
+
+class Grader(Protocol):
+    """Picks the relevant chunks among retrieval hits (keeping their order)."""
+
+    name: str
+
+    async def grade(self, query: str, nodes: Sequence[NodeWithScore]) -> list[NodeWithScore]: ...
+
+
+class KeepAllGrader:
+    """Every hit is relevant."""
+
+    name = "none"
+
+    async def grade(self, query: str, nodes: Sequence[NodeWithScore]) -> list[NodeWithScore]:
+        return list(nodes)
+
+
+class ScoreGrader:
+    """Relevant when the retrieval similarity is at least ``threshold``."""
+
+    name = "score"
+
+    def __init__(self, threshold: float) -> None:
+        self.threshold = threshold
+
+    async def grade(self, query: str, nodes: Sequence[NodeWithScore]) -> list[NodeWithScore]:
+        return [n for n in nodes if (n.score or 0.0) >= self.threshold]
+
+
+class LLMGrader:
+    """One LLM call judges all candidates; replies are parsed leniently."""
+
+    name = "llm"
+
+    def __init__(self, llm: LLM, *, max_chars: int = 700) -> None:
+        self.llm = llm
+        self.max_chars = max_chars
+
+    async def grade(self, query: str, nodes: Sequence[NodeWithScore]) -> list[NodeWithScore]:
+        if not nodes:
+            return []
+        passages = "\n\n".join(
+            f"{i}. {n.node.get_content(metadata_mode=MetadataMode.NONE)[: self.max_chars]}"
+            for i, n in enumerate(nodes, start=1)
+        )
+        prompt = GRADE_PROMPT.format(query_str=query, passages_str=passages)
+        reply = await self.llm.achat([ChatMessage(role="user", content=prompt)])
+        picked = parse_relevant(reply.message.content or "", len(nodes))
+        return [nodes[i - 1] for i in picked]
+
+
+def parse_relevant(reply: str, count: int) -> list[int]:
+    """Passage numbers (1..count) a grader reply names, in ascending order.
+
+    Accepts ``{"relevant": [1, 3]}``, a bare ``[1, 3]``, code fences, trailing prose, or
+    "1, 3"; anything naming no valid number means none is relevant.
+    """
+    text = reply.strip()
+    fenced = re.search(r"```(?:json)?\s*(.*?)```", text, re.DOTALL)
+    if fenced:
+        text = fenced.group(1)
+    numbers: list[object] = []
+    match = re.search(r"\{.*?\}", text, re.DOTALL)
+    if match:
+        try:
+            data = json.loads(match.group(0))
+            value = data.get("relevant", []) if isinstance(data, dict) else []
+            numbers = list(value) if isinstance(value, list) else [value]
+        except json.JSONDecodeError:
+            numbers = []
+    if not numbers:
+        bracket = re.search(r"\[([^\]]*)\]", text)
+        scope = bracket.group(1) if bracket else text.split("\n", 1)[0]
+        numbers = re.findall(r"\d+", scope)
+    out: set[int] = set()
+    for n in numbers:
+        try:
+            value = int(str(n))
+        except ValueError:
+            continue
+        if 1 <= value <= count:
+            out.add(value)
+    return sorted(out)
+
+
+def build_grader(settings: Settings, llm: LLM) -> Grader:
+    """The grader the settings ask for; ``auto`` is the score grader for the local model."""
+    kind = settings.grader
+    if kind == "auto":
+        kind = "score" if settings.llm_provider == "local" else "llm"
+    if kind == "llm":
+        return LLMGrader(llm)
+    if kind == "score":
+        return ScoreGrader(settings.relevance_threshold)
+    return KeepAllGrader()

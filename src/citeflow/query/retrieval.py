@@ -1,0 +1,54 @@
+"""Retrieval: embed the query, search the collection, return scored nodes (best first)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.schema import NodeWithScore
+from llama_index.core.vector_stores.types import VectorStoreQuery
+
+from citeflow.store import Store
+
+
+def _async_native(embed_model: BaseEmbedding) -> bool:
+    """Whether the embedder's async API is really non-blocking (HTTP providers)."""
+    names = {cls.__name__ for cls in type(embed_model).__mro__}
+    return "OpenAIEmbedding" in names
+
+
+class Retriever:
+    """Dense top-k retrieval from one collection."""
+
+    def __init__(
+        self, store: Store, embed_model: BaseEmbedding, *, collection: str, top_k: int
+    ) -> None:
+        self.store = store
+        self.embed_model = embed_model
+        self.collection = collection
+        self.top_k = top_k
+        self._native = _async_native(embed_model)
+
+    async def embed_query(self, query: str) -> list[float]:
+        if self._native:
+            return await self.embed_model.aget_query_embedding(query)
+        return await asyncio.to_thread(self.embed_model.get_query_embedding, query)
+
+    async def aretrieve(self, query: str, top_k: int | None = None) -> list[NodeWithScore]:
+        """The ``top_k`` chunks most similar to ``query``."""
+        embedding = await self.embed_query(query)
+        try:
+            result = await self.store.aquery(
+                self.collection,
+                VectorStoreQuery(query_embedding=embedding, similarity_top_k=top_k or self.top_k),
+            )
+        except Exception:
+            await self.check()  # raises the clear error when the collection is missing
+            raise
+        nodes = result.nodes or []
+        scores = result.similarities or [0.0] * len(nodes)
+        return [NodeWithScore(node=n, score=s) for n, s in zip(nodes, scores, strict=False)]
+
+    async def check(self) -> int:
+        """The collection's chunk count; a clear error when it is missing or empty."""
+        return await asyncio.to_thread(self.store.require, self.collection)

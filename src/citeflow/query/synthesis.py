@@ -1,0 +1,138 @@
+"""Compact synthesis with the citation templates, streamed one checked sentence at a time.
+
+Compact mode: the numbered sources are packed into as few prompts as fit ``context_budget``
+tokens; the first prompt uses `CITATION_QA_TEMPLATE`, each further one `CITATION_REFINE_TEMPLATE`
+with the answer so far. Only the last call is streamed. Its tokens go through `SentenceStream` and
+`CitationRepairer`, so every streamed piece is final, citation-checked text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from llama_index.core.llms import LLM, ChatMessage
+from llama_index.core.schema import NodeWithScore
+
+from citeflow.citations.markers import cited_numbers
+from citeflow.citations.repair import Citation, CitationRepairer
+from citeflow.citations.sources import format_sources, source_text
+from citeflow.citations.stream import SentenceStream
+from citeflow.citations.support import LexicalSupport
+from citeflow.citations.text import count_tokens
+from citeflow.prompts import CITATION_QA_TEMPLATE, CITATION_REFINE_TEMPLATE, CITATION_SYSTEM_PROMPT
+
+
+@dataclass
+class Synthesis:
+    """The final answer, its citations, and the source numbers it cites (first-cited first)."""
+
+    text: str
+    citations: list[Citation] = field(default_factory=list)
+    cited: list[int] = field(default_factory=list)
+    llm_calls: int = 0
+    raw_text: str = ""
+
+
+def pack(sources: Sequence[NodeWithScore], budget: int) -> list[list[NodeWithScore]]:
+    """Group consecutive sources so that each group's text fits ``budget`` tokens."""
+    groups: list[list[NodeWithScore]] = []
+    size = 0
+    for source in sources:
+        tokens = count_tokens(source_text(source))
+        if groups and size + tokens <= budget:
+            groups[-1].append(source)
+            size += tokens
+        else:
+            groups.append([source])
+            size = tokens
+    return groups
+
+
+class CitationSynthesizer:
+    """Writes the cited answer from numbered sources."""
+
+    def __init__(
+        self,
+        llm: LLM,
+        *,
+        context_budget: int,
+        support_threshold: float,
+        repair: bool = True,
+    ) -> None:
+        self.llm = llm
+        self.context_budget = context_budget
+        self.support_threshold = support_threshold
+        self.repair = repair
+
+    def messages(self, prompt: str) -> list[ChatMessage]:
+        return [
+            ChatMessage(role="system", content=CITATION_SYSTEM_PROMPT),
+            ChatMessage(role="user", content=prompt),
+        ]
+
+    async def synthesize(
+        self,
+        query: str,
+        sources: Sequence[NodeWithScore],
+        on_delta: Callable[[str], None] | None = None,
+    ) -> Synthesis:
+        """Answer ``query`` from ``sources``; ``on_delta`` receives each checked text piece."""
+        groups = pack(sources, self.context_budget)
+        answer = ""
+        first = 1
+        calls = 0
+        prompts: list[str] = []
+        for index, group in enumerate(groups):
+            context = format_sources(group, first_number=first)
+            first += len(group)
+            if index == 0:
+                prompts.append(CITATION_QA_TEMPLATE.format(context_str=context, query_str=query))
+            else:
+                prompts.append(
+                    CITATION_REFINE_TEMPLATE.format(
+                        context_str=context, query_str=query, existing_answer=answer
+                    )
+                )
+            if index < len(groups) - 1:
+                reply = await self.llm.achat(self.messages(prompts[-1]))
+                answer = (reply.message.content or "").strip()
+                calls += 1
+        repairer = CitationRepairer(
+            LexicalSupport([source_text(s) for s in sources]),
+            threshold=self.support_threshold,
+            enabled=self.repair,
+        )
+        segments = SentenceStream()
+        parts: list[str] = []
+        raw: list[str] = []
+        citations: list[Citation] = []
+
+        def emit(segment: str) -> None:
+            core = segment.rstrip()
+            fixed, found = repairer.repair(core)
+            piece = fixed + segment[len(core) :] if fixed else segment[len(core) :]
+            if not parts and not fixed:
+                return  # never start the answer with bare whitespace
+            citations.extend(found)
+            parts.append(piece)
+            if on_delta is not None and piece:
+                on_delta(piece)
+
+        stream = await self.llm.astream_chat(self.messages(prompts[-1]))
+        calls += 1
+        async for chunk in stream:
+            delta = chunk.delta or ""
+            raw.append(delta)
+            for segment in segments.feed(delta):
+                emit(segment)
+        for segment in segments.flush():
+            emit(segment)
+        text = "".join(parts).rstrip()
+        return Synthesis(
+            text=text,
+            citations=citations,
+            cited=cited_numbers(text),
+            llm_calls=calls,
+            raw_text="".join(raw),
+        )

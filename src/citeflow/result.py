@@ -1,0 +1,46 @@
+"""The result of a query: a LlamaIndex `Response` with citations."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from llama_index.core.base.response.schema import Response
+from llama_index.core.schema import NodeWithScore
+
+from citeflow.citations.repair import Citation
+
+
+@dataclass
+class CitedResponse(Response):
+    """``str(result)`` is the answer; ``source_nodes`` are the numbered citation chunks.
+
+    ``source_nodes[i]`` is "Source i+1", the target of ``[i+1]`` in ``response``. ``cited`` lists
+    the source numbers the answer cites, in order of first citation; ``citations`` has one entry
+    per (sentence, source) pair with the supporting quote and its score.
+    """
+
+    query: str = ""
+    search_query: str = ""
+    cited: list[int] = field(default_factory=list)
+    citations: list[Citation] = field(default_factory=list)
+    grounded: bool = True
+    rounds: int = 1
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def cited_nodes(self) -> list[NodeWithScore]:
+        """The source nodes the answer cites, in order of first citation."""
+        return [self.source_nodes[n - 1] for n in self.cited if 0 < n <= len(self.source_nodes)]
+
+    def format_sources(self) -> str:
+        """The cited sources as lines "[N] file, page N: first words…"."""
+        lines = []
+        for n in self.cited:
+            meta = self.source_nodes[n - 1].node.metadata
+            where = meta.get("file_name") or meta.get("title") or "document"
+            page = meta.get("page_label")
+            quote = next((c.quote for c in self.citations if c.number == n and c.quote), "")
+            label = f"{where}, page {page}" if page else str(where)
+            snippet = " ".join(quote.split())[:110]
+            lines.append(f"[{n}] {label}" + (f': "{snippet}"' if snippet else ""))
+        return "\n".join(lines)

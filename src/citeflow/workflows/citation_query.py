@@ -1,0 +1,253 @@
+"""The citation query workflow: rewrite → retrieve → grade (→ reformulate → retrieve) → cite →
+synthesize. One step per stage; each stage's output is a typed event from `citeflow.events`.
+
+    w = CitationQueryWorkflow.from_settings(settings)
+    result = await w.run(query="What did the author work on?")
+    print(result); result.source_nodes[0].node.get_text()
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.llms import LLM
+from llama_index.core.schema import NodeWithScore
+from workflows import Context, Workflow, step
+from workflows.events import StopEvent
+
+from citeflow.citations.sources import make_sources
+from citeflow.errors import EmptyQueryError
+from citeflow.events import (
+    AnswerDeltaEvent,
+    CitationSourcesEvent,
+    QueryStartEvent,
+    RelevantNodesEvent,
+    RetrievedEvent,
+    RetrieveEvent,
+    RetryEvent,
+    Stage,
+    StatusEvent,
+)
+from citeflow.prompts import NOT_COVERED_ANSWER
+from citeflow.query.grading import Grader, ScoreGrader
+from citeflow.query.retrieval import Retriever
+from citeflow.query.rewriting import condense, reformulate
+from citeflow.query.synthesis import CitationSynthesizer
+from citeflow.result import CitedResponse
+from citeflow.settings import Settings
+from citeflow.store import Store
+
+
+@dataclass(frozen=True)
+class QueryOptions:
+    """The knobs of one workflow (see `Settings` for their meaning)."""
+
+    max_rounds: int = 2
+    on_no_relevant: str = "best"
+    fallback_nodes: int = 3
+    relevance_threshold: float = 0.25
+    citation_chunk_size: int = 160
+    citation_chunk_overlap: int = 16
+    max_sources: int = 4
+    context_budget: int = 900
+    support_threshold: float = 0.35
+    repair_citations: bool = True
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> QueryOptions:
+        return cls(
+            max_rounds=settings.max_rounds,
+            on_no_relevant=settings.on_no_relevant,
+            relevance_threshold=settings.relevance_threshold,
+            citation_chunk_size=settings.citation_chunk_size,
+            citation_chunk_overlap=settings.citation_chunk_overlap,
+            max_sources=settings.max_sources,
+            context_budget=settings.context_budget,
+            support_threshold=settings.support_threshold,
+            repair_citations=settings.repair_citations,
+        )
+
+
+@dataclass
+class RunTrace:
+    """Per-run facts the steps share (one live object in the run's context store)."""
+
+    query: str
+    search_query: str
+    rounds: int = 1
+    grounded: bool = True
+    pool: dict[str, NodeWithScore] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def timed(self, name: str, started: float) -> None:
+        self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - started
+
+
+class CitationQueryWorkflow(Workflow):
+    """Answers a question over one knowledge base with numbered, checked citations."""
+
+    def __init__(
+        self,
+        *,
+        retriever: Retriever,
+        llm: LLM,
+        grader: Grader | None = None,
+        options: QueryOptions | None = None,
+        timeout: float | None = 600.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(timeout=timeout, **kwargs)
+        self.retriever = retriever
+        self.llm = llm
+        self.options = options or QueryOptions()
+        self.grader = grader or ScoreGrader(self.options.relevance_threshold)
+        self.synthesizer = CitationSynthesizer(
+            llm,
+            context_budget=self.options.context_budget,
+            support_threshold=self.options.support_threshold,
+            repair=self.options.repair_citations,
+        )
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: Settings,
+        *,
+        store: Store | None = None,
+        llm: LLM | None = None,
+        embed_model: BaseEmbedding | None = None,
+        collection: str | None = None,
+        **kwargs: Any,
+    ) -> CitationQueryWorkflow:
+        """Build the workflow and its providers from settings; pass any part to reuse it."""
+        from citeflow.knowledge_base import KnowledgeBase
+
+        kb = KnowledgeBase.open(
+            collection, settings=settings, store=store, embed_model=embed_model
+        )
+        return kb.workflow(llm, **kwargs)
+
+    # --- helpers -------------------------------------------------------------------------------
+    @staticmethod
+    def _status(ctx: Context, stage: Stage, description: str, round_: int = 1) -> None:
+        ctx.write_event_to_stream(
+            StatusEvent(stage=stage, description=description, round=round_, done=stage == "done")
+        )
+
+    @staticmethod
+    async def _trace(ctx: Context) -> RunTrace:
+        trace: RunTrace = await ctx.store.get("trace")
+        return trace
+
+    # --- steps ---------------------------------------------------------------------------------
+    @step
+    async def rewrite(self, ctx: Context, ev: QueryStartEvent) -> RetrieveEvent:
+        """Validate the question and, given chat history, condense it into a standalone query."""
+        started = time.perf_counter()
+        query = " ".join((ev.query or "").split())
+        if not query:
+            raise EmptyQueryError("the question is empty; ask something about your documents")
+        search_query = query
+        if ev.history:
+            self._status(ctx, "rewriting", "Rewriting the question")
+            search_query = await condense(self.llm, query, ev.history)
+        trace = RunTrace(query=query, search_query=search_query)
+        await ctx.store.set("trace", trace)
+        trace.timed("rewrite", started)
+        return RetrieveEvent(query=search_query, round=1)
+
+    @step
+    async def retrieve(self, ctx: Context, ev: RetrieveEvent) -> RetrievedEvent:
+        """Top-k search of the knowledge base."""
+        started = time.perf_counter()
+        self._status(ctx, "searching", f"Searching the documents for “{ev.query}”", ev.round)
+        nodes = await self.retriever.aretrieve(ev.query)
+        if not nodes and ev.round == 1:
+            await self.retriever.check()  # a missing or empty collection: one clear error
+        (await self._trace(ctx)).timed("retrieve", started)
+        return RetrievedEvent(query=ev.query, round=ev.round, nodes=nodes)
+
+    @step
+    async def grade(self, ctx: Context, ev: RetrievedEvent) -> RelevantNodesEvent | RetryEvent:
+        """Keep the relevant hits; when there are none, retry with a new query or fall back."""
+        started = time.perf_counter()
+        self._status(ctx, "grading", f"Checking {len(ev.nodes)} passages", ev.round)
+        relevant = await self.grader.grade(ev.query, ev.nodes)
+        trace = await self._trace(ctx)
+        query, pool = trace.query, trace.pool
+        for hit in ev.nodes:
+            known = pool.get(hit.node.node_id)
+            if known is None or (hit.score or 0.0) > (known.score or 0.0):
+                pool[hit.node.node_id] = hit
+        trace.rounds = ev.round
+        trace.timed("grade", started)
+        if relevant:
+            return RelevantNodesEvent(query=query, nodes=relevant, graded_relevant=True)
+        if ev.round < self.options.max_rounds:
+            return RetryEvent(original_query=query, failed_query=ev.query, round=ev.round + 1)
+        best = sorted(pool.values(), key=lambda n: -(n.score or 0.0))[: self.options.fallback_nodes]
+        if self.options.on_no_relevant == "refuse":
+            best = []
+        return RelevantNodesEvent(query=query, nodes=best, graded_relevant=False)
+
+    @step
+    async def reformulate(self, ctx: Context, ev: RetryEvent) -> RetrieveEvent:
+        """Word the query differently for the next retrieval round."""
+        started = time.perf_counter()
+        self._status(ctx, "retrying", f"Nothing relevant yet; retry {ev.round - 1}", ev.round)
+        query = await reformulate(self.llm, ev.original_query, ev.failed_query, ev.round)
+        (await self._trace(ctx)).timed("reformulate", started)
+        return RetrieveEvent(query=query, round=ev.round)
+
+    @step
+    async def cite(self, ctx: Context, ev: RelevantNodesEvent) -> CitationSourcesEvent:
+        """Split the relevant chunks into numbered "Source N" citation chunks."""
+        started = time.perf_counter()
+        self._status(ctx, "citing", f"Preparing sources from {len(ev.nodes)} passages")
+        sources = make_sources(
+            ev.nodes,
+            ev.query,
+            chunk_tokens=self.options.citation_chunk_size,
+            overlap_tokens=self.options.citation_chunk_overlap,
+            max_sources=self.options.max_sources,
+        )
+        trace = await self._trace(ctx)
+        trace.grounded = ev.graded_relevant
+        trace.timed("cite", started)
+        return CitationSourcesEvent(query=ev.query, sources=sources)
+
+    @step
+    async def synthesize(self, ctx: Context, ev: CitationSourcesEvent) -> StopEvent:
+        """Write the answer (compact mode, streamed), checking each sentence's citations."""
+        started = time.perf_counter()
+        trace = await self._trace(ctx)
+        if not ev.sources:
+            ctx.write_event_to_stream(AnswerDeltaEvent(delta=NOT_COVERED_ANSWER))
+            text, citations, cited = NOT_COVERED_ANSWER, [], []
+        else:
+            self._status(ctx, "writing", f"Writing the answer from {len(ev.sources)} sources")
+            synthesis = await self.synthesizer.synthesize(
+                ev.query,
+                ev.sources,
+                on_delta=lambda piece: ctx.write_event_to_stream(AnswerDeltaEvent(delta=piece)),
+            )
+            text, citations, cited = synthesis.text, synthesis.citations, synthesis.cited
+        trace.timed("synthesize", started)
+        self._status(ctx, "done", "Done")
+        return StopEvent(
+            result=CitedResponse(
+                response=text,
+                source_nodes=list(ev.sources),
+                metadata={"collection": self.retriever.collection},
+                query=ev.query,
+                search_query=trace.search_query,
+                cited=cited,
+                citations=citations,
+                grounded=trace.grounded,
+                rounds=trace.rounds,
+                timings=dict(trace.timings),
+            )
+        )

@@ -1,0 +1,86 @@
+"""A scripted fake LLM: replies come from a list or a function of the prompt, streamed by word."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncGenerator, Callable, Sequence
+from typing import Any
+
+from llama_index.core.llms import (
+    CompletionResponse,
+    CompletionResponseGen,
+    CustomLLM,
+    LLMMetadata,
+)
+from llama_index.core.llms.callbacks import llm_completion_callback
+from pydantic import PrivateAttr
+
+Reply = str | Callable[[str], str]
+
+
+class ScriptedLLM(CustomLLM):
+    """Answers from a script, records every prompt; streams word by word.
+
+    ``replies`` is consumed in order (the last one repeats); a callable gets the prompt. A reply
+    that is an Exception instance is raised instead (after ``fail_after`` streamed words).
+    """
+
+    delay: float = 0.0
+    _replies: list[Reply | BaseException] = PrivateAttr(default_factory=list)
+    _prompts: list[str] = PrivateAttr(default_factory=list)
+
+    def __init__(self, replies: Sequence[Reply | BaseException] = ("OK",), **kw: Any) -> None:
+        super().__init__(**kw)
+        self._replies = list(replies)
+
+    @property
+    def prompts(self) -> list[str]:
+        return self._prompts
+
+    @property
+    def metadata(self) -> LLMMetadata:
+        return LLMMetadata(context_window=8192, num_output=256, is_chat_model=False,
+                           model_name="scripted")
+
+    def _next(self, prompt: str) -> str:
+        self._prompts.append(prompt)
+        reply = self._replies[0] if len(self._replies) == 1 else self._replies.pop(0)
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply(prompt) if callable(reply) else reply
+
+    @llm_completion_callback()
+    def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+        return CompletionResponse(text=self._next(prompt))
+
+    @llm_completion_callback()
+    def stream_complete(
+        self, prompt: str, formatted: bool = False, **kwargs: Any
+    ) -> CompletionResponseGen:
+        text = self._next(prompt)
+
+        def gen() -> CompletionResponseGen:
+            sofar = ""
+            for piece in re.findall(r"\S+\s*|\s+", text):
+                sofar += piece
+                yield CompletionResponse(text=sofar, delta=piece)
+
+        return gen()
+
+    @llm_completion_callback()
+    async def astream_complete(
+        self, prompt: str, formatted: bool = False, **kwargs: Any
+    ) -> AsyncGenerator[CompletionResponse, None]:
+        text = self._next(prompt)
+        delay = self.delay
+
+        async def gen() -> AsyncGenerator[CompletionResponse, None]:
+            sofar = ""
+            for piece in re.findall(r"\S+\s*|\s+", text):
+                if delay:
+                    await asyncio.sleep(delay)
+                sofar += piece
+                yield CompletionResponse(text=sofar, delta=piece)
+
+        return gen()
