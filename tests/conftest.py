@@ -1,0 +1,68 @@
+"""Shared fixtures: settings isolated from the developer's environment, fake providers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from llama_index.core.schema import Document
+
+from citeflow.knowledge_base import KnowledgeBase
+from citeflow.settings import Settings
+from citeflow.store import Store
+from tests.fakes.embedding import HashEmbedding
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+FACTS = {
+    "viaweb": (
+        "Viaweb was a company that made software for building online stores. It was started in "
+        "1995 by the author and Robert Morris. Yahoo bought Viaweb in 1998 and it became Yahoo "
+        "Store."
+    ),
+    "stories": (
+        "Before college the author wrote short stories. The stories were awful, with hardly any "
+        "plot. [15] The author also programmed an IBM 1401 in 9th grade using punch cards."
+    ),
+    "ducks": (
+        "Ducks are waterfowl birds. They live near ponds, rivers and lakes. Ducks eat plants and "
+        "small insects."
+    ),
+}
+
+
+@pytest.fixture(autouse=True)
+def _no_user_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in list(__import__("os").environ):
+        if key.startswith("CITEFLOW_"):
+            monkeypatch.delenv(key)
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings(
+        _env_file=None,  # type: ignore[call-arg]
+        data_dir=tmp_path / "data",
+        model_dir=tmp_path / "models",
+        collection="kb",
+        relevance_threshold=0.2,
+    )
+
+
+@pytest.fixture
+def store() -> Iterator[Store]:
+    s = Store.open_path(":memory:")
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def kb(settings: Settings, store: Store) -> KnowledgeBase:
+    base = KnowledgeBase(settings, store=store, embed_model=HashEmbedding(), collection="kb")
+    base.add_documents(
+        [Document(id_=name, text=text, metadata={"file_name": f"{name}.txt", "title": name})
+         for name, text in FACTS.items()]
+    )
+    return base

@@ -1,0 +1,205 @@
+"""Citation chunks, markers, support scoring, sentence streaming and repair."""
+
+from __future__ import annotations
+
+from llama_index.core.schema import NodeRelationship, NodeWithScore, RelatedNodeInfo, TextNode
+
+from citeflow.citations.markers import (
+    cited_numbers,
+    find_markers,
+    renumber,
+    strip_footnotes,
+    strip_markers,
+)
+from citeflow.citations.repair import CitationRepairer, insert_marker, needs_citation
+from citeflow.citations.sources import format_sources, make_sources, source_text, split_spans
+from citeflow.citations.stream import SentenceStream
+from citeflow.citations.support import LexicalSupport
+from citeflow.citations.text import sentence_spans, split_sentences
+
+ESSAY = (
+    "Before college the two main things I worked on, outside of school, were writing and "
+    "programming. I didn't write essays. I wrote what beginning writers were supposed to write "
+    "then, and probably still are: short stories. My stories were awful. They had hardly any "
+    "plot, just characters with strong feelings, which I imagined made them deep. The first "
+    "programs I tried writing were on the IBM 1401 that our school district used for what was "
+    "then called data processing. This was in 9th grade, so I was 13 or 14. The school "
+    "district's 1401 happened to be in the basement of our junior high school, and my friend "
+    "Rich Draves and I got permission to use it. [2] It was like a mini Bond villain's lair."
+)
+
+
+def _node(text: str, node_id: str, score: float = 0.5, **meta: object) -> NodeWithScore:
+    node = TextNode(id_=node_id, text=text, metadata={"file_name": f"{node_id}.txt", **meta})
+    node.relationships = {NodeRelationship.SOURCE: RelatedNodeInfo(node_id=f"doc-{node_id}")}
+    return NodeWithScore(node=node, score=score)
+
+
+# --- text ------------------------------------------------------------------------------------
+def test_sentence_spans_cover_sentences_and_keep_decimals() -> None:
+    text = "Pi is 3.14 roughly. Is it? Yes!\nNext line e.g. here."
+    assert split_sentences(text) == ["Pi is 3.14 roughly.", "Is it?", "Yes!", "Next line e.g. here."]
+    for start, end in sentence_spans(text):
+        assert text[start:end] == text[start:end].strip()
+
+
+# --- markers ---------------------------------------------------------------------------------
+def test_find_markers_reads_all_styles() -> None:
+    text = "A [1]. B [2, 3]. C [4][5]. D (Source 6). E [Source 7]. F [^8]."
+    assert cited_numbers(text) == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert [m.numbers for m in find_markers("x [2, 3] y")] == [(2, 3)]
+
+
+def test_strip_markers_tidies_spacing() -> None:
+    assert strip_markers("He wrote [1]. Then [2, 3] left.") == "He wrote. Then left."
+
+
+def test_renumber_maps_and_drops() -> None:
+    assert renumber("A [3]. B [1][9]. C [1, 3].", {3: 1, 1: 2}) == "A [1]. B [2]. C [2][1]."
+
+
+def test_footnotes_removed_from_prompt_text() -> None:
+    assert strip_footnotes("lair. [2] It was") == "lair. It was"
+    assert "[2]" not in strip_footnotes(ESSAY)
+
+
+# --- sources ---------------------------------------------------------------------------------
+def test_split_spans_pack_whole_sentences_with_overlap() -> None:
+    pieces = split_spans(ESSAY, chunk_tokens=40, overlap_tokens=12)
+    assert len(pieces) > 2
+    for piece in pieces:
+        chunk = ESSAY[piece.start : piece.end]
+        assert chunk[0].isupper() or chunk[0] == "["
+        assert chunk.rstrip()[-1] in ".!?]"
+    # consecutive pieces overlap (or touch) and together cover the text
+    assert pieces[0].start == 0 and pieces[-1].end == len(ESSAY)
+    for a, b in zip(pieces, pieces[1:], strict=False):
+        assert b.start <= a.end + 1
+        assert b.start > a.start
+
+
+def test_make_sources_numbers_fresh_nodes_with_offsets() -> None:
+    parent = _node(ESSAY, "essay", 0.8)
+    other = _node("Ducks are birds that live near water. They quack.", "duck", 0.3)
+    sources = make_sources(
+        [parent, other], "IBM 1401 programs", chunk_tokens=40, overlap_tokens=8, max_sources=3
+    )
+    assert 1 <= len(sources) <= 3
+    ids = [s.node.node_id for s in sources]
+    assert len(set(ids)) == len(ids)
+    for number, source in enumerate(sources, start=1):
+        node = source.node
+        text = node.get_content()
+        assert text.startswith(f"Source {number}:\n")
+        meta = node.metadata
+        parent_text = ESSAY if meta["parent_id"] == "essay" else other.node.get_content()
+        assert parent_text[meta["parent_start_char"] : meta["parent_end_char"]] == source_text(
+            source
+        )
+        assert node.ref_doc_id == f"doc-{meta['parent_id']}"
+    # the piece about the IBM 1401 is among the sources; the parent is untouched
+    assert any("1401" in source_text(s) for s in sources)
+    assert parent.node.get_content() == ESSAY
+
+
+def test_every_piece_keeps_its_own_text() -> None:
+    """The notebook's pydantic-v2 bug made every piece of a node hold its last piece."""
+    parent = _node(ESSAY, "essay")
+    sources = make_sources([parent], "school", chunk_tokens=30, overlap_tokens=0, max_sources=10)
+    texts = [source_text(s) for s in sources]
+    assert len(texts) == len(set(texts)) > 2
+
+
+def test_format_sources_numbers_and_drops_footnotes() -> None:
+    sources = make_sources(
+        [_node(ESSAY, "essay")], "lair", chunk_tokens=400, overlap_tokens=0, max_sources=1
+    )
+    context = format_sources(sources, first_number=3)
+    assert context.startswith("[3]")
+    assert "[2]" not in context
+
+
+# --- support and repair ----------------------------------------------------------------------
+SOURCES = [
+    "Viaweb was a company that made software for building online stores. Yahoo bought it in 1998.",
+    "The author wrote short stories before college. The stories were awful.",
+    "Ducks are waterfowl. They live near ponds.",
+]
+
+
+def test_support_picks_the_right_source_and_quote() -> None:
+    support = LexicalSupport(SOURCES)
+    best = support.rank("Yahoo bought Viaweb in 1998.")[0]
+    assert best.number == 1
+    # "it" needs the sentence before it to name Viaweb: the quote spans both
+    assert best.quote.endswith("Yahoo bought it in 1998.")
+    assert best.score > 0.9
+    assert SOURCES[0][best.quote_start : best.quote_end] == best.quote
+    single = support.rank("Yahoo bought it in 1998.")[0]
+    assert single.quote == "Yahoo bought it in 1998."
+    assert support.score("Yahoo bought Viaweb in 1998.", 3).score < 0.2
+
+
+def test_repair_keeps_correct_citation() -> None:
+    repairer = CitationRepairer(LexicalSupport(SOURCES), threshold=0.35)
+    text, cits = repairer.repair("The author wrote awful short stories [2].")
+    assert text == "The author wrote awful short stories [2]."
+    assert [(c.number, c.origin) for c in cits] == [(2, "model")]
+    assert cits[0].quote.startswith("The author wrote short stories")
+
+
+def test_repair_moves_wrong_citation() -> None:
+    repairer = CitationRepairer(LexicalSupport(SOURCES), threshold=0.35)
+    text, cits = repairer.repair("Yahoo bought Viaweb in 1998 [3].")
+    assert text == "Yahoo bought Viaweb in 1998 [1]."
+    assert cits[0].origin == "moved"
+
+
+def test_repair_drops_out_of_range_and_unsupported() -> None:
+    repairer = CitationRepairer(LexicalSupport(SOURCES), threshold=0.35)
+    text, cits = repairer.repair("Quantum chromodynamics explains gluon confinement [7][3].")
+    assert text == "Quantum chromodynamics explains gluon confinement."
+    assert cits == []
+
+
+def test_repair_adds_missing_citation() -> None:
+    repairer = CitationRepairer(LexicalSupport(SOURCES), threshold=0.35)
+    text, cits = repairer.repair("Ducks are waterfowl that live near ponds.")
+    assert text == "Ducks are waterfowl that live near ponds [3]."
+    assert cits[0].origin == "added"
+
+
+def test_repair_leaves_refusals_and_questions_alone() -> None:
+    repairer = CitationRepairer(LexicalSupport(SOURCES), threshold=0.35)
+    assert not needs_citation("The documents do not cover Viaweb's stores.")
+    assert repairer.repair("The documents do not cover Viaweb stores.")[0].endswith("stores.")
+    assert repairer.repair("What about ducks near ponds?")[1] == []
+
+
+def test_repair_disabled_only_validates_numbers() -> None:
+    repairer = CitationRepairer(LexicalSupport(SOURCES), threshold=0.35, enabled=False)
+    text, cits = repairer.repair("Yahoo bought Viaweb [3][8].")
+    assert text == "Yahoo bought Viaweb [3]."
+    assert [c.number for c in cits] == [3]
+
+
+def test_insert_marker_before_punctuation() -> None:
+    assert insert_marker("He left.", "[1]") == "He left [1]."
+    assert insert_marker('He said "go."', "[2]") == 'He said "go [2]."' or insert_marker(
+        'He said "go."', "[2]"
+    ).endswith('[2]."')
+    assert insert_marker("No punctuation", "[1]") == "No punctuation [1]"
+
+
+# --- streaming -------------------------------------------------------------------------------
+def test_sentence_stream_is_lossless_and_holds_markers() -> None:
+    text = "First claim. [1] Second claim [2]. Third\nline 3.5 units. Last one"
+    stream = SentenceStream()
+    out: list[str] = []
+    for i in range(0, len(text), 3):  # deltas cut anywhere, markers split across them
+        out.extend(stream.feed(text[i : i + 3]))
+    out.extend(stream.flush())
+    assert "".join(out) == text
+    assert out[0] == "First claim. [1] "
+    assert out[1] == "Second claim [2]. "
+    assert all("[" not in seg or "]" in seg for seg in out)

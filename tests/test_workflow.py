@@ -1,0 +1,197 @@
+"""The citation query workflow with a scripted LLM, a hashing embedder and in-memory Qdrant."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+from llama_index.core.llms import ChatMessage
+from llama_index.core.schema import NodeWithScore
+
+from citeflow.citations.markers import cited_numbers
+from citeflow.errors import CollectionNotFoundError, EmptyCollectionError, EmptyQueryError
+from citeflow.events import AnswerDeltaEvent, StatusEvent
+from citeflow.knowledge_base import KnowledgeBase
+from citeflow.prompts import NOT_COVERED_ANSWER
+from citeflow.query.grading import KeepAllGrader, ScoreGrader
+from citeflow.result import CitedResponse
+from citeflow.workflows.citation_query import CitationQueryWorkflow, QueryOptions
+from tests.fakes.llm import ScriptedLLM
+
+
+class ScriptedGrader:
+    """Rejects everything for the first ``reject`` calls, then keeps everything."""
+
+    name = "scripted"
+
+    def __init__(self, reject: int) -> None:
+        self.reject = reject
+        self.queries: list[str] = []
+
+    async def grade(self, query: str, nodes: Sequence[NodeWithScore]) -> list[NodeWithScore]:
+        self.queries.append(query)
+        return [] if len(self.queries) <= self.reject else list(nodes)
+
+
+def _workflow(kb: KnowledgeBase, llm: ScriptedLLM, **kw: object) -> CitationQueryWorkflow:
+    options = kw.pop("options", QueryOptions(relevance_threshold=0.2))
+    return CitationQueryWorkflow(
+        retriever=kb.retriever(top_k=3),
+        llm=llm,
+        options=options,  # type: ignore[arg-type]
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def _source_of(result: CitedResponse, word: str) -> int:
+    for number, node in enumerate(result.source_nodes, start=1):
+        if word in node.node.get_content():
+            return number
+    raise AssertionError(f"no source mentions {word!r}")
+
+
+async def test_answer_cites_existing_sources(kb: KnowledgeBase) -> None:
+    llm = ScriptedLLM(["Yahoo bought Viaweb in 1998 [1]. It became Yahoo Store [1]."])
+    result = await _workflow(kb, llm).run(query="Who bought Viaweb?")
+    assert isinstance(result, CitedResponse)
+    assert str(result) == result.response
+    viaweb = _source_of(result, "Yahoo bought Viaweb")
+    assert result.cited == [viaweb]
+    assert cited_numbers(result.response) == [viaweb]
+    assert result.source_nodes[viaweb - 1].node.get_text().startswith(f"Source {viaweb}:\n")
+    assert result.citations[0].quote.startswith("Yahoo bought Viaweb in 1998")
+    assert result.grounded and result.rounds == 1
+    assert set(result.timings) >= {"rewrite", "retrieve", "grade", "cite", "synthesize"}
+    # the prompt numbered the sources and carried the question
+    assert "Who bought Viaweb?" in llm.prompts[-1]
+    assert "[1]" in llm.prompts[-1]
+
+
+async def test_stream_events_match_final_answer(kb: KnowledgeBase) -> None:
+    llm = ScriptedLLM(
+        ["Yahoo bought Viaweb in 1998 [9]. Ducks live near ponds [1].\nThat is all."]
+    )
+    handler = _workflow(kb, llm).run(query="Who bought Viaweb, and where do ducks live?")
+    stages: list[str] = []
+    deltas: list[str] = []
+    async for event in handler.stream_events():
+        if isinstance(event, StatusEvent):
+            stages.append(event.stage)
+        elif isinstance(event, AnswerDeltaEvent):
+            deltas.append(event.delta)
+    result = await handler
+    assert "".join(deltas) == result.response
+    assert len(deltas) >= 3
+    assert stages[0] == "searching" and stages[-1] == "done"
+    assert {"grading", "citing", "writing"} <= set(stages)
+    # [9] points at no source: it never reaches the user, and each sentence cites its support
+    assert "[9]" not in result.response
+    assert all(1 <= n <= len(result.source_nodes) for n in cited_numbers(result.response))
+    assert _source_of(result, "Yahoo bought") in result.cited
+    assert _source_of(result, "ponds") in result.cited
+
+
+async def test_document_footnotes_are_not_citations(kb: KnowledgeBase) -> None:
+    # the stories document carries a footnote "[15]"; a model copying it must not cite it
+    llm = ScriptedLLM(["The author wrote awful short stories before college [15]."])
+    result = await _workflow(kb, llm).run(query="What did the author write before college?")
+    assert "[15]" not in llm.prompts[-1]
+    assert "[15]" not in result.response
+    assert result.cited == [_source_of(result, "short stories")]
+
+
+async def test_retry_rewrites_query_and_searches_again(kb: KnowledgeBase) -> None:
+    grader = ScriptedGrader(reject=1)
+    llm = ScriptedLLM(["Viaweb online store software Yahoo", "Viaweb made store software [1]."])
+    handler = _workflow(kb, llm, grader=grader).run(query="Which startup did he found?")
+    stages = [e.stage async for e in handler.stream_events() if isinstance(e, StatusEvent)]
+    result = await handler
+    assert "retrying" in stages
+    assert stages.count("searching") == 2
+    assert grader.queries == ["Which startup did he found?", "Viaweb online store software Yahoo"]
+    assert "Which startup did he found?" in llm.prompts[0]  # the reformulation prompt
+    assert result.rounds == 2 and result.grounded
+
+
+async def test_all_rounds_fail_answers_from_best_hits(kb: KnowledgeBase) -> None:
+    grader = ScriptedGrader(reject=10)
+    llm = ScriptedLLM(["ducks ponds", "Ducks live near ponds [1]."])
+    result = await _workflow(kb, llm, grader=grader).run(query="Where do ducks live?")
+    assert result.rounds == 2
+    assert not result.grounded
+    assert result.source_nodes and result.cited
+
+
+async def test_all_rounds_fail_can_refuse(kb: KnowledgeBase) -> None:
+    llm = ScriptedLLM(["unused keywords"])
+    options = QueryOptions(max_rounds=1, on_no_relevant="refuse")
+    workflow = _workflow(kb, llm, grader=ScriptedGrader(reject=10), options=options)
+    result = await workflow.run(query="What is the airspeed of a swallow?")
+    assert result.response == NOT_COVERED_ANSWER
+    assert result.source_nodes == [] and result.cited == []
+    assert llm.prompts == []  # no LLM call at all
+
+
+async def test_history_is_condensed_into_a_standalone_query(kb: KnowledgeBase) -> None:
+    grader = ScriptedGrader(reject=0)
+    llm = ScriptedLLM(["Who bought Viaweb", "Yahoo bought Viaweb in 1998 [1]."])
+    history = [
+        ChatMessage(role="user", content="Tell me about Viaweb."),
+        ChatMessage(role="assistant", content="Viaweb made online store software."),
+    ]
+    result = await _workflow(kb, llm, grader=grader).run(query="Who bought it?", history=history)
+    assert "Tell me about Viaweb." in llm.prompts[0]
+    assert result.search_query == "Who bought Viaweb"
+    assert grader.queries == ["Who bought Viaweb"]
+    assert result.query == "Who bought it?"
+
+
+async def test_plain_question_is_passed_through_without_llm(kb: KnowledgeBase) -> None:
+    llm = ScriptedLLM(["Ducks live near ponds [1]."])
+    result = await _workflow(kb, llm, grader=KeepAllGrader()).run(query="  Where do ducks live? ")
+    assert result.search_query == "Where do ducks live?"
+    assert len(llm.prompts) == 1  # synthesis only
+
+
+async def test_score_grader_filters_by_similarity(kb: KnowledgeBase) -> None:
+    nodes = await kb.retriever(top_k=3).aretrieve("ducks ponds rivers")
+    kept = await ScoreGrader(0.3).grade("ducks", nodes)
+    assert kept and all((n.score or 0) >= 0.3 for n in kept)
+    assert len(kept) < len(nodes)
+
+
+async def test_empty_question_is_a_clear_error(kb: KnowledgeBase) -> None:
+    with pytest.raises(EmptyQueryError, match="empty"):
+        await _workflow(kb, ScriptedLLM()).run(query="   ")
+
+
+async def test_unknown_collection_is_a_clear_error(kb: KnowledgeBase) -> None:
+    other = KnowledgeBase(kb.settings, store=kb.store, embed_model=kb.embed_model, collection="x")
+    with pytest.raises(CollectionNotFoundError, match="citeflow ingest"):
+        await _workflow(other, ScriptedLLM()).run(query="anything")
+
+
+async def test_empty_collection_is_a_clear_error(kb: KnowledgeBase) -> None:
+    for doc in kb.documents():
+        kb.store.delete_document(kb.collection, doc.doc_id)
+    assert kb.count() == 0
+    with pytest.raises(EmptyCollectionError, match="no documents"):
+        await _workflow(kb, ScriptedLLM()).run(query="anything")
+
+
+async def test_llm_failure_mid_stream_fails_the_run_promptly(kb: KnowledgeBase) -> None:
+    class Exploding(ScriptedLLM):
+        async def astream_chat(self, messages, **kw):  # type: ignore[no-untyped-def,override]
+            async def gen():  # type: ignore[no-untyped-def]
+                from llama_index.core.llms import ChatResponse
+
+                yield ChatResponse(message=ChatMessage(role="assistant", content="Yahoo"),
+                                   delta="Yahoo bought Viaweb. ")
+                raise ConnectionError("upstream went away")
+
+            return gen()
+
+    handler = _workflow(kb, Exploding()).run(query="Who bought Viaweb?")
+    with pytest.raises(ConnectionError):
+        await asyncio.wait_for(handler, timeout=5)
