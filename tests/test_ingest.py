@@ -1,0 +1,154 @@
+"""Ingestion: idempotent re-ingest, replacement, prune, corrupt files, metadata, store locking."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from citeflow.errors import StoreLockedError
+from citeflow.ingestion.pipeline import Ingestor, doc_id_for
+from citeflow.knowledge_base import KnowledgeBase
+from citeflow.settings import Settings
+from citeflow.store import Store
+from tests.conftest import SHARED_DATA
+from tests.fakes.embedding import HashEmbedding
+
+
+def _payloads(store: Store, collection: str) -> list[dict[str, object]]:
+    points, _ = store.client.scroll(collection, limit=10_000, with_payload=True)
+    return [dict(p.payload or {}) for p in points]
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    docs = tmp_path / "docs"
+    (docs / "nested").mkdir(parents=True)
+    (docs / "a.md").write_text("# Alpha notes\n\nAlpha is the first letter. " * 30)
+    (docs / "nested" / "b.txt").write_text("Bravo is the second letter of the alphabet. " * 40)
+    (docs / "broken.pdf").write_bytes(b"%PDF-1.4\n this is not really a pdf")
+    (docs / "notes.xyz").write_text("unsupported")
+    return docs
+
+
+@pytest.fixture
+def disk_kb(settings: Settings) -> KnowledgeBase:
+    store = Store.open(settings)
+    kb = KnowledgeBase(settings, store=store, embed_model=HashEmbedding(dim=64))
+    yield kb  # type: ignore[misc]
+    kb.close()
+
+
+def test_ingest_reports_and_skips_corrupt_files(disk_kb: KnowledgeBase, folder: Path) -> None:
+    report = disk_kb.ingest([folder], progress=False)
+    assert report.files == 3  # a.md, b.txt, broken.pdf; notes.xyz is not supported
+    assert report.documents_added == 2
+    assert [Path(p).name for p, _ in report.failed] == ["broken.pdf"]
+    assert "broken.pdf" in report.failed[0][1]
+    assert any(Path(p).name == "notes.xyz" for p, _ in report.skipped)
+    assert report.chunks == disk_kb.count() > 2
+    summary = report.summary()
+    assert "2 added" in summary and "1 failed" in summary and "broken.pdf" in summary
+    names = {p["file_name"] for p in _payloads(disk_kb.store, disk_kb.collection)}
+    assert names == {"a.md", "b.txt"}
+
+
+def test_reingest_unchanged_does_nothing(disk_kb: KnowledgeBase, folder: Path) -> None:
+    first = disk_kb.ingest([folder], progress=False)
+    ids_before = {p["_node_content"] for p in _payloads(disk_kb.store, disk_kb.collection)}
+    second = disk_kb.ingest([folder], progress=False)
+    assert second.unchanged == 2 and second.chunks == 0 and second.documents_added == 0
+    assert disk_kb.count() == first.chunks
+    ids_after = {p["_node_content"] for p in _payloads(disk_kb.store, disk_kb.collection)}
+    assert ids_before == ids_after
+
+
+def test_changed_file_replaces_its_chunks(disk_kb: KnowledgeBase, folder: Path) -> None:
+    disk_kb.ingest([folder], progress=False)
+    (folder / "a.md").write_text("# Alpha notes\n\nAlpha was rewritten entirely. Short now.")
+    report = disk_kb.ingest([folder], progress=False)
+    assert report.replaced == 1 and report.unchanged == 1
+    texts = [
+        str(p["_node_content"])
+        for p in _payloads(disk_kb.store, disk_kb.collection)
+        if p["file_name"] == "a.md"
+    ]
+    assert len(texts) == 1 and "rewritten entirely" in texts[0]
+    hashes = {
+        p["content_hash"]
+        for p in _payloads(disk_kb.store, disk_kb.collection)
+        if p["file_name"] == "a.md"
+    }
+    assert len(hashes) == 1
+
+
+def test_prune_removes_documents_whose_files_are_gone(
+    disk_kb: KnowledgeBase, folder: Path
+) -> None:
+    disk_kb.ingest([folder], progress=False)
+    (folder / "nested" / "b.txt").unlink()
+    report = disk_kb.ingest([folder], prune=True, progress=False)
+    assert report.removed == 1
+    assert {d.file_name for d in disk_kb.documents()} == {"a.md"}
+
+
+def test_delete_by_path(disk_kb: KnowledgeBase, folder: Path) -> None:
+    disk_kb.ingest([folder], progress=False)
+    assert disk_kb.delete([folder / "a.md"]) == 1
+    assert {d.file_name for d in disk_kb.documents()} == {"b.txt"}
+    assert disk_kb.delete([folder / "a.md"]) == 0
+
+
+def test_chunks_keep_file_metadata_and_stable_ids(disk_kb: KnowledgeBase, folder: Path) -> None:
+    disk_kb.ingest([folder], progress=False)
+    for payload in _payloads(disk_kb.store, disk_kb.collection):
+        assert payload["doc_id"] == doc_id_for(Path(str(payload["file_path"])))
+        assert payload["title"]
+        assert payload["file_name"] in ("a.md", "b.txt")
+    titles = {p["file_name"]: p["title"] for p in _payloads(disk_kb.store, disk_kb.collection)}
+    assert titles["a.md"] == "Alpha notes"
+
+
+def test_data_survives_reopening(settings: Settings, folder: Path) -> None:
+    kb = KnowledgeBase(settings, store=Store.open(settings), embed_model=HashEmbedding(dim=64))
+    count = kb.ingest([folder], progress=False).chunks
+    kb.close()
+    again = KnowledgeBase(settings, store=Store.open(settings), embed_model=HashEmbedding(dim=64))
+    assert again.count() == count
+    assert again.ingest([folder], progress=False).unchanged == 2
+    again.close()
+
+
+def test_second_process_on_embedded_store_gets_clear_error(settings: Settings) -> None:
+    first = Store.open(settings)
+    try:
+        with pytest.raises(StoreLockedError, match="citeflow serve"):
+            Store.open(settings)
+    finally:
+        first.close()
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "docs").is_dir(), reason="../shared/data/docs not present")
+def test_mixed_formats_from_shared_docs(disk_kb: KnowledgeBase, tmp_path: Path) -> None:
+    docs = tmp_path / "shared-docs"
+    shutil.copytree(SHARED_DATA / "docs", docs)
+    report = disk_kb.ingest([docs], progress=False)
+    assert report.documents_added >= 10
+    payloads = _payloads(disk_kb.store, disk_kb.collection)
+    types = {str(p["file_name"]).rsplit(".", 1)[-1] for p in payloads}
+    assert {"pdf", "docx", "html", "md"} <= types
+    pages = {p.get("page_label") for p in payloads if p["file_name"] == "multi_page.pdf"}
+    assert len(pages) > 1
+
+
+def test_ingestor_overlaps_writes_with_embedding(settings: Settings, folder: Path) -> None:
+    """Small windows force several write batches through the writer thread."""
+    store = Store.open_path(":memory:")
+    ingestor = Ingestor(
+        store, HashEmbedding(dim=32), collection="w", chunk_size=64, chunk_overlap=8,
+        window=3, progress=False,
+    )
+    report = ingestor.ingest_paths([folder])
+    assert report.chunks > 6
+    assert store.count("w") == report.chunks
