@@ -6,7 +6,7 @@ PY     := $(BIN)/python
 TORCH  := torch==2.13.0
 STAMP  := $(VENV)/.citeflow-installed
 
-.PHONY: help install model demo test test-fast lint format bench serve e2e clean
+.PHONY: help install model demo test test-fast lint format bench serve e2e env-example clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -53,6 +53,9 @@ bench: model  ## print the benchmarks' figures
 
 serve: model  ## run the OpenAI-compatible server on the embedded defaults
 	$(BIN)/citeflow serve
+
+env-example: $(STAMP)  ## regenerate .env.example from the settings
+	$(PY) -c "from citeflow.settings import env_example; open('.env.example', 'w').write(env_example())"
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist src/*.egg-info

@@ -47,34 +47,40 @@ class Settings(BaseSettings):
     collection: str = Field(default="default", description="Knowledge base (Qdrant collection).")
 
     # --- LLM ---------------------------------------------------------------------------------
-    llm_provider: Provider = "local"
+    llm_provider: Provider = Field(default="local", description="LLM: local | openai | azure.")
     llm_model: str = Field(
         default="",
         description="Model name (openai) or deployment (azure); empty: the provider's default.",
     )
-    llm_temperature: float = 0.0
-    llm_max_tokens: int = Field(default=320, ge=16, le=8192)
-    llm_timeout: float = Field(default=120.0, gt=0)
+    llm_temperature: float = Field(default=0.0, ge=0.0, le=2.0, description="Sampling temperature.")
+    llm_max_tokens: int = Field(default=320, ge=16, le=8192, description="Most tokens per answer.")
+    llm_timeout: float = Field(default=120.0, gt=0, description="Seconds per LLM request.")
     local_model_path: Path | None = Field(
         default=None, description="GGUF file for the local LLM; empty: the installed default."
     )
-    local_context_window: int = Field(default=4096, ge=512)
-    local_threads: int = Field(default=0, ge=0, description="0: one per core.")
+    local_context_window: int = Field(
+        default=4096, ge=512, description="Context size (tokens) of the local model."
+    )
+    local_threads: int = Field(default=0, ge=0, description="Local model threads; 0: one per core.")
 
     # --- embeddings ----------------------------------------------------------------------------
-    embed_provider: Provider = "local"
+    embed_provider: Provider = Field(
+        default="local", description="Embeddings: local (all-MiniLM-L6-v2) | openai | azure."
+    )
     embed_model: str = Field(default="", description="Embedding model or deployment name.")
-    embed_batch_size: int = Field(default=64, ge=1, le=2048)
+    embed_batch_size: int = Field(default=64, ge=1, le=2048, description="Texts per embed call.")
 
     # --- OpenAI and any OpenAI-compatible server --------------------------------------------------
-    openai_api_key: SecretStr | None = None
+    openai_api_key: SecretStr | None = Field(default=None, description="OpenAI API key.")
     openai_base_url: str | None = Field(
         default=None, description="e.g. http://localhost:8000/v1 for vLLM, Ollama, llama.cpp."
     )
 
     # --- Azure OpenAI (optionally behind Azure API Management) -------------------------------
-    azure_endpoint: str | None = None
-    azure_api_key: SecretStr | None = None
+    azure_endpoint: str | None = Field(
+        default=None, description="https://NAME.openai.azure.com, or your APIM gateway URL."
+    )
+    azure_api_key: SecretStr | None = Field(default=None, description="Azure OpenAI API key.")
     azure_ad_token: SecretStr | None = Field(
         default=None, description="Entra ID bearer token instead of an API key."
     )
@@ -82,8 +88,8 @@ class Settings(BaseSettings):
         default=False,
         description="Get Entra ID tokens from azure-identity's DefaultAzureCredential.",
     )
-    azure_api_version: str = "2024-10-21"
-    azure_embed_deployment: str = ""
+    azure_api_version: str = Field(default="2024-10-21", description="Azure OpenAI API version.")
+    azure_embed_deployment: str = Field(default="", description="Azure embedding deployment.")
     azure_headers: dict[str, str] = Field(
         default_factory=dict,
         description='Extra headers, JSON: {"Ocp-Apim-Subscription-Key": "..."} for APIM.',
@@ -91,15 +97,18 @@ class Settings(BaseSettings):
 
     # --- Qdrant --------------------------------------------------------------------------------
     qdrant_url: str | None = Field(default=None, description="Server or cluster; empty: embedded.")
-    qdrant_api_key: SecretStr | None = None
+    qdrant_api_key: SecretStr | None = Field(default=None, description="Qdrant API key.")
 
     # --- ingestion -----------------------------------------------------------------------------
     chunk_size: int = Field(default=512, ge=32, description="Tokens per stored chunk.")
-    chunk_overlap: int = Field(default=64, ge=0)
+    chunk_overlap: int = Field(default=64, ge=0, description="Tokens shared by adjacent chunks.")
 
     # --- query workflow ------------------------------------------------------------------------
-    top_k: int = Field(default=6, ge=1, le=100)
-    grader: GraderKind = "auto"
+    top_k: int = Field(default=6, ge=1, le=100, description="Chunks retrieved per search.")
+    grader: GraderKind = Field(
+        default="auto",
+        description="Relevance grading: auto (score for local, llm otherwise) | llm | score | none.",
+    )
     relevance_threshold: float = Field(
         default=0.25, description="Score grader: minimum similarity for a relevant chunk."
     )
@@ -109,32 +118,39 @@ class Settings(BaseSettings):
         description="When no round finds a relevant chunk: answer from the best hits, or refuse.",
     )
     citation_chunk_size: int = Field(default=160, ge=32, description="Tokens per Source N.")
-    citation_chunk_overlap: int = Field(default=16, ge=0)
+    citation_chunk_overlap: int = Field(
+        default=16, ge=0, description="Tokens shared by adjacent citation chunks."
+    )
     max_sources: int = Field(default=4, ge=1, le=50, description="Sources given to the LLM.")
     context_budget: int = Field(
         default=900, ge=128, description="Tokens of sources per synthesis call (compact mode)."
     )
-    repair_citations: bool = True
+    repair_citations: bool = Field(
+        default=True, description="Check [N] against sources; move, drop or add markers."
+    )
     support_threshold: float = Field(
         default=0.35, ge=0.0, le=1.0, description="Lexical support needed to keep/attach [N]."
     )
-    workflow_timeout: float = Field(default=600.0, gt=0)
+    workflow_timeout: float = Field(default=600.0, gt=0, description="Seconds per query, at most.")
 
     # --- server --------------------------------------------------------------------------------
-    host: str = "127.0.0.1"
-    port: int = 8000
+    host: str = Field(default="127.0.0.1", description="`citeflow serve` address.")
+    port: int = Field(default=8000, ge=1, le=65535, description="`citeflow serve` port.")
     api_keys: list[SecretStr] = Field(
         default_factory=list, description='Bearer keys, JSON list: ["k1", "k2"]; empty: no auth.'
     )
+
+    @field_validator("data_dir", "model_dir", "local_model_path")
+    @classmethod
+    def _expand_user(cls, value: Path | None) -> Path | None:
+        return value.expanduser() if value is not None else None
 
     @field_validator("collection")
     @classmethod
     def _collection_name(cls, value: str) -> str:
         value = value.strip()
         if not value or not all(c.isalnum() or c in "-_." for c in value):
-            raise ValueError(
-                f"collection name {value!r} must be letters, digits, '-', '_' or '.'"
-            )
+            raise ValueError(f"collection name {value!r} must be letters, digits, '-', '_' or '.'")
         return value
 
     @model_validator(mode="after")
@@ -174,3 +190,33 @@ def load_settings(**overrides: object) -> Settings:
         where = ".".join(str(p) for p in first.get("loc", ())) or "settings"
         name = f"CITEFLOW_{where.upper()}" if where != "settings" else where
         raise ConfigError(f"{name}: {first.get('msg', 'invalid value')}") from None
+
+
+def env_example() -> str:
+    """The text of ``.env.example``: every setting, its meaning and its default."""
+    import json
+
+    lines = [
+        "# citeflow settings. Every variable is optional: the defaults run fully offline",
+        "# (local llama.cpp LLM, local all-MiniLM-L6-v2 embeddings, embedded Qdrant).",
+        "# Copy to .env and uncomment what you change. Lists and dicts are JSON.",
+        "# Generated by `make env-example` from citeflow.settings.Settings.",
+        "",
+    ]
+    shown_defaults = {
+        "data_dir": "~/.local/share/citeflow",
+        "model_dir": "~/.cache/citeflow/models",
+    }
+    for name, field in Settings.model_fields.items():
+        default = field.get_default(call_default_factory=True)
+        if name in shown_defaults:
+            value = shown_defaults[name]
+        elif default is None or isinstance(default, SecretStr):
+            value = ""
+        elif isinstance(default, dict | list):
+            value = json.dumps(default)
+        else:
+            value = str(default)
+        lines.append(f"# {field.description or name}")
+        lines.append(f"# CITEFLOW_{name.upper()}={value}")
+    return "\n".join(lines) + "\n"

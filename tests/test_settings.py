@@ -1,0 +1,58 @@
+"""Settings: environment, .env file, one-line errors, and .env.example kept in step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from citeflow.errors import ConfigError
+from citeflow.settings import Settings, env_example, load_settings
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_defaults_are_fully_local() -> None:
+    s = Settings(_env_file=None)  # type: ignore[call-arg]
+    assert (s.llm_provider, s.embed_provider, s.qdrant_url) == ("local", "local", None)
+    assert s.qdrant_path == s.data_dir / "qdrant"
+    assert s.gguf_path == s.model_dir / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+
+
+def test_environment_prefix_and_json_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CITEFLOW_LLM_PROVIDER", "azure")
+    monkeypatch.setenv("CITEFLOW_AZURE_HEADERS", '{"Ocp-Apim-Subscription-Key": "k"}')
+    monkeypatch.setenv("CITEFLOW_API_KEYS", '["a", "b"]')
+    monkeypatch.setenv("CITEFLOW_TOP_K", "9")
+    s = Settings(_env_file=None)  # type: ignore[call-arg]
+    assert s.llm_provider == "azure"
+    assert s.azure_headers == {"Ocp-Apim-Subscription-Key": "k"}
+    assert [k.get_secret_value() for k in s.api_keys] == ["a", "b"]
+    assert s.top_k == 9
+
+
+def test_dotenv_file_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / ".env").write_text("CITEFLOW_COLLECTION=handbook\nCITEFLOW_DATA_DIR=~/cf\n")
+    monkeypatch.chdir(tmp_path)
+    s = load_settings()
+    assert s.collection == "handbook"
+    assert s.data_dir == Path.home() / "cf"
+
+
+def test_bad_values_are_one_clear_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CITEFLOW_TOP_K", "lots")
+    with pytest.raises(ConfigError) as info:
+        load_settings(_env_file=None)
+    assert "CITEFLOW_TOP_K" in str(info.value) and "\n" not in str(info.value)
+    monkeypatch.delenv("CITEFLOW_TOP_K")
+    with pytest.raises(ConfigError, match="CITEFLOW_COLLECTION"):
+        load_settings(_env_file=None, collection="no spaces/allowed")
+    with pytest.raises(ConfigError, match="CHUNK_OVERLAP"):
+        load_settings(_env_file=None, chunk_size=64, chunk_overlap=64)
+
+
+def test_env_example_documents_every_setting() -> None:
+    text = (REPO / ".env.example").read_text()
+    assert text == env_example(), "run `make env-example`"
+    for name in Settings.model_fields:
+        assert f"CITEFLOW_{name.upper()}=" in text
