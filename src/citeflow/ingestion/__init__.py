@@ -1,0 +1,1 @@
+"""Ingestion: find files, read them into LlamaIndex Documents, and index them."""
