@@ -40,3 +40,5 @@ def configure(level: str = "WARNING", *, json_format: bool = False) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     root.propagate = False
+    # pypdf reports recoverable oddities of real-world PDFs at WARNING; ingestion reports failures
+    logging.getLogger("pypdf").setLevel(logging.ERROR)
