@@ -203,3 +203,17 @@ def test_sentence_stream_is_lossless_and_holds_markers() -> None:
     assert out[0] == "First claim. [1] "
     assert out[1] == "Second claim [2]. "
     assert all("[" not in seg or "]" in seg for seg in out)
+
+
+def test_sources_span_several_parents_before_exhausting_one() -> None:
+    first = _node(ESSAY, "essay", 0.9)
+    second = _node(
+        "The IBM 1401 used punch cards. Programs were typed on cards. The 1401 printed output.",
+        "ibm",
+        0.5,
+    )
+    sources = make_sources(
+        [first, second], "IBM 1401 punch cards", chunk_tokens=30, overlap_tokens=0, max_sources=2
+    )
+    assert [s.node.metadata["parent_id"] for s in sources] == ["essay", "ibm"]
+    assert "1401" in source_text(sources[0])

@@ -92,22 +92,34 @@ def make_sources(
 ) -> list[NodeWithScore]:
     """Numbered citation chunks for ``nodes`` (best first), at most ``max_sources`` of them.
 
-    Pieces are chosen by the parent's rank and their word overlap with the query, then numbered
-    in the parents' order and their position in each parent.
+    Pieces are picked round-robin over the parents in rank order, each parent's pieces by their
+    word overlap with the query, so the sources span several retrieved chunks instead of
+    exhausting the first; pieces sharing no word with the query come last. The chosen pieces
+    are numbered in the parents' order and their position in each parent.
     """
     query_terms = frozenset(content_terms(query))
-    candidates: list[tuple[float, int, int, NodeWithScore, Piece]] = []
-    for rank, hit in enumerate(nodes):
+    per_parent: list[list[tuple[float, int, NodeWithScore, Piece]]] = []
+    for hit in nodes:
         text = hit.node.get_content(metadata_mode=MetadataMode.NONE)
-        for pos, piece in enumerate(split_spans(text, chunk_tokens, overlap_tokens)):
-            # rank order dominates; within the top parents the query overlap picks pieces
-            priority = _overlap(query_terms, text[piece.start : piece.end]) - 0.15 * rank
-            candidates.append((priority, rank, pos, hit, piece))
-    chosen = sorted(candidates, key=lambda c: (-c[0], c[1], c[2]))[:max_sources]
-    chosen.sort(key=lambda c: (c[1], c[2]))
+        pieces = [
+            (_overlap(query_terms, text[p.start : p.end]), pos, hit, p)
+            for pos, p in enumerate(split_spans(text, chunk_tokens, overlap_tokens))
+        ]
+        per_parent.append(sorted(pieces, key=lambda c: (-c[0], c[1])))
+    chosen: list[tuple[int, int, NodeWithScore, Piece]] = []
+    for matching in (True, False):
+        level = 0
+        while len(chosen) < max_sources and any(level < len(p) for p in per_parent):
+            for rank, pieces in enumerate(per_parent):
+                if level < len(pieces) and len(chosen) < max_sources:
+                    overlap, pos, hit, piece = pieces[level]
+                    if (overlap > 0) == matching:
+                        chosen.append((rank, pos, hit, piece))
+            level += 1
+    chosen.sort(key=lambda c: (c[0], c[1]))
     return [
         _source_node(number, hit, piece)
-        for number, (_, _, _, hit, piece) in enumerate(chosen, start=1)
+        for number, (_, _, hit, piece) in enumerate(chosen, start=1)
     ]
 
 
