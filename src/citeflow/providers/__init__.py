@@ -1,0 +1,1 @@
+"""Model providers: build the LLM and the embedding model that `Settings` asks for."""

