@@ -10,7 +10,12 @@ from llama_index.core.llms import ChatMessage
 from llama_index.core.schema import NodeWithScore
 
 from citeflow.citations.markers import cited_numbers
-from citeflow.errors import CollectionNotFoundError, EmptyCollectionError, EmptyQueryError
+from citeflow.errors import (
+    CollectionNotFoundError,
+    EmptyCollectionError,
+    EmptyQueryError,
+    UpstreamError,
+)
 from citeflow.events import AnswerDeltaEvent, StatusEvent
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.prompts import NOT_COVERED_ANSWER
@@ -193,5 +198,32 @@ async def test_llm_failure_mid_stream_fails_the_run_promptly(kb: KnowledgeBase) 
             return gen()
 
     handler = _workflow(kb, Exploding()).run(query="Who bought Viaweb?")
-    with pytest.raises(ConnectionError):
+    with pytest.raises(UpstreamError, match="upstream went away") as info:
         await asyncio.wait_for(handler, timeout=5)
+    assert isinstance(info.value.__cause__, ConnectionError)
+
+
+async def test_workflow_over_openai_compatible_http(kb: KnowledgeBase) -> None:
+    """The whole workflow against a fake OpenAI server: answer streamed over HTTP, then a 500."""
+    from citeflow.providers.llm import build_llm
+    from citeflow.settings import Settings
+    from tests.fakes.openai_server import FakeOpenAIServer, Reply
+
+    with FakeOpenAIServer() as server:
+        settings = Settings(
+            _env_file=None,  # type: ignore[call-arg]
+            llm_provider="openai",
+            llm_model="qwen2.5:1.5b",
+            openai_base_url=server.openai_base_url,
+        )
+        workflow = _workflow(kb, build_llm(settings, max_retries=0))  # type: ignore[arg-type]
+        server.script("Yahoo bought Viaweb in 1998 [1].")
+        result = await workflow.run(query="Who bought Viaweb?")
+        assert result.cited == [_source_of(result, "Yahoo bought")]
+        assert server.last_request is not None and server.last_request.stream
+        server.script(Reply.error(500))
+        with pytest.raises(UpstreamError, match="HTTP 500"):
+            await asyncio.wait_for(workflow.run(query="Who bought Viaweb?"), timeout=10)
+        server.script(Reply.drop(after_tokens=3))
+        with pytest.raises(UpstreamError):
+            await asyncio.wait_for(workflow.run(query="Who bought Viaweb?"), timeout=10)

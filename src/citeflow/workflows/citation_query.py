@@ -9,6 +9,8 @@ synthesize. One step per stage; each stage's output is a typed event from `citef
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +21,7 @@ from workflows import Context, Workflow, step
 from workflows.events import StopEvent
 
 from citeflow.citations.sources import make_sources
-from citeflow.errors import EmptyQueryError
+from citeflow.errors import CiteflowError, EmptyQueryError
 from citeflow.events import (
     AnswerDeltaEvent,
     CitationSourcesEvent,
@@ -69,6 +71,19 @@ class QueryOptions:
             support_threshold=settings.support_threshold,
             repair_citations=settings.repair_citations,
         )
+
+
+@contextmanager
+def upstream(what: str) -> Iterator[None]:
+    """Turn a provider's failure (HTTP, timeout, runtime) into one clear `UpstreamError`."""
+    try:
+        yield
+    except CiteflowError:
+        raise
+    except Exception as exc:
+        from citeflow.providers.llm import as_upstream_error
+
+        raise as_upstream_error(exc, what=what) from exc
 
 
 @dataclass
@@ -153,7 +168,8 @@ class CitationQueryWorkflow(Workflow):
         search_query = query
         if ev.history:
             self._status(ctx, "rewriting", "Rewriting the question")
-            search_query = await condense(self.llm, query, ev.history)
+            with upstream("LLM"):
+                search_query = await condense(self.llm, query, ev.history)
         trace = RunTrace(query=query, search_query=search_query)
         await ctx.store.set("trace", trace)
         trace.timed("rewrite", started)
@@ -164,7 +180,8 @@ class CitationQueryWorkflow(Workflow):
         """Top-k search of the knowledge base."""
         started = time.perf_counter()
         self._status(ctx, "searching", f"Searching the documents for “{ev.query}”", ev.round)
-        nodes = await self.retriever.aretrieve(ev.query)
+        with upstream("embedding"):
+            nodes = await self.retriever.aretrieve(ev.query)
         if not nodes and ev.round == 1:
             await self.retriever.check()  # a missing or empty collection: one clear error
         (await self._trace(ctx)).timed("retrieve", started)
@@ -175,7 +192,8 @@ class CitationQueryWorkflow(Workflow):
         """Keep the relevant hits; when there are none, retry with a new query or fall back."""
         started = time.perf_counter()
         self._status(ctx, "grading", f"Checking {len(ev.nodes)} passages", ev.round)
-        relevant = await self.grader.grade(ev.query, ev.nodes)
+        with upstream("LLM"):
+            relevant = await self.grader.grade(ev.query, ev.nodes)
         trace = await self._trace(ctx)
         query, pool = trace.query, trace.pool
         for hit in ev.nodes:
@@ -198,7 +216,8 @@ class CitationQueryWorkflow(Workflow):
         """Word the query differently for the next retrieval round."""
         started = time.perf_counter()
         self._status(ctx, "retrying", f"Nothing relevant yet; retry {ev.round - 1}", ev.round)
-        query = await reformulate(self.llm, ev.original_query, ev.failed_query, ev.round)
+        with upstream("LLM"):
+            query = await reformulate(self.llm, ev.original_query, ev.failed_query, ev.round)
         (await self._trace(ctx)).timed("reformulate", started)
         return RetrieveEvent(query=query, round=ev.round)
 
@@ -229,11 +248,12 @@ class CitationQueryWorkflow(Workflow):
             text, citations, cited = NOT_COVERED_ANSWER, [], []
         else:
             self._status(ctx, "writing", f"Writing the answer from {len(ev.sources)} sources")
-            synthesis = await self.synthesizer.synthesize(
-                ev.query,
-                ev.sources,
-                on_delta=lambda piece: ctx.write_event_to_stream(AnswerDeltaEvent(delta=piece)),
-            )
+            with upstream("LLM"):
+                synthesis = await self.synthesizer.synthesize(
+                    ev.query,
+                    ev.sources,
+                    on_delta=lambda piece: ctx.write_event_to_stream(AnswerDeltaEvent(delta=piece)),
+                )
             text, citations, cited = synthesis.text, synthesis.citations, synthesis.cited
         trace.timed("synthesize", started)
         self._status(ctx, "done", "Done")
