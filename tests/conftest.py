@@ -64,7 +64,9 @@ def store() -> Iterator[Store]:
 def kb(settings: Settings, store: Store) -> KnowledgeBase:
     base = KnowledgeBase(settings, store=store, embed_model=HashEmbedding(), collection="kb")
     base.add_documents(
-        [Document(id_=name, text=text, metadata={"file_name": f"{name}.txt", "title": name})
-         for name, text in FACTS.items()]
+        [
+            Document(id_=name, text=text, metadata={"file_name": f"{name}.txt", "title": name})
+            for name, text in FACTS.items()
+        ]
     )
     return base

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from llama_index.core.schema import NodeRelationship, NodeWithScore, RelatedNodeInfo, TextNode
 
 from citeflow.citations.markers import (
@@ -38,7 +40,12 @@ def _node(text: str, node_id: str, score: float = 0.5, **meta: object) -> NodeWi
 # --- text ------------------------------------------------------------------------------------
 def test_sentence_spans_cover_sentences_and_keep_decimals() -> None:
     text = "Pi is 3.14 roughly. Is it? Yes!\nNext line e.g. here."
-    assert split_sentences(text) == ["Pi is 3.14 roughly.", "Is it?", "Yes!", "Next line e.g. here."]
+    assert split_sentences(text) == [
+        "Pi is 3.14 roughly.",
+        "Is it?",
+        "Yes!",
+        "Next line e.g. here.",
+    ]
     for start, end in sentence_spans(text):
         assert text[start:end] == text[start:end].strip()
 
@@ -73,7 +80,7 @@ def test_split_spans_pack_whole_sentences_with_overlap() -> None:
         assert chunk.rstrip()[-1] in ".!?]"
     # consecutive pieces overlap (or touch) and together cover the text
     assert pieces[0].start == 0 and pieces[-1].end == len(ESSAY)
-    for a, b in zip(pieces, pieces[1:], strict=False):
+    for a, b in itertools.pairwise(pieces):
         assert b.start <= a.end + 1
         assert b.start > a.start
 

@@ -83,9 +83,7 @@ def test_changed_file_replaces_its_chunks(disk_kb: KnowledgeBase, folder: Path) 
     assert len(hashes) == 1
 
 
-def test_prune_removes_documents_whose_files_are_gone(
-    disk_kb: KnowledgeBase, folder: Path
-) -> None:
+def test_prune_removes_documents_whose_files_are_gone(disk_kb: KnowledgeBase, folder: Path) -> None:
     disk_kb.ingest([folder], progress=False)
     (folder / "nested" / "b.txt").unlink()
     report = disk_kb.ingest([folder], prune=True, progress=False)
@@ -146,8 +144,13 @@ def test_ingestor_overlaps_writes_with_embedding(settings: Settings, folder: Pat
     """Small windows force several write batches through the writer thread."""
     store = Store.open_path(":memory:")
     ingestor = Ingestor(
-        store, HashEmbedding(dim=32), collection="w", chunk_size=64, chunk_overlap=8,
-        window=3, progress=False,
+        store,
+        HashEmbedding(dim=32),
+        collection="w",
+        chunk_size=64,
+        chunk_overlap=8,
+        window=3,
+        progress=False,
     )
     report = ingestor.ingest_paths([folder])
     assert report.chunks > 6

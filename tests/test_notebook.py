@@ -20,7 +20,10 @@ def test_walkthrough_notebook_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("CITEFLOW_LLM_MAX_TOKENS", "96")
     nb = nbformat.read(NOTEBOOK, as_version=4)
     NotebookClient(
-        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOK.parent)}}
+        nb,
+        timeout=600,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(NOTEBOOK.parent)}},
     ).execute()
     outputs = [
         "".join(o.get("text", "") for o in cell.get("outputs", []))

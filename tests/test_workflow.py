@@ -74,9 +74,7 @@ async def test_answer_cites_existing_sources(kb: KnowledgeBase) -> None:
 
 
 async def test_stream_events_match_final_answer(kb: KnowledgeBase) -> None:
-    llm = ScriptedLLM(
-        ["Yahoo bought Viaweb in 1998 [9]. Ducks live near ponds [1].\nThat is all."]
-    )
+    llm = ScriptedLLM(["Yahoo bought Viaweb in 1998 [9]. Ducks live near ponds [1].\nThat is all."])
     handler = _workflow(kb, llm).run(query="Who bought Viaweb, and where do ducks live?")
     stages: list[str] = []
     deltas: list[str] = []
@@ -191,8 +189,10 @@ async def test_llm_failure_mid_stream_fails_the_run_promptly(kb: KnowledgeBase) 
             async def gen():  # type: ignore[no-untyped-def]
                 from llama_index.core.llms import ChatResponse
 
-                yield ChatResponse(message=ChatMessage(role="assistant", content="Yahoo"),
-                                   delta="Yahoo bought Viaweb. ")
+                yield ChatResponse(
+                    message=ChatMessage(role="assistant", content="Yahoo"),
+                    delta="Yahoo bought Viaweb. ",
+                )
                 raise ConnectionError("upstream went away")
 
             return gen()

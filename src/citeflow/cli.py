@@ -102,7 +102,7 @@ async def _ask(args: argparse.Namespace) -> int:
     settings = _settings(args)
     question = " ".join(args.question).strip()
     if not question:
-        raise CiteflowError("the question is empty; try: citeflow ask \"What is ...?\"")
+        raise CiteflowError('the question is empty; try: citeflow ask "What is ...?"')
     _announce(settings)
     workflow = CitationQueryWorkflow.from_settings(settings)
     handler = workflow.run(query=question)
@@ -111,8 +111,7 @@ async def _ask(args: argparse.Namespace) -> int:
             _say(f"… {event.description}")
         elif isinstance(event, AnswerDeltaEvent):
             print(event.delta, end="", flush=True)
-    result = await handler
-    assert isinstance(result, CitedResponse)
+    result: CitedResponse = await handler
     print()
     if result.cited:
         print("\nSources:")
@@ -141,17 +140,6 @@ def cmd_models_path(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
-    from citeflow.server import serve
-
-    settings = load_settings(
-        **{k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
-    )
-    _announce(settings)
-    serve(settings)
-    return 0
-
-
 # --- parser --------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -167,7 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("ingest", help="add or update files and folders in a knowledge base")
     p.add_argument("paths", nargs="+", type=Path)
-    p.add_argument("--prune", action="store_true", help="also remove documents whose files are gone")
+    p.add_argument(
+        "--prune", action="store_true", help="also remove documents whose files are gone"
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     collection_arg(p)
     p.set_defaults(func=cmd_ingest)
@@ -201,10 +191,6 @@ def build_parser() -> argparse.ArgumentParser:
     p = models.add_parser("path", help="print the GGUF path in use")
     p.set_defaults(func=cmd_models_path)
 
-    p = sub.add_parser("serve", help="run the OpenAI-compatible API server")
-    p.add_argument("--host")
-    p.add_argument("--port", type=int)
-    p.set_defaults(func=cmd_serve)
     return parser
 
 

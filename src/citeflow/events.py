@@ -11,6 +11,7 @@ from typing import Literal
 
 from llama_index.core.llms import ChatMessage
 from llama_index.core.schema import NodeWithScore
+from pydantic import Field
 from workflows.events import Event, StartEvent
 
 Stage = Literal["rewriting", "searching", "grading", "retrying", "citing", "writing", "done"]
@@ -24,7 +25,7 @@ class QueryStartEvent(StartEvent):
     """
 
     query: str = ""
-    history: list[ChatMessage] = []
+    history: list[ChatMessage] = Field(default_factory=list)
 
 
 class RetrieveEvent(Event):

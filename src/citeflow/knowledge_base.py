@@ -1,9 +1,9 @@
 """A knowledge base: one Qdrant collection with its embedder; the Python API's entry point.
 
-    kb = KnowledgeBase.build(["data/"], collection="docs")     # ingest and open, one call
-    kb = KnowledgeBase.open("docs")                             # open what is there
-    w = kb.workflow()                                           # CitationQueryWorkflow
-    result = await w.run(query="...")
+kb = KnowledgeBase.build(["data/"], collection="docs")     # ingest and open, one call
+kb = KnowledgeBase.open("docs")                             # open what is there
+w = kb.workflow()                                           # CitationQueryWorkflow
+result = await w.run(query="...")
 """
 
 from __future__ import annotations
@@ -90,9 +90,7 @@ class KnowledgeBase:
         self, paths: Iterable[str | Path], *, prune: bool = False, progress: bool = True
     ) -> IngestReport:
         """Add or update files and folders; unchanged files are skipped."""
-        return self.ingestor(progress=progress).ingest_paths(
-            (Path(p) for p in paths), prune=prune
-        )
+        return self.ingestor(progress=progress).ingest_paths((Path(p) for p in paths), prune=prune)
 
     def add_documents(self, documents: Sequence[Document], *, progress: bool = False) -> int:
         """Add in-memory LlamaIndex documents (keyed by ``doc_id``); returns chunks written."""

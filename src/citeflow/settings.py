@@ -107,7 +107,7 @@ class Settings(BaseSettings):
     top_k: int = Field(default=6, ge=1, le=100, description="Chunks retrieved per search.")
     grader: GraderKind = Field(
         default="auto",
-        description="Relevance grading: auto (score for local, llm otherwise) | llm | score | none.",
+        description="Grading: auto (score for local, llm otherwise) | llm | score | none.",
     )
     relevance_threshold: float = Field(
         default=0.25, description="Score grader: minimum similarity for a relevant chunk."

@@ -178,9 +178,7 @@ class Store:
                     title=str(payload.get("title", "")),
                     chunks=0,
                 )
-        return {
-            k: DocumentRecord(**{**_asdict(v), "chunks": counts[k]}) for k, v in found.items()
-        }
+        return {k: DocumentRecord(**{**_asdict(v), "chunks": counts[k]}) for k, v in found.items()}
 
     def _scroll_payloads(self, collection: str, keys: list[str]) -> Iterator[dict[str, Any]]:
         offset: Any = None

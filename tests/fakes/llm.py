@@ -40,8 +40,9 @@ class ScriptedLLM(CustomLLM):
 
     @property
     def metadata(self) -> LLMMetadata:
-        return LLMMetadata(context_window=8192, num_output=256, is_chat_model=False,
-                           model_name="scripted")
+        return LLMMetadata(
+            context_window=8192, num_output=256, is_chat_model=False, model_name="scripted"
+        )
 
     def _next(self, prompt: str) -> str:
         self._prompts.append(prompt)

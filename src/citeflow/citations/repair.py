@@ -66,9 +66,8 @@ class CitationRepairer:
         if not bare:
             return "", []
         if not self._enabled:
-            kept = {n: n for n in cited}
-            citations = [self._citation(bare, n, "model") for n in cited]
-            return renumber(sentence, kept), citations
+            checked = [self._citation(bare, n, "model") for n in cited]
+            return renumber(sentence, {n: n for n in cited}), checked
 
         mapping: dict[int, int] = {}
         citations: list[Citation] = []
@@ -76,6 +75,7 @@ class CitationRepairer:
         best = ranking[0] if ranking else None
         for number in cited:
             support = self._support.score(bare, number)
+            origin: Origin
             if support.score >= self._keep:
                 target, origin = number, "model"
             elif best is not None and best.score >= self._threshold:
@@ -84,7 +84,7 @@ class CitationRepairer:
                 continue
             if target not in mapping.values():
                 mapping[number] = target
-                citations.append(self._citation(bare, target, origin))  # type: ignore[arg-type]
+                citations.append(self._citation(bare, target, origin))
         text = renumber(sentence, mapping)
         if (
             not mapping

@@ -127,7 +127,7 @@ def _source_node(number: int, hit: NodeWithScore, piece: Piece) -> NodeWithScore
     parent = hit.node
     parent_text = parent.get_content(metadata_mode=MetadataMode.NONE)
     chunk = parent_text[piece.start : piece.end]
-    base = parent.start_char_idx or 0
+    base = (parent.start_char_idx if isinstance(parent, TextNode) else None) or 0
     digest = hashlib.sha1(f"{parent.node_id}:{piece.start}:{piece.end}".encode()).hexdigest()
     node = TextNode(
         id_=f"{parent.node_id}:{digest[:12]}",

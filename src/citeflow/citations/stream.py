@@ -31,10 +31,9 @@ class SentenceStream:
             if match is None:
                 break
             end = match.end()
-            if match.group(0).startswith("\n") or match.group(0).endswith("\n"):
-                # a run of newlines may go on in the next delta; take it whole only when followed
-                if end == len(self._buffer):
-                    break
+            # a run of newlines may go on in the next delta; take it whole only when followed
+            if "\n" in match.group(0) and end == len(self._buffer):
+                break
             out.append(self._buffer[:end])
             self._buffer = self._buffer[end:]
         return out

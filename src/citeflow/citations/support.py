@@ -77,7 +77,9 @@ class LexicalSupport:
             if got > best_score + 1e-9:
                 best, best_score = window, got
         assert best is not None
-        return Support(number, best_score / total, text[best.start : best.end], best.start, best.end)
+        return Support(
+            number, best_score / total, text[best.start : best.end], best.start, best.end
+        )
 
     def rank(self, sentence: str) -> list[Support]:
         """Support of ``sentence`` by every source, best first."""

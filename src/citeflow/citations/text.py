@@ -13,15 +13,17 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[^a-z\s])|\n+")
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'’-]*")
 
 STOPWORDS = frozenset(
-    """a about above after again against all also am an and any are as at be because been before
-    being below between both but by can could did do does doing down during each few for from
-    further had has have having he her here hers herself him himself his how i if in into is it
-    its itself just me more most my myself no nor not now of off on once only or other our ours
-    ourselves out over own same she should so some such than that the their theirs them themselves
-    then there these they this those through to too under until up very was we were what when
-    where which while who whom why will with would you your yours yourself yourselves said says
-    one two also may might must shall us upon within without via per like well much many however
-    therefore thus yet still even though although""".split()
+    (
+        "a about above after again against all also am an and any are as at be because been "
+        "before being below between both but by can could did do does doing down during each few "
+        "for from further had has have having he her here hers herself him himself his how i if "
+        "in into is it its itself just me more most my myself no nor not now of off on once only "
+        "or other our ours ourselves out over own same she should so some such than that the "
+        "their theirs them themselves then there these they this those through to too under until "
+        "up very was we were what when where which while who whom why will with would you your "
+        "yours yourself yourselves said says one two may might must shall us upon within without "
+        "via per like well much many however therefore thus yet still even though although"
+    ).split()
 )
 
 
@@ -66,7 +68,19 @@ def count_tokens(text: str) -> int:
 
 @lru_cache(maxsize=65536)
 def _stem(word: str) -> str:
-    for suffix in ("ations", "ation", "ingly", "ings", "ing", "edly", "ies", "ied", "es", "ed", "s"):
+    for suffix in (
+        "ations",
+        "ation",
+        "ingly",
+        "ings",
+        "ing",
+        "edly",
+        "ies",
+        "ied",
+        "es",
+        "ed",
+        "s",
+    ):
         if len(word) > len(suffix) + 2 and word.endswith(suffix):
             return word[: -len(suffix)] + ("y" if suffix in ("ies", "ied") else "")
     return word

@@ -140,9 +140,7 @@ class CitationQueryWorkflow(Workflow):
         """Build the workflow and its providers from settings; pass any part to reuse it."""
         from citeflow.knowledge_base import KnowledgeBase
 
-        kb = KnowledgeBase.open(
-            collection, settings=settings, store=store, embed_model=embed_model
-        )
+        kb = KnowledgeBase.open(collection, settings=settings, store=store, embed_model=embed_model)
         return kb.workflow(llm, **kwargs)
 
     # --- helpers -------------------------------------------------------------------------------
