@@ -1,0 +1,110 @@
+"""The `citeflow` command, end to end against a fake OpenAI server (LLM and embeddings)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from citeflow.cli import main
+from tests.fakes.openai_server import FakeOpenAIServer
+
+
+@pytest.fixture
+def server() -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer(embedding_dim=64) as s:
+        yield s
+
+
+@pytest.fixture
+def env(tmp_path: Path, server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)  # no developer .env
+    for key, value in {
+        "CITEFLOW_DATA_DIR": str(tmp_path / "store"),
+        "CITEFLOW_LLM_PROVIDER": "openai",
+        "CITEFLOW_EMBED_PROVIDER": "openai",
+        "CITEFLOW_LLM_MODEL": "fake-llm",
+        "CITEFLOW_EMBED_MODEL": "fake-embed",
+        "CITEFLOW_OPENAI_BASE_URL": server.openai_base_url,
+        "CITEFLOW_GRADER": "none",
+        "CITEFLOW_CHUNK_SIZE": "128",
+        "CITEFLOW_CHUNK_OVERLAP": "16",
+    }.items():
+        monkeypatch.setenv(key, value)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "viaweb.md").write_text(
+        "# Viaweb\n\nViaweb made software for building online stores. Yahoo bought Viaweb in 1998."
+    )
+    (docs / "ducks.txt").write_text("Ducks are waterfowl. Ducks live near ponds and rivers.")
+    (docs / "bad.docx").write_bytes(b"not a zip file at all")
+    return docs
+
+
+def test_ingest_then_ask(
+    env: Path, server: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["ingest", str(env), "-q", "-c", "handbook"]) == 0
+    out, err = capsys.readouterr()
+    assert "handbook: 3 files: 2 added" in out
+    assert "bad.docx" in out and "1 failed" in out
+    assert "LLM:" in err  # providers announced at start-up
+
+    assert main(["ingest", str(env), "-q", "-c", "handbook"]) == 0
+    assert "2 unchanged" in capsys.readouterr().out
+
+    server.script("Yahoo bought Viaweb in 1998 [1]. Ducks live near ponds [7].")
+    assert main(["ask", "-c", "handbook", "Who", "bought", "Viaweb?"]) == 0
+    out, err = capsys.readouterr()
+    answer, _, sources = out.partition("Sources:")
+    assert "Yahoo bought Viaweb in 1998 [" in answer
+    assert "[7]" not in answer
+    assert "viaweb.md" in sources
+    assert "Searching the documents" in err
+
+    assert main(["documents", "-c", "handbook"]) == 0
+    listing = capsys.readouterr().out
+    assert "viaweb.md" in listing and "ducks.txt" in listing
+    assert main(["collections"]) == 0
+    assert "handbook" in capsys.readouterr().out
+
+    assert main(["delete", str(env / "ducks.txt"), "-c", "handbook"]) == 0
+    assert "1 documents removed" in capsys.readouterr().out
+
+
+def test_errors_are_one_line(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["ask", "-c", "nowhere", "anything?"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("citeflow: error: no knowledge base named 'nowhere'")
+    assert main(["ask", "-c", "nowhere", "   "]) == 1
+    assert "question is empty" in capsys.readouterr().err
+    assert main(["ask", "-c", "bad name!", "q"]) == 1
+    assert "CITEFLOW_COLLECTION" in capsys.readouterr().err
+
+
+def test_upstream_failure_is_one_line(
+    env: Path, server: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["ingest", str(env), "-q"]) == 0
+    capsys.readouterr()
+    server.fail_next(500, times=None, kind="chat")
+    assert main(["ask", "Who bought Viaweb?"]) == 1
+    err = capsys.readouterr().err
+    assert "citeflow: error: the LLM provider answered HTTP 500" in err
+    assert "Traceback" not in err
+
+
+def test_bad_gguf_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    fake = tmp_path / "model.gguf"
+    fake.write_bytes(b"definitely not a gguf file")
+    monkeypatch.setenv("CITEFLOW_DATA_DIR", str(tmp_path / "store"))
+    monkeypatch.setenv("CITEFLOW_LOCAL_MODEL_PATH", str(fake))
+    monkeypatch.setenv("CITEFLOW_EMBED_PROVIDER", "openai")
+    monkeypatch.setenv("CITEFLOW_OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    assert main(["ask", "anything?"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("citeflow: error:") and "model.gguf" in err
