@@ -10,7 +10,7 @@ from llama_index.core.schema import NodeWithScore
 from citeflow.citations.repair import Citation
 
 
-@dataclass
+@dataclass(repr=False)
 class CitedResponse(Response):
     """``str(result)`` is the answer; ``source_nodes`` are the numbered citation chunks.
 
@@ -26,6 +26,13 @@ class CitedResponse(Response):
     grounded: bool = True
     rounds: int = 1
     timings: dict[str, float] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        answer = (self.response or "")[:60]
+        return (
+            f"CitedResponse(response={answer!r}{'…' if len(self.response or '') > 60 else ''}, "
+            f"sources={len(self.source_nodes)}, cited={self.cited})"
+        )
 
     @property
     def cited_nodes(self) -> list[NodeWithScore]:

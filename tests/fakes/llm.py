@@ -27,6 +27,7 @@ class ScriptedLLM(CustomLLM):
     """
 
     delay: float = 0.0
+    chunk_words: int = 1
     _replies: list[Reply | BaseException] = PrivateAttr(default_factory=list)
     _prompts: list[str] = PrivateAttr(default_factory=list)
 
@@ -51,6 +52,11 @@ class ScriptedLLM(CustomLLM):
             raise reply
         return reply(prompt) if callable(reply) else reply
 
+    def _pieces(self, text: str) -> list[str]:
+        words = re.findall(r"\S+\s*|\s+", text)
+        size = max(1, self.chunk_words)
+        return ["".join(words[i : i + size]) for i in range(0, len(words), size)]
+
     @llm_completion_callback()
     def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
         return CompletionResponse(text=self._next(prompt))
@@ -59,11 +65,11 @@ class ScriptedLLM(CustomLLM):
     def stream_complete(
         self, prompt: str, formatted: bool = False, **kwargs: Any
     ) -> CompletionResponseGen:
-        text = self._next(prompt)
+        pieces = self._pieces(self._next(prompt))
 
         def gen() -> CompletionResponseGen:
             sofar = ""
-            for piece in re.findall(r"\S+\s*|\s+", text):
+            for piece in pieces:
                 sofar += piece
                 yield CompletionResponse(text=sofar, delta=piece)
 
@@ -76,9 +82,13 @@ class ScriptedLLM(CustomLLM):
         text = self._next(prompt)
         delay = self.delay
 
+        words = re.findall(r"\S+\s*|\s+", text)
+        size = max(1, self.chunk_words)
+        pieces = ["".join(words[i : i + size]) for i in range(0, len(words), size)]
+
         async def gen() -> AsyncGenerator[CompletionResponse, None]:
             sofar = ""
-            for piece in re.findall(r"\S+\s*|\s+", text):
+            for piece in pieces:
                 if delay:
                     await asyncio.sleep(delay)
                 sofar += piece

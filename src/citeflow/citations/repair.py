@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from citeflow.citations.markers import find_markers, render, renumber, strip_markers
-from citeflow.citations.support import LexicalSupport
+from citeflow.citations.support import LexicalSupport, Support
 from citeflow.citations.text import content_terms
 
 Origin = Literal["model", "moved", "added"]
@@ -66,15 +66,16 @@ class CitationRepairer:
         if not bare:
             return "", []
         if not self._enabled:
-            checked = [self._citation(bare, n, "model") for n in cited]
+            checked = [self._citation(bare, self._support.score(bare, n), "model") for n in cited]
             return renumber(sentence, {n: n for n in cited}), checked
 
         mapping: dict[int, int] = {}
         citations: list[Citation] = []
         ranking = self._support.rank(bare) if count else []
         best = ranking[0] if ranking else None
+        by_number = {s.number: s for s in ranking}
         for number in cited:
-            support = self._support.score(bare, number)
+            support = by_number[number]
             origin: Origin
             if support.score >= self._keep:
                 target, origin = number, "model"
@@ -84,7 +85,7 @@ class CitationRepairer:
                 continue
             if target not in mapping.values():
                 mapping[number] = target
-                citations.append(self._citation(bare, target, origin))
+                citations.append(self._citation(bare, by_number[target], origin))
         text = renumber(sentence, mapping)
         if (
             not mapping
@@ -93,12 +94,12 @@ class CitationRepairer:
             and needs_citation(bare)
         ):
             text = insert_marker(text, render([best.number]))
-            citations.append(self._citation(bare, best.number, "added"))
+            citations.append(self._citation(bare, best, "added"))
         return text, citations
 
-    def _citation(self, sentence: str, number: int, origin: Origin) -> Citation:
-        s = self._support.score(sentence, number)
-        return Citation(number, sentence, s.quote, s.quote_start, s.quote_end, s.score, origin)
+    @staticmethod
+    def _citation(sentence: str, s: Support, origin: Origin) -> Citation:
+        return Citation(s.number, sentence, s.quote, s.quote_start, s.quote_end, s.score, origin)
 
 
 def needs_citation(sentence: str) -> bool:

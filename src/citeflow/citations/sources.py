@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from llama_index.core.schema import MetadataMode, NodeRelationship, NodeWithScore, TextNode
 
 from citeflow.citations.markers import strip_footnotes
-from citeflow.citations.text import content_terms, count_tokens, sentence_spans
+from citeflow.citations.text import content_terms, count_tokens, sentence_spans, term_set
 
 SOURCE_PREFIX = "Source {number}:\n"
 
@@ -37,27 +37,24 @@ def split_spans(text: str, chunk_tokens: int, overlap_tokens: int) -> list[Piece
     units: list[tuple[int, int]] = []
     for start, end in sentence_spans(text):
         units.extend(_cut_long(text, start, end, chunk_tokens))
+    sizes = [count_tokens(text[s:e]) for s, e in units]
     pieces: list[Piece] = []
     i = 0
     while i < len(units):
         j, size = i, 0
-        while j < len(units) and (j == i or size + _tokens(text, units[j]) <= chunk_tokens):
-            size += _tokens(text, units[j])
+        while j < len(units) and (j == i or size + sizes[j] <= chunk_tokens):
+            size += sizes[j]
             j += 1
         pieces.append(Piece(units[i][0], units[j - 1][1]))
         if j >= len(units):
             break
         # step back over whole sentences for the overlap, but always advance
         back, k = 0, j
-        while k - 1 > i and back + _tokens(text, units[k - 1]) <= overlap_tokens:
-            back += _tokens(text, units[k - 1])
+        while k - 1 > i and back + sizes[k - 1] <= overlap_tokens:
+            back += sizes[k - 1]
             k -= 1
         i = k
     return pieces
-
-
-def _tokens(text: str, span: tuple[int, int]) -> int:
-    return count_tokens(text[span[0] : span[1]])
 
 
 def _cut_long(text: str, start: int, end: int, limit: int) -> list[tuple[int, int]]:
@@ -76,7 +73,7 @@ def _cut_long(text: str, start: int, end: int, limit: int) -> list[tuple[int, in
 
 
 def _overlap(query_terms: frozenset[str], text: str) -> float:
-    terms = set(content_terms(text))
+    terms = term_set(text)
     if not query_terms or not terms:
         return 0.0
     return len(query_terms & terms) / len(query_terms)

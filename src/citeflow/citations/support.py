@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from citeflow.citations.text import content_terms, sentence_spans
+from citeflow.citations.text import sentence_spans, term_set
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +50,7 @@ class LexicalSupport:
     @staticmethod
     def _windows_of(text: str) -> list[_Window]:
         spans = sentence_spans(text)
-        terms = [frozenset(content_terms(text[s:e])) for s, e in spans]
+        terms = [term_set(text[s:e]) for s, e in spans]
         windows = [_Window(s, e, t) for (s, e), t in zip(spans, terms, strict=True)]
         windows += [
             _Window(spans[i][0], spans[i + 1][1], terms[i] | terms[i + 1])
@@ -63,20 +63,20 @@ class LexicalSupport:
 
     def score(self, sentence: str, number: int) -> Support:
         """Support of ``sentence`` by source ``number`` (1-based)."""
-        terms = set(content_terms(sentence))
-        text = self._texts[number - 1]
-        if not terms or not self._windows[number - 1]:
+        terms = term_set(sentence)
+        windows = self._windows[number - 1]
+        if not terms or not windows:
             return Support(number, 0.0, "", 0, 0)
-        weights = {t: self._idf.get(t, self._idf_unseen) for t in terms}
-        total = sum(weights.values())
-        best: _Window | None = None
-        best_score = -1.0
-        for window in self._windows[number - 1]:
-            got = sum(w for t, w in weights.items() if t in window.terms)
+        idf, unseen = self._idf, self._idf_unseen
+        total = sum(idf.get(t, unseen) for t in terms)
+        best, best_score = windows[0], -1.0
+        for window in windows:
+            shared = terms & window.terms
+            got = sum(idf[t] for t in shared) if shared else 0.0
             # prefer the shorter window on ties: one sentence over two
             if got > best_score + 1e-9:
                 best, best_score = window, got
-        assert best is not None
+        text = self._texts[number - 1]
         return Support(
             number, best_score / total, text[best.start : best.end], best.start, best.end
         )

@@ -10,7 +10,7 @@ from functools import lru_cache
 # or at a line break. Decimal points and "e.g." mid-sentence are left alone because the next
 # character must be whitespace and the next word must not start in lower case.
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[^a-z\s])|\n+")
-_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'’-]*")
+_WORD = re.compile(r"[a-z0-9]+(?:['’-][a-z0-9]+)*")
 
 STOPWORDS = frozenset(
     (
@@ -27,15 +27,19 @@ STOPWORDS = frozenset(
 )
 
 
-def sentence_spans(text: str) -> list[tuple[int, int]]:
-    """Character spans ``(start, end)`` of the sentences of ``text``, whitespace trimmed."""
+@lru_cache(maxsize=4096)
+def sentence_spans(text: str) -> tuple[tuple[int, int], ...]:
+    """Character spans ``(start, end)`` of the sentences of ``text``, whitespace trimmed.
+
+    Cached: the same retrieved chunks are split again for every question that finds them.
+    """
     spans: list[tuple[int, int]] = []
     start = 0
     for match in _SENTENCE_END.finditer(text):
         _append_trimmed(text, start, match.start() + _trailing_len(text, match), spans)
         start = match.end()
     _append_trimmed(text, start, len(text), spans)
-    return spans
+    return tuple(spans)
 
 
 def _trailing_len(text: str, match: re.Match[str]) -> int:
@@ -63,7 +67,7 @@ def count_tokens(text: str) -> int:
     Exact counts would need the serving model's tokenizer; this estimate is within ~15% for
     English prose on the tokenizers we use and costs microseconds.
     """
-    return max(1, round(max(len(text) / 4.0, len(text.split()) / 0.75)))
+    return max(1, round(max(len(text) * 0.25, (text.count(" ") + 1) * 1.34)))
 
 
 @lru_cache(maxsize=65536)
@@ -88,9 +92,10 @@ def _stem(word: str) -> str:
 
 def content_terms(text: str) -> list[str]:
     """Lower-cased, lightly stemmed words of ``text`` without stopwords (order kept)."""
-    return [_stem(w) for w in _iter_words(text) if w not in STOPWORDS]
+    return [_stem(w) for w in _WORD.findall(text.lower()) if w not in STOPWORDS]
 
 
-def _iter_words(text: str) -> Iterator[str]:
-    for match in _WORD.finditer(text.lower()):
-        yield match.group(0).strip("'’-")
+@lru_cache(maxsize=16384)
+def term_set(text: str) -> frozenset[str]:
+    """`content_terms` as a set, cached: the same sentences are scored many times per answer."""
+    return frozenset(content_terms(text))

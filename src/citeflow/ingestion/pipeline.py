@@ -207,10 +207,22 @@ class Ingestor:
             out.append(node)
         return out
 
+    def chunk_documents(self, documents: Sequence[Document]) -> list[BaseNode]:
+        """The chunks ingestion would write for these documents (ids, metadata, no vectors)."""
+        nodes: list[BaseNode] = []
+        for doc in documents:
+            digest = hashlib.sha256(doc.text.encode()).hexdigest()
+            nodes.extend(self._chunks(doc.doc_id, digest, [doc]))
+        return nodes
+
     def _write(self, todo: list[tuple[str, str, list[Document]]]) -> int:
         nodes: list[BaseNode] = []
         for doc_id, digest, docs in todo:
             nodes.extend(self._chunks(doc_id, digest, docs))
+        return self.write_nodes(nodes)
+
+    def write_nodes(self, nodes: list[BaseNode]) -> int:
+        """Embed and upsert chunks; embedding overlaps the previous batch's write."""
         if not nodes:
             return 0
         bar = tqdm(total=len(nodes), desc="embedding", unit="chunk", disable=not self.progress)

@@ -6,7 +6,7 @@ import asyncio
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import NodeWithScore
-from llama_index.core.vector_stores.types import VectorStoreQuery
+from llama_index.core.vector_stores.types import VectorStoreQuery, VectorStoreQueryResult
 
 from citeflow.store import Store
 
@@ -34,14 +34,26 @@ class Retriever:
             return await self.embed_model.aget_query_embedding(query)
         return await asyncio.to_thread(self.embed_model.get_query_embedding, query)
 
+    def _search(self, embedding: list[float], top_k: int) -> VectorStoreQueryResult:
+        query = VectorStoreQuery(query_embedding=embedding, similarity_top_k=top_k)
+        return self.store.query(self.collection, query)
+
+    def _embed_and_search(self, query: str, top_k: int) -> VectorStoreQueryResult:
+        return self._search(self.embed_model.get_query_embedding(query), top_k)
+
     async def aretrieve(self, query: str, top_k: int | None = None) -> list[NodeWithScore]:
-        """The ``top_k`` chunks most similar to ``query``."""
-        embedding = await self.embed_query(query)
+        """The ``top_k`` chunks most similar to ``query``.
+
+        An in-process embedder and the store share one worker-thread hop; an HTTP embedder is
+        awaited natively first.
+        """
+        k = top_k or self.top_k
         try:
-            result = await self.store.aquery(
-                self.collection,
-                VectorStoreQuery(query_embedding=embedding, similarity_top_k=top_k or self.top_k),
-            )
+            if self._native:
+                embedding = await self.embed_model.aget_query_embedding(query)
+                result = await asyncio.to_thread(self._search, embedding, k)
+            else:
+                result = await asyncio.to_thread(self._embed_and_search, query, k)
         except Exception:
             await self.check()  # raises the clear error when the collection is missing
             raise

