@@ -224,3 +224,10 @@ def test_sources_span_several_parents_before_exhausting_one() -> None:
     )
     assert [s.node.metadata["parent_id"] for s in sources] == ["essay", "ibm"]
     assert "1401" in source_text(sources[0])
+
+
+def test_repair_keeps_supported_marker_when_a_sibling_is_wrong() -> None:
+    repairer = CitationRepairer(LexicalSupport(SOURCES), threshold=0.35)
+    text, cits = repairer.repair("Yahoo bought Viaweb in 1998. [3][1]")
+    assert text == "Yahoo bought Viaweb in 1998. [1]"
+    assert [(c.number, c.origin) for c in cits] == [(1, "model")]

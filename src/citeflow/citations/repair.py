@@ -74,18 +74,16 @@ class CitationRepairer:
         ranking = self._support.rank(bare) if count else []
         best = ranking[0] if ranking else None
         by_number = {s.number: s for s in ranking}
-        for number in cited:
-            support = by_number[number]
-            origin: Origin
-            if support.score >= self._keep:
-                target, origin = number, "model"
-            elif best is not None and best.score >= self._threshold:
-                target, origin = best.number, "moved"
-            else:
-                continue
-            if target not in mapping.values():
-                mapping[number] = target
-                citations.append(self._citation(bare, by_number[target], origin))
+        kept = [n for n in cited if by_number[n].score >= self._keep]
+        for number in kept:
+            mapping[number] = number
+            citations.append(self._citation(bare, by_number[number], "model"))
+        if best is not None and best.score >= self._threshold and best.number not in mapping:
+            for number in cited:
+                if number not in mapping:  # unsupported: moved to the source that supports it
+                    mapping[number] = best.number
+                    citations.append(self._citation(bare, best, "moved"))
+                    break
         text = renumber(sentence, mapping)
         if (
             not mapping

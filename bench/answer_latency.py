@@ -1,0 +1,90 @@
+"""One cited answer end to end with the default local model, time split by step.
+
+Ingests data/ (the essay) into a temporary embedded store with the local MiniLM embedder, loads
+the default GGUF (Qwen2.5-Coder-1.5B-Instruct Q4_K_M) with llama.cpp, and answers questions
+through the full workflow, printing each step's time, the prompt size and the answer.
+
+    .venv/bin/python bench/answer_latency.py [--questions 3] [--model PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from citeflow.knowledge_base import KnowledgeBase  # noqa: E402
+from citeflow.providers.local_llm import LocalLlamaCppLLM  # noqa: E402
+from citeflow.settings import load_settings  # noqa: E402
+
+QUESTIONS = [
+    "What did the author work on before college?",
+    "Why did the author start Viaweb?",
+    "What did the author do at Y Combinator?",
+    "How did the author get into Lisp?",
+    "What did the author learn at art school?",
+]
+
+
+async def run(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        overrides: dict[str, object] = {"data_dir": tmp}
+        if args.model:
+            overrides["local_model_path"] = args.model
+        settings = load_settings(**overrides)
+        started = time.perf_counter()
+        kb = KnowledgeBase.build(
+            [ROOT / "data"], collection="essay", settings=settings, progress=False
+        )
+        ingest = time.perf_counter() - started
+        started = time.perf_counter()
+        llm = LocalLlamaCppLLM.from_settings(settings)
+        load = time.perf_counter() - started
+        workflow = kb.workflow(llm=llm)
+        print(
+            f"ingest {ingest:.1f}s (once), model load {load:.1f}s (once): {settings.gguf_path.name}"
+        )
+        totals = []
+        for question in QUESTIONS[: args.questions]:
+            started = time.perf_counter()
+            result = await workflow.run(query=question)
+            total = time.perf_counter() - started
+            totals.append(total)
+            steps = "  ".join(f"{k} {v:.2f}s" for k, v in result.timings.items())
+            stats = getattr(llm, "last_stats", None)
+            print(f"\nQ: {question}\n   total {total:.1f}s: {steps}")
+            if stats:
+                print(
+                    f"   prompt {stats.get('prompt_n')} tokens in {stats.get('prompt_ms', 0) / 1000:.1f}s, "
+                    f"answer {stats.get('predicted_n')} tokens in {stats.get('predicted_ms', 0) / 1000:.1f}s"
+                )
+            print(f"A: {result.response}")
+            print(
+                f"   cited {result.cited} of {len(result.source_nodes)} sources; "
+                + ", ".join(f"[{c.number}] {c.origin} {c.score:.2f}" for c in result.citations)
+            )
+        print(
+            f"\nmedian end-to-end {statistics.median(totals):.1f}s over {len(totals)} questions "
+            "(target <= 20 s)"
+        )
+        kb.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--questions", type=int, default=3)
+    parser.add_argument("--model", help="another GGUF file")
+    warnings.filterwarnings("ignore")
+    asyncio.run(run(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
