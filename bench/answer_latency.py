@@ -62,9 +62,11 @@ async def run(args: argparse.Namespace) -> None:
             stats = getattr(llm, "last_stats", None)
             print(f"\nQ: {question}\n   total {total:.1f}s: {steps}")
             if stats:
+                prefill = stats.get("prompt_ms", 0) / 1000
+                decode = stats.get("predicted_ms", 0) / 1000
                 print(
-                    f"   prompt {stats.get('prompt_n')} tokens in {stats.get('prompt_ms', 0) / 1000:.1f}s, "
-                    f"answer {stats.get('predicted_n')} tokens in {stats.get('predicted_ms', 0) / 1000:.1f}s"
+                    f"   prompt {stats.get('prompt_n')} tokens in {prefill:.1f}s, "
+                    f"answer {stats.get('predicted_n')} tokens in {decode:.1f}s"
                 )
             print(f"A: {result.response}")
             print(
