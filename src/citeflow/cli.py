@@ -125,6 +125,20 @@ async def _ask(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from citeflow.server import serve
+
+    overrides: dict[str, object] = {}
+    if args.host:
+        overrides["host"] = args.host
+    if args.port:
+        overrides["port"] = args.port
+    settings = load_settings(**overrides)
+    _announce(settings)
+    serve(settings)
+    return 0
+
+
 def cmd_models_install(args: argparse.Namespace) -> int:
     from citeflow.providers.models import install_default_model
 
@@ -181,6 +195,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timings", action="store_true", help="print the time spent in each step")
     collection_arg(p)
     p.set_defaults(func=cmd_ask)
+
+    p = sub.add_parser("serve", help="run the OpenAI-compatible chat server (Open WebUI)")
+    p.add_argument("--host", help="address to listen on (CITEFLOW_HOST)")
+    p.add_argument("--port", type=int, help="port to listen on (CITEFLOW_PORT)")
+    p.set_defaults(func=cmd_serve)
 
     models = sub.add_parser("models", help="local model files").add_subparsers(
         dest="models_command", required=True

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from functools import lru_cache
 
 # A sentence ends at . ! ? (optionally followed by closing quotes/brackets) before whitespace,

@@ -237,7 +237,7 @@ class CitationQueryWorkflow(Workflow):
 
     @step
     async def cite(self, ctx: Context, ev: RelevantNodesEvent) -> CitationSourcesEvent:
-        """Split the relevant chunks into numbered "Source N" citation chunks."""
+        """Split the relevant chunks into numbered "Source N" citation chunks (also streamed)."""
         started = time.perf_counter()
         self._status(ctx, "citing", f"Preparing sources from {len(ev.nodes)} passages")
         sources = make_sources(
@@ -250,7 +250,9 @@ class CitationQueryWorkflow(Workflow):
         trace = await self._trace(ctx)
         trace.grounded = ev.graded_relevant
         trace.timed("cite", started)
-        return CitationSourcesEvent(query=ev.query, sources=sources)
+        numbered = CitationSourcesEvent(query=ev.query, sources=sources)
+        ctx.write_event_to_stream(numbered)  # callers learn the sources before the text cites them
+        return numbered
 
     @step
     async def synthesize(self, ctx: Context, ev: CitationSourcesEvent) -> StopEvent:

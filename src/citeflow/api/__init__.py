@@ -1,0 +1,15 @@
+"""citeflow's HTTP API: an OpenAI-compatible chat server with citations for Open WebUI.
+
+| module | concept |
+| --- | --- |
+| `schemas` | the pydantic models of the OpenAI chat API subset (requests, responses, payloads) |
+| `options` | `ServerOptions`: the server's own limits and defaults |
+| `errors` | the one mapping of errors to OpenAI error bodies and HTTP statuses |
+| `wire` | the one adapter from workflow events to SSE ``chat.completion.chunk`` lines |
+| `engine` | `Engine`: store, embedder and LLM built once; one workflow per collection |
+| `deps` | FastAPI dependencies: the engine, the options, bearer-key auth |
+| `routes` | the endpoints: health, models, chat completions |
+| `documents` | the endpoints of documents: upload, list, delete, original files |
+
+`citeflow.server` assembles them: ``create_app(engine)`` and ``serve(settings)``.
+"""

@@ -1,0 +1,330 @@
+"""The engine behind the server: one store, one embedder, one LLM, a workflow per collection.
+
+Built once at start-up (`Engine.from_settings`) or by a test from fakes::
+
+    engine = Engine(settings, store=Store.open_path(":memory:"), embed_model=HashEmbedding(),
+                    llm=ScriptedLLM([...]))
+    app = create_app(engine)
+
+Every request path is async: store calls hop to a worker thread, workflow runs are cancelled
+when their client goes away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncGenerator, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.llms import LLM, ChatMessage
+from workflows.events import Event, StopEvent
+from workflows.handler import WorkflowHandler
+
+from citeflow.api.errors import ModelNotFoundError, NotReadyError
+from citeflow.api.options import MODEL_PREFIX, ServerOptions
+from citeflow.errors import CiteflowError, CollectionNotFoundError, EmptyCollectionError
+from citeflow.ingestion.pipeline import IngestReport
+from citeflow.knowledge_base import KnowledgeBase
+from citeflow.result import CitedResponse
+from citeflow.settings import Settings
+from citeflow.store import DocumentRecord, Store
+from citeflow.workflows.citation_query import CitationQueryWorkflow
+
+log = logging.getLogger("citeflow.server")
+
+
+class Engine:
+    """What the server serves from: the store, the providers and one workflow per collection."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        store: Store,
+        embed_model: BaseEmbedding,
+        llm: LLM,
+        options: ServerOptions | None = None,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.embed_model = embed_model
+        self.llm = llm
+        self.options = options or ServerOptions.from_settings(settings)
+        self.started = int(time.time())
+        self._workflows: dict[str, CitationQueryWorkflow] = {}
+        self._ingest_lock = asyncio.Lock()
+
+    @classmethod
+    def from_settings(cls, settings: Settings, options: ServerOptions | None = None) -> Engine:
+        """Open the store and build the embedder and the LLM the settings name (blocking).
+
+        Raises:
+            StoreLockedError: the embedded store is used by another process.
+            ConfigError, ModelError: a provider is misconfigured or its model cannot load.
+        """
+        from citeflow.providers.embeddings import build_embed_model
+        from citeflow.providers.llm import build_llm
+
+        store = Store.open(settings)
+        try:
+            embed_model = build_embed_model(settings)
+            llm = build_llm(settings)
+        except BaseException:
+            store.close()
+            raise
+        return cls(settings, store=store, embed_model=embed_model, llm=llm, options=options)
+
+    def close(self) -> None:
+        """Close the store (the LLM and embedder hold no resources that need closing)."""
+        closer = getattr(self.llm, "close", None)
+        if callable(closer):
+            closer()
+        self.store.close()
+
+    # --- models and collections --------------------------------------------------------------
+    @staticmethod
+    def model_id(collection: str) -> str:
+        """The model id of a collection: ``citeflow-<collection>``."""
+        return f"{MODEL_PREFIX}{collection}"
+
+    async def collections(self) -> list[str]:
+        """The knowledge bases in the store."""
+        return await asyncio.to_thread(self.store.collections)
+
+    def _resolve(self, model: str) -> str:
+        known = self.store.collections()
+        for candidate in (model.removeprefix(MODEL_PREFIX), model):
+            if candidate in known:
+                return candidate
+        listed = ", ".join(self.model_id(c) for c in known) or "none; ingest documents first"
+        raise ModelNotFoundError(f"the model {model!r} does not exist (available: {listed})")
+
+    async def resolve(self, model: str) -> str:
+        """The collection a model id names.
+
+        Raises:
+            ModelNotFoundError: no such collection (HTTP 404).
+        """
+        return await asyncio.to_thread(self._resolve, model)
+
+    def _open(self, model: str) -> str:
+        collection = self._resolve(model)
+        count = self.store.call(self.store.client.count, collection, exact=False).count
+        if count == 0:
+            raise EmptyCollectionError(
+                f"knowledge base {collection!r} has no documents; add some with: citeflow ingest "
+                f"PATH --collection {collection}, or POST /v1/collections/{collection}/documents"
+            )
+        return collection
+
+    async def open_collection(self, model: str) -> str:
+        """The collection a model id names, checked to hold documents.
+
+        Raises:
+            ModelNotFoundError: no such collection (404).
+            EmptyCollectionError: the collection has no documents (400).
+        """
+        return await asyncio.to_thread(self._open, model)
+
+    def knowledge_base(self, collection: str) -> KnowledgeBase:
+        return KnowledgeBase(
+            self.settings, store=self.store, embed_model=self.embed_model, collection=collection
+        )
+
+    def workflow(self, collection: str) -> CitationQueryWorkflow:
+        """The query workflow of a collection (one per collection, shared by its runs)."""
+        workflow = self._workflows.get(collection)
+        if workflow is None:
+            kb = self.knowledge_base(collection)
+            workflow = kb.workflow(llm=self.llm)
+            self._workflows[collection] = workflow
+        return workflow
+
+    # --- runs --------------------------------------------------------------------------------
+    def _start(
+        self, collection: str, query: str, history: Sequence[ChatMessage]
+    ) -> WorkflowHandler:
+        handler: WorkflowHandler = self.workflow(collection).run(query=query, history=list(history))
+        return handler
+
+    async def _stop(self, handler: WorkflowHandler) -> None:
+        """Cancel an unfinished run, even from a task that is being cancelled itself."""
+        if handler.is_done():
+            return
+        with anyio.CancelScope(shield=True):
+            await handler.cancel_run(timeout=self.options.cancel_timeout)
+        log.info("run cancelled", extra={"run_id": handler.run_id})
+
+    async def events(
+        self, collection: str, query: str, history: Sequence[ChatMessage] = ()
+    ) -> AsyncGenerator[Event | CitedResponse, None]:
+        """Run the workflow: its stream events, then its `CitedResponse`.
+
+        Closing the generator early (a client disconnect) cancels the run. A failure of the run
+        is raised after the events it wrote.
+        """
+        handler = self._start(collection, query, history)
+        finished = False
+        try:
+            async for event in handler.stream_events():
+                if not isinstance(event, StopEvent):
+                    yield event
+            result = await _result(handler)
+            finished = True
+            yield result
+        finally:
+            if not finished:
+                await self._stop(handler)
+
+    async def answer(
+        self, collection: str, query: str, history: Sequence[ChatMessage] = ()
+    ) -> CitedResponse:
+        """Run the workflow to its result; cancelling the caller cancels the run."""
+        handler = self._start(collection, query, history)
+        finished = False
+        try:
+            result = await _result(handler)
+            finished = True
+            return result
+        finally:
+            if not finished:
+                await self._stop(handler)
+
+    async def run_task(self, messages: Sequence[ChatMessage]) -> str:
+        """Answer an Open WebUI task (title, tags, follow-ups) with the LLM alone.
+
+        The task asks for a JSON object; when the reply is not valid JSON but contains one, that
+        object is returned.
+        """
+        from citeflow.providers.llm import as_upstream_error
+
+        try:
+            reply = await self.llm.achat(list(messages))
+        except CiteflowError:
+            raise
+        except Exception as exc:
+            raise as_upstream_error(exc) from exc
+        return extract_json(reply.message.content or "")
+
+    # --- documents ---------------------------------------------------------------------------
+    def upload_dir(self, collection: str) -> Path:
+        """Where uploaded files of a collection are kept (they are the documents' originals)."""
+        return self.settings.data_dir / "uploads" / collection
+
+    async def ingest_files(self, collection: str, paths: Sequence[Path]) -> IngestReport:
+        """Ingest files into a collection through this engine's store (one ingestion at a time).
+
+        Embedding and writing run in a worker thread; the event loop stays free.
+        """
+        kb = self.knowledge_base(collection)
+        async with self._ingest_lock:
+            return await asyncio.to_thread(kb.ingest, list(paths), progress=False)
+
+    def _records(self, collection: str) -> dict[str, DocumentRecord]:
+        if not self.store.exists(collection):
+            raise CollectionNotFoundError(f"no knowledge base named {collection!r}")
+        return self.store.documents(collection)
+
+    async def documents(self, collection: str) -> list[DocumentRecord]:
+        """The documents of a collection, by file path.
+
+        Raises:
+            CollectionNotFoundError: no such collection (404).
+        """
+        records = await asyncio.to_thread(self._records, collection)
+        return sorted(records.values(), key=lambda d: (d.file_path, d.doc_id))
+
+    async def document(self, collection: str, doc_id: str) -> DocumentRecord:
+        """One document.
+
+        Raises:
+            CollectionNotFoundError: no such collection or document (404).
+        """
+        record = (await asyncio.to_thread(self._records, collection)).get(doc_id)
+        if record is None:
+            raise CollectionNotFoundError(
+                f"no document {doc_id!r} in knowledge base {collection!r}"
+            )
+        return record
+
+    async def delete_document(self, collection: str, doc_id: str) -> DocumentRecord:
+        """Delete a document's chunks, and its file if it was uploaded to this server."""
+        record = await self.document(collection, doc_id)
+        async with self._ingest_lock:
+            await asyncio.to_thread(self.store.delete_document, collection, doc_id)
+        path = Path(record.file_path) if record.file_path else None
+        if path is not None and path.parent == self.upload_dir(collection).resolve():
+            await asyncio.to_thread(path.unlink, missing_ok=True)
+        return record
+
+    # --- health ------------------------------------------------------------------------------
+    async def readiness(self) -> dict[str, Any]:
+        """What is ready: the store answers and the providers are loaded.
+
+        Raises:
+            NotReadyError: the store does not answer within 5 s or fails.
+        """
+        try:
+            collections = await asyncio.wait_for(self.collections(), timeout=5.0)
+        except Exception as exc:
+            raise NotReadyError(f"the store does not answer: {type(exc).__name__}") from exc
+        return {
+            "status": "ready",
+            "store": self.store.location if self.store.embedded else "qdrant server",
+            "collections": len(collections),
+            "llm": type(self.llm).__name__,
+            "embeddings": type(self.embed_model).__name__,
+        }
+
+
+async def _result(handler: WorkflowHandler) -> CitedResponse:
+    """The run's result, awaited so that cancelling the caller leaves the handler intact.
+
+    Cancelling a task that awaits the handler directly cancels the handler's own result task,
+    after which ``cancel_run`` no longer stops the run; the shield keeps that task alive.
+    """
+
+    async def wait() -> CitedResponse:
+        result: CitedResponse = await handler
+        return result
+
+    waiter = asyncio.ensure_future(wait())
+    try:
+        return await asyncio.shield(waiter)
+    except asyncio.CancelledError:
+        waiter.add_done_callback(_retrieve)
+        raise
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    """Mark a future's outcome as seen (no "exception was never retrieved" warning)."""
+    if not future.cancelled():
+        future.exception()
+
+
+def extract_json(text: str) -> str:
+    """``text`` if it is JSON, else the first JSON object in it, else ``text`` unchanged."""
+    stripped = text.strip()
+    try:
+        json.loads(stripped)
+        return stripped
+    except ValueError:
+        pass
+    decoder = json.JSONDecoder()
+    start = stripped.find("{")
+    while start != -1:
+        try:
+            value, end = decoder.raw_decode(stripped, start)
+        except ValueError:
+            start = stripped.find("{", start + 1)
+            continue
+        if isinstance(value, dict):
+            return stripped[start:end]
+        start = stripped.find("{", end)
+    return stripped

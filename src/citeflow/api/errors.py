@@ -1,0 +1,167 @@
+"""The one place that turns errors into OpenAI error bodies and HTTP statuses.
+
+Every error the server returns, in a response or as the last data line of a stream, is
+``{"error": {"message": ..., "type": ..., "param": ..., "code": ...}}``:
+
+| cause | status | type |
+| --- | --- | --- |
+| malformed JSON, a bad field or message, an empty collection | 400 | ``invalid_request_error`` |
+| missing or wrong bearer key | 401 | ``authentication_error`` |
+| unknown model, knowledge base, document or route | 404 | ``not_found_error`` |
+| a message or body over the limit | 413 | ``invalid_request_error`` |
+| a well-formed request that cannot be processed | 422 | ``invalid_request_error`` |
+| too many requests | 429 | ``rate_limit_error`` |
+| `UpstreamError` (LLM or embedding provider) | 502 | ``upstream_error`` |
+| `StoreLockedError`, `ModelError`, not ready | 503 | ``server_error`` |
+| anything else | 500 | ``server_error`` (details in the log only) |
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from citeflow.errors import CiteflowError, CollectionNotFoundError, InvalidRequestError
+
+log = logging.getLogger("citeflow.server")
+
+#: OpenAI error ``type`` for a bare HTTP status.
+STATUS_TYPES: dict[int, str] = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+    500: "server_error",
+    502: "upstream_error",
+    503: "server_error",
+}
+
+
+class AuthenticationError(CiteflowError):
+    """The bearer key is missing or not one of ``CITEFLOW_API_KEYS``."""
+
+    kind = "authentication_error"
+    status = 401
+    code = "invalid_api_key"
+
+
+class ModelNotFoundError(CollectionNotFoundError):
+    """The request names a model (knowledge base) that does not exist."""
+
+    code = "model_not_found"
+
+
+class BadRequestError(InvalidRequestError):
+    """An invalid request, naming the offending parameter (``param``) when there is one."""
+
+    code: str | None = None
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+        if code is not None:
+            self.code = code
+
+
+class PayloadTooLargeError(BadRequestError):
+    """A message or the request body is over the configured limit."""
+
+    status = 413
+    code = "request_too_large"
+
+
+class NotReadyError(CiteflowError):
+    """The engine cannot serve yet (store unreachable, models not loaded)."""
+
+    kind = "server_error"
+    status = 503
+
+
+def error_body(
+    message: str, kind: str, *, param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
+    """``{"error": {"message", "type", "param", "code"}}``."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def describe(exc: BaseException) -> tuple[int, dict[str, Any]]:
+    """The HTTP status and OpenAI error body for any exception.
+
+    Unexpected exceptions become a generic 500 whose message names no internals; they are logged
+    by the caller.
+    """
+    if isinstance(exc, CiteflowError):
+        return exc.status, error_body(
+            exc.message,
+            exc.kind,
+            param=getattr(exc, "param", None),
+            code=getattr(exc, "code", None),
+        )
+    if isinstance(exc, RequestValidationError | ValidationError):
+        return 400, _validation_body(list(exc.errors()))
+    if isinstance(exc, StarletteHTTPException):
+        status = exc.status_code
+        detail = exc.detail if isinstance(exc.detail, str) else json.dumps(exc.detail)
+        return status, error_body(detail, STATUS_TYPES.get(status, "server_error"))
+    return 500, error_body("internal server error; see the server log", "server_error")
+
+
+def _validation_body(errors: list[Any]) -> dict[str, Any]:
+    if not errors:
+        return error_body("invalid request", "invalid_request_error")
+    first = errors[0]
+    if first.get("type") == "json_invalid":
+        return error_body(
+            f"the request body is not valid JSON: {first.get('ctx', {}).get('error', '')}".strip(),
+            "invalid_request_error",
+            code="invalid_json",
+        )
+    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    param = _param_path(loc)
+    what = first.get("msg", "invalid value")
+    message = f"{param}: {what}" if param else str(what)
+    return error_body(message, "invalid_request_error", param=param or None)
+
+
+def _param_path(loc: list[str]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if part.isdigit() else (f".{part}" if out else part)
+    return out
+
+
+def response_for(exc: BaseException) -> JSONResponse:
+    """The JSON error response for ``exc``."""
+    status, body = describe(exc)
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers that make every error of ``app`` an OpenAI error body."""
+
+    async def on_citeflow(request: Request, exc: Exception) -> JSONResponse:
+        if isinstance(exc, CiteflowError) and exc.status >= 500:
+            log.warning("request failed: %s", exc, extra={"path": request.url.path})
+        return response_for(exc)
+
+    async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error", extra={"path": request.url.path})
+        return response_for(exc)
+
+    app.add_exception_handler(CiteflowError, on_citeflow)
+    app.add_exception_handler(RequestValidationError, on_citeflow)
+    app.add_exception_handler(ValidationError, on_citeflow)
+    app.add_exception_handler(StarletteHTTPException, on_citeflow)
+    app.add_exception_handler(Exception, on_unexpected)

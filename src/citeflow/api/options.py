@@ -1,0 +1,50 @@
+"""The server's own knobs: request limits, keep-alive interval, the Markdown source list default.
+
+They are not (yet) fields of `citeflow.settings.Settings`; `ServerOptions.from_settings` reads
+them from the settings when a field of the same name exists there, so adding one to `Settings`
+(``CITEFLOW_MAX_MESSAGE_CHARS`` etc.) makes it configurable with no change here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from citeflow.settings import Settings
+
+#: Model ids are ``citeflow-<collection>``.
+MODEL_PREFIX = "citeflow-"
+
+
+@dataclass(frozen=True, slots=True)
+class ServerOptions:
+    """Limits and defaults of the HTTP server.
+
+    Attributes:
+        max_message_chars: longest accepted message content (characters); longer is HTTP 413.
+        max_body_bytes: largest accepted request body; larger is HTTP 413 before parsing.
+        max_upload_bytes: largest accepted uploaded document; larger is HTTP 413.
+        keepalive_seconds: an SSE comment line is sent after this many silent seconds.
+        source_list: append a Markdown list of the cited sources to answers by default (for
+            clients that ignore Open WebUI's source events); off, since Open WebUI would show
+            the sources twice. A request can ask for it (``"citeflow": {"source_list": true}``
+            or the ``X-Citeflow-Source-List: true`` header).
+        cancel_timeout: seconds to wait for a cancelled workflow run to wind down.
+    """
+
+    max_message_chars: int = 32_000
+    max_body_bytes: int = 4_000_000
+    max_upload_bytes: int = 50_000_000
+    keepalive_seconds: float = 10.0
+    source_list: bool = False
+    cancel_timeout: float = 2.0
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **overrides: Any) -> ServerOptions:
+        """The options, taking any field that `Settings` defines, then ``overrides``."""
+        values: dict[str, Any] = {}
+        for field in fields(cls):
+            if field.name in type(settings).model_fields:
+                values[field.name] = getattr(settings, field.name)
+        values.update(overrides)
+        return cls(**values)

@@ -1,0 +1,205 @@
+"""The endpoints: models, chat completions (streaming and not), health.
+
+| route | auth | what |
+| --- | --- | --- |
+| ``GET /health`` | no | liveness |
+| ``GET /health/ready`` | no | the store answers and the providers are loaded (else 503) |
+| ``GET /v1/models``, ``GET /v1/models/{id}`` | yes | one model per knowledge base |
+| ``POST /v1/chat/completions`` | yes | a cited answer; SSE when ``stream`` is true |
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncGenerator, Awaitable
+from typing import Any, TypeVar
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, Response
+
+from citeflow.api import wire
+from citeflow.api.deps import EngineDep, require_api_key
+from citeflow.api.engine import Engine
+from citeflow.api.errors import BadRequestError, NotReadyError, PayloadTooLargeError
+from citeflow.api.options import ServerOptions
+from citeflow.api.schemas import (
+    ChatCompletion,
+    ChatCompletionRequest,
+    Conversation,
+    ErrorResponse,
+    ModelCard,
+    ModelList,
+)
+
+log = logging.getLogger("citeflow.server")
+
+T = TypeVar("T")
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorResponse} for status in (400, 401, 404, 413, 500, 502, 503)
+}
+
+health = APIRouter(tags=["health"])
+api = APIRouter(prefix="/v1", dependencies=[Depends(require_api_key)], responses=ERRORS)
+
+
+# --- health --------------------------------------------------------------------------------------
+@health.get("/health")
+async def liveness() -> dict[str, str]:
+    """The process is up."""
+    return {"status": "ok"}
+
+
+@health.get("/health/ready", response_model=None)
+async def readiness(engine: EngineDep) -> dict[str, Any] | JSONResponse:
+    """The store answers and the providers are loaded; 503 otherwise."""
+    try:
+        return await engine.readiness()
+    except NotReadyError as exc:
+        return JSONResponse({"status": "unavailable", "detail": exc.message}, status_code=503)
+
+
+# --- models --------------------------------------------------------------------------------------
+def _card(engine: Engine, collection: str) -> ModelCard:
+    return ModelCard(
+        id=engine.model_id(collection), created=engine.started, name=f"citeflow {collection}"
+    )
+
+
+@api.get("/models", tags=["models"])
+async def list_models(engine: EngineDep) -> ModelList:
+    """One model per knowledge base, ``citeflow-<collection>``."""
+    return ModelList(data=[_card(engine, c) for c in await engine.collections()])
+
+
+@api.get("/models/{model}", tags=["models"])
+async def get_model(model: str, engine: EngineDep) -> ModelCard:
+    """One model; 404 if there is no such knowledge base."""
+    return _card(engine, await engine.resolve(model))
+
+
+# --- chat ----------------------------------------------------------------------------------------
+async def read_json(request: Request, limit: int) -> dict[str, Any]:
+    """The request body as a JSON object, read up to ``limit`` bytes.
+
+    Raises:
+        PayloadTooLargeError: the body is larger than ``limit`` (413).
+        BadRequestError: the body is not a JSON object (400).
+    """
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLargeError(f"the request body is over the limit of {limit} bytes")
+    body = bytearray()
+    async for piece in request.stream():
+        body += piece
+        if len(body) > limit:
+            raise PayloadTooLargeError(f"the request body is over the limit of {limit} bytes")
+    try:
+        value = json.loads(body)
+    except ValueError as exc:
+        raise BadRequestError(
+            f"the request body is not valid JSON: {exc}", code="invalid_json"
+        ) from None
+    if not isinstance(value, dict):
+        raise BadRequestError("the request body must be a JSON object")
+    return value
+
+
+def wants_source_list(
+    request: Request, chat: ChatCompletionRequest, options: ServerOptions
+) -> bool:
+    """The request field, else the ``X-Citeflow-Source-List`` header, else the server default."""
+    if chat.citeflow is not None and chat.citeflow.source_list is not None:
+        return chat.citeflow.source_list
+    header = request.headers.get("x-citeflow-source-list")
+    if header is not None:
+        return header.strip().lower() in ("1", "true", "yes", "on")
+    return options.source_list
+
+
+async def _disconnected(request: Request) -> None:
+    """Return when the client goes away (the body has been read already)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
+    """``work``'s result, or None (``work`` cancelled) if the client disconnects first."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            return task.result()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        log.info("client disconnected before the answer", extra={"path": request.url.path})
+        return None
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+
+async def _plain_sse(text: str, model: str, prompt_text: str) -> AsyncGenerator[str, None]:
+    for chunk in wire.plain_chunks(text, model=model, prompt_text=prompt_text):
+        yield wire.sse(chunk)
+    yield wire.DONE
+
+
+@api.post(
+    "/chat/completions",
+    tags=["chat"],
+    response_model=ChatCompletion,
+    responses={200: {"content": {"text/event-stream": {}}}},
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {"type": "object"}}},
+        }
+    },
+)
+async def chat_completions(request: Request, engine: EngineDep) -> Response:
+    """A cited answer from the knowledge base the model names (OpenAI chat API).
+
+    The last user message is the question, earlier turns are history; ``tools`` and sampling
+    parameters are accepted and ignored. With ``stream``, an SSE stream of chunks with Open
+    WebUI ``status`` and ``source`` events; without, a ``chat.completion`` with ``sources``.
+    Open WebUI's ``### Task:`` requests are answered by the LLM alone.
+    """
+    options = engine.options
+    chat = ChatCompletionRequest.model_validate(await read_json(request, options.max_body_bytes))
+    conversation = Conversation.from_request(chat, max_chars=options.max_message_chars)
+    if conversation.task:
+        await engine.resolve(chat.model)
+        text = await engine.run_task(conversation.task_messages)
+        if chat.stream:
+            return wire.EventStreamResponse(_plain_sse(text, chat.model, conversation.prompt_text))
+        return JSONResponse(
+            wire.plain_completion(text, model=chat.model, prompt_text=conversation.prompt_text)
+        )
+    collection = await engine.open_collection(chat.model)
+    writer = wire.ChatStream(
+        model=chat.model,
+        collection=collection,
+        base_url=str(request.base_url),
+        source_list=wants_source_list(request, chat, options),
+        include_usage=bool(chat.stream_options and chat.stream_options.include_usage),
+        prompt_text=conversation.prompt_text,
+    )
+    if chat.stream:
+        events = engine.events(collection, conversation.query, conversation.history)
+        return wire.EventStreamResponse(
+            wire.sse_stream(events, writer, keepalive=options.keepalive_seconds)
+        )
+    result = await unless_disconnected(
+        request, engine.answer(collection, conversation.query, conversation.history)
+    )
+    if result is None:
+        return Response(status_code=499)
+    return JSONResponse(writer.completion(result))

@@ -1,0 +1,271 @@
+"""The OpenAI chat API subset citeflow speaks: request and response models, Open WebUI payloads.
+
+Requests accept and ignore what citeflow does not use (``tools``, ``tool_choice``,
+``temperature``, ...): Open WebUI sends some thirty tool definitions with every chat. Interpreting
+a request (which message is the question, which ones are history) is `Conversation.from_request`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypedDict
+
+from llama_index.core.llms import ChatMessage as LlamaChatMessage
+from llama_index.core.llms import MessageRole
+from pydantic import BaseModel, ConfigDict, Field
+
+from citeflow.api.errors import BadRequestError, PayloadTooLargeError
+from citeflow.citations.markers import strip_markers
+
+#: Message roles citeflow accepts; ``tool``/``function`` turns are accepted and left out.
+ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+
+#: Open WebUI's title / tag / follow-up requests start with this.
+TASK_PREFIX = "### Task:"
+
+
+# --- requests ------------------------------------------------------------------------------------
+class ChatMessageIn(BaseModel):
+    """One message of a request; ``content`` is a string or a list of content parts."""
+
+    model_config = ConfigDict(extra="allow")
+
+    role: str
+    content: str | list[dict[str, Any]] | None = None
+
+    def text(self) -> str:
+        """The message's text (text parts joined; images and other parts ignored)."""
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        parts = [
+            str(part.get("text") or "")
+            for part in self.content
+            if part.get("type") in ("text", "input_text")
+        ]
+        return "\n".join(p for p in parts if p)
+
+
+class StreamOptions(BaseModel):
+    """``stream_options``: only ``include_usage`` matters."""
+
+    model_config = ConfigDict(extra="allow")
+
+    include_usage: bool = False
+
+
+class CiteflowRequestOptions(BaseModel):
+    """citeflow's own request field: ``"citeflow": {"source_list": true}``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source_list: bool | None = Field(
+        default=None, description="Append a Markdown list of the cited sources to the answer."
+    )
+
+
+class ChatCompletionRequest(BaseModel):
+    """``POST /v1/chat/completions``; unknown fields are accepted and ignored."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str = Field(min_length=1)
+    messages: list[ChatMessageIn]
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    citeflow: CiteflowRequestOptions | None = None
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """A request read as citeflow needs it.
+
+    ``query`` is the last user message; ``history`` the earlier user and assistant turns (with
+    citation markers removed from the answers); ``task`` is set for Open WebUI's
+    ``### Task:`` requests, which go to the LLM directly (``task_messages``).
+    """
+
+    query: str
+    history: list[LlamaChatMessage] = field(default_factory=list)
+    task: bool = False
+    task_messages: list[LlamaChatMessage] = field(default_factory=list)
+    prompt_text: str = ""
+
+    @classmethod
+    def from_request(cls, request: ChatCompletionRequest, *, max_chars: int) -> Conversation:
+        """Validate the messages and split them into question and history.
+
+        Raises:
+            BadRequestError: no messages, an unknown role, or a last message that is not a
+                non-empty user message (HTTP 400).
+            PayloadTooLargeError: a message longer than ``max_chars`` (HTTP 413).
+        """
+        messages = request.messages
+        if not messages:
+            raise BadRequestError(
+                "'messages' is empty; send at least one user message", param="messages"
+            )
+        texts: list[str] = []
+        for index, message in enumerate(messages):
+            if message.role not in ROLES:
+                raise _param_error(
+                    f"messages[{index}].role {message.role!r} is not one of: {', '.join(ROLES)}",
+                    f"messages[{index}].role",
+                )
+            text = message.text()
+            if len(text) > max_chars:
+                raise PayloadTooLargeError(
+                    f"messages[{index}] has {len(text)} characters; the limit is {max_chars}",
+                    param=f"messages[{index}].content",
+                )
+            texts.append(text)
+        last = len(messages) - 1
+        if messages[last].role != "user":
+            raise _param_error(
+                f"the last message must come from the user, not {messages[last].role!r}",
+                f"messages[{last}].role",
+            )
+        query = texts[last].strip()
+        if not query:
+            raise _param_error("the last user message is empty", f"messages[{last}].content")
+        prompt_text = "\n".join(texts)
+        turns = [(m.role, t) for m, t in zip(messages, texts, strict=True)]
+        conversational = [(r, t) for r, t in turns if r in ("user", "assistant")]
+        if len(conversational) == 1 and query.startswith(TASK_PREFIX):
+            task_messages = [
+                LlamaChatMessage(role=_llama_role(role), content=text)
+                for role, text in turns
+                if role in ("system", "developer", "user")
+            ]
+            return cls(query, task=True, task_messages=task_messages, prompt_text=prompt_text)
+        history = [
+            LlamaChatMessage(
+                role=_llama_role(role),
+                content=strip_markers(text).strip() if role == "assistant" else text.strip(),
+            )
+            for role, text in conversational[:-1]
+            if text.strip()
+        ]
+        return cls(query, history=history, prompt_text=prompt_text)
+
+
+def _llama_role(role: str) -> MessageRole:
+    if role == "assistant":
+        return MessageRole.ASSISTANT
+    if role in ("system", "developer"):
+        return MessageRole.SYSTEM
+    return MessageRole.USER
+
+
+def _param_error(message: str, param: str) -> BadRequestError:
+    return BadRequestError(message, param=param)
+
+
+# --- responses -----------------------------------------------------------------------------------
+class ModelCard(BaseModel):
+    """One entry of ``GET /v1/models``: a knowledge base."""
+
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "citeflow"
+    name: str = Field(default="", description="A readable name (Open WebUI shows it).")
+
+
+class ModelList(BaseModel):
+    """``GET /v1/models``."""
+
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class Usage(BaseModel):
+    """Token counts, estimated with `citeflow.citations.text.count_tokens`."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class ResponseMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str
+
+
+class Choice(BaseModel):
+    index: int = 0
+    message: ResponseMessage
+    finish_reason: Literal["stop", "length"] = "stop"
+
+
+class ChatCompletion(BaseModel):
+    """A non-streaming answer; ``sources`` holds the cited sources (Open WebUI's shape)."""
+
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[Choice]
+    usage: Usage
+    sources: list[dict[str, Any]] | None = None
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    """Every error body: ``{"error": {"message", "type", "param", "code"}}``."""
+
+    error: ErrorDetail
+
+
+class DocumentInfo(BaseModel):
+    """One document of a knowledge base."""
+
+    doc_id: str
+    file_name: str
+    file_path: str
+    title: str
+    chunks: int
+
+
+class DocumentList(BaseModel):
+    object: Literal["list"] = "list"
+    collection: str
+    data: list[DocumentInfo]
+
+
+# --- Open WebUI event payloads (streamed as plain dicts by `citeflow.api.wire`) -------------------
+class SourceRef(TypedDict, total=False):
+    id: str
+    name: str
+    url: str
+
+
+class SourceMetadata(TypedDict, total=False):
+    source: str
+    name: str
+    page: int
+    doc_id: str
+    file_name: str
+
+
+class SourceData(TypedDict):
+    """``event.data`` of a ``source`` event; one per cited number."""
+
+    source: SourceRef
+    document: list[str]
+    metadata: list[SourceMetadata]
+    distances: list[float]
+
+
+class StatusData(TypedDict):
+    """``event.data`` of a ``status`` event."""
+
+    description: str
+    done: bool

@@ -1,0 +1,495 @@
+"""The wire adapter: workflow events in, OpenAI chunks and Open WebUI events out, as SSE.
+
+This module alone owns the format of what the server sends:
+
+* ``chat.completion.chunk`` objects: a first chunk with the role, one chunk per answer piece, a
+  last chunk with ``finish_reason`` and ``usage`` (and, when asked with
+  ``stream_options.include_usage``, OpenAI's separate usage chunk);
+* Open WebUI events in chunks with ``"choices": []`` and a top-level ``"event"``:
+  ``{"type": "status", "data": {"description", "done"}}`` for each `StatusEvent`, and
+  ``{"type": "source", "data": {"source", "document", "metadata", "distances"}}`` for each
+  source the answer cites (see `source_payload`);
+* SSE framing: ``data: {json}\\n\\n`` lines, ``: keep-alive`` comments during silent phases, an
+  ``{"error": {...}}`` data line when the run fails, and always ``data: [DONE]`` last.
+
+Numbering: Open WebUI numbers sources by order of arrival, so only cited sources are sent, as
+1..K in order of first citation, each before the first text that cites it, and the answer's
+markers are rewritten to match (`CitationRenumberer`). Each number gets its own key
+``<doc_id>#<n>`` (Open WebUI merges sources that share a key), so two passages of one document
+are two chips. Non-streaming answers go through the same code (`ChatStream.completion`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import re
+import time
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterable, Mapping, Sequence
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+import anyio
+from llama_index.core.schema import NodeWithScore
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+from workflows.events import Event
+
+from citeflow.api.errors import describe
+from citeflow.api.schemas import SourceData, SourceMetadata, SourceRef
+from citeflow.citations.markers import find_markers, renumber
+from citeflow.citations.sources import source_text
+from citeflow.citations.text import count_tokens
+from citeflow.events import AnswerDeltaEvent, CitationSourcesEvent, StatusEvent
+from citeflow.result import CitedResponse
+
+log = logging.getLogger("citeflow.server")
+
+T = TypeVar("T")
+
+KEEPALIVE = ": keep-alive\n\n"
+DONE = "data: [DONE]\n\n"
+
+#: An unfinished marker at the end of a piece of text: ``[``, ``[1``, ``[Source 1,`` ...
+_OPEN_TAIL = re.compile(r"(?:\[[^\[\]\n]{0,30}|\(\s*(?:S[a-z]*\s*[\d\s,;&]*)?)$", re.IGNORECASE)
+_MAX_HELD = 40
+_URL_KEYS = ("url", "source_url", "link", "original_url")
+
+
+def sse(payload: Mapping[str, Any]) -> str:
+    """One SSE data line."""
+    return f"data: {json.dumps(payload, ensure_ascii=False, separators=(',', ':'))}\n\n"
+
+
+# --- numbering -----------------------------------------------------------------------------------
+class CitationRenumberer:
+    """Renumbers ``[N]`` markers 1..K in order of first citation, across pieces of text.
+
+    `feed` returns the source numbers cited for the first time (old numbering, in new order) and
+    the text that can be released, markers rewritten; an unfinished marker at the end of a piece
+    is held back until the next piece completes it. Until the number of sources is known, all
+    text is held (numbers cannot be checked yet).
+    """
+
+    def __init__(self, source_count: int | None = None) -> None:
+        self.mapping: dict[int, int] = {}
+        self._count = source_count
+        self._pending = ""
+
+    @property
+    def known(self) -> bool:
+        return self._count is not None
+
+    def set_source_count(self, count: int) -> None:
+        self._count = count
+
+    def feed(self, text: str, *, final: bool = False) -> tuple[list[int], str]:
+        """Take a piece of text; return (newly cited old numbers, releasable renumbered text)."""
+        buffer = self._pending + text
+        if self._count is None:
+            self._pending = buffer
+            return [], ""
+        cut = len(buffer)
+        if not final:
+            tail = _OPEN_TAIL.search(buffer)
+            if tail is not None and len(buffer) - tail.start() <= _MAX_HELD:
+                cut = tail.start()
+        ready, self._pending = buffer[:cut], buffer[cut:]
+        markers = find_markers(ready)
+        if not markers:
+            return [], ready
+        new: list[int] = []
+        for marker in markers:
+            for number in marker.numbers:
+                if 1 <= number <= self._count and number not in self.mapping:
+                    self.mapping[number] = len(self.mapping) + 1
+                    new.append(number)
+        return new, renumber(ready, self.mapping)
+
+    def flush(self) -> tuple[list[int], str]:
+        """Release whatever is held (end of the answer)."""
+        return self.feed("", final=True)
+
+
+# --- sources -------------------------------------------------------------------------------------
+def document_url(base_url: str, collection: str, doc_id: str) -> str:
+    """citeflow's URL for a document's original file."""
+    path = f"/v1/documents/{quote(collection, safe='')}/{quote(doc_id, safe='')}/file"
+    return base_url.rstrip("/") + path
+
+
+def _original_url(metadata: Mapping[str, Any]) -> str | None:
+    for key in _URL_KEYS:
+        value = metadata.get(key)
+        if isinstance(value, str) and value.startswith(("http://", "https://")):
+            return value
+    return None
+
+
+def _page(metadata: Mapping[str, Any]) -> int | None:
+    """The 0-based page of a source, when the document has pages."""
+    if metadata.get("page_label") in (None, ""):
+        return None
+    for key in ("page", "page_label"):
+        value = metadata.get(key)
+        if isinstance(value, int) and value >= 1:
+            return value - 1
+        if isinstance(value, str) and value.strip().isdigit() and int(value) >= 1:
+            return int(value) - 1
+    return None
+
+
+def source_payload(
+    source: NodeWithScore, number: int, *, collection: str, base_url: str = ""
+) -> SourceData:
+    """The ``data`` of an Open WebUI ``source`` event for cited source ``number``.
+
+    ``metadata[0].source`` (Open WebUI's grouping key) is ``<doc_id>#<number>``: stable for the
+    document, unique per number, never a URL. ``source.url`` is the document's original URL when
+    its metadata has one, else citeflow's document endpoint.
+    """
+    node = source.node
+    meta = node.metadata
+    doc_id = str(meta.get("doc_id") or meta.get("parent_id") or node.ref_doc_id or node.node_id)
+    file_name = str(meta.get("file_name") or meta.get("title") or doc_id)
+    page_label = meta.get("page_label")
+    name = f"{file_name}, page {page_label}" if page_label not in (None, "") else file_name
+    ref: SourceRef = {
+        "id": doc_id,
+        "name": name,
+        "url": _original_url(meta) or document_url(base_url, collection, doc_id),
+    }
+    metadata: SourceMetadata = {"source": f"{doc_id}#{number}", "name": name}
+    page = _page(meta)
+    if page is not None:
+        metadata["page"] = page
+    metadata["doc_id"] = doc_id
+    metadata["file_name"] = file_name
+    return {
+        "source": ref,
+        "document": [source_text(source).strip()],
+        "metadata": [metadata],
+        "distances": [round(float(source.score or 0.0), 4)],
+    }
+
+
+def source_list_markdown(
+    result: CitedResponse, mapping: Mapping[int, int], payloads: Sequence[SourceData]
+) -> str:
+    """A Markdown list of the cited sources, for clients that ignore source events."""
+    if not payloads:
+        return ""
+    quotes: dict[int, str] = {}
+    for citation in result.citations:
+        new = mapping.get(citation.number)
+        if new is not None and citation.quote and new not in quotes:
+            quotes[new] = citation.quote
+    lines = ["", "", "**Sources**", ""]
+    for number, payload in enumerate(payloads, start=1):
+        snippet = " ".join(quotes.get(number, payload["document"][0]).split())
+        snippet = snippet if len(snippet) <= 110 else snippet[:109].rstrip() + "…"
+        lines.append(f"{number}. {payload['source']['name']}: “{snippet}”")
+    return "\n".join(lines)
+
+
+# --- chunks --------------------------------------------------------------------------------------
+class ChatStream:
+    """Turns one workflow run into chunk objects (`on_event`, `finish`, `fail`).
+
+    Args:
+        model: the model id the client asked for.
+        collection: the knowledge base (for document URLs).
+        base_url: the server's external base URL (for document URLs); empty: relative URLs.
+        source_list: append a Markdown list of the cited sources at the end.
+        include_usage: send OpenAI's separate usage chunk (``stream_options.include_usage``).
+        prompt_text: the request's message text (for the token estimate).
+    """
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        collection: str,
+        base_url: str = "",
+        source_list: bool = False,
+        include_usage: bool = False,
+        prompt_text: str = "",
+        completion_id: str | None = None,
+        created: int | None = None,
+    ) -> None:
+        self.id = completion_id or f"chatcmpl-{uuid.uuid4().hex}"
+        self.created = created if created is not None else int(time.time())
+        self.model = model
+        self.collection = collection
+        self.base_url = base_url
+        self.source_list = source_list
+        self.include_usage = include_usage
+        self.prompt_text = prompt_text
+        self.sources: list[SourceData] = []
+        self.content: list[str] = []
+        self._numbers = CitationRenumberer()
+        self._nodes: list[NodeWithScore] = []
+        self._status_shown = False
+        self._status_done = False
+        self._fed = False
+
+    # --- chunk shapes ------------------------------------------------------------------------
+    def _chunk(self, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+            **extra,
+        }
+
+    def delta_chunk(
+        self, delta: dict[str, Any], finish_reason: str | None = None
+    ) -> dict[str, Any]:
+        """A chunk with one choice holding ``delta``."""
+        return self._chunk([{"index": 0, "delta": delta, "finish_reason": finish_reason}])
+
+    def _event(self, kind: str, data: Mapping[str, Any]) -> dict[str, Any]:
+        return self._chunk([], event={"type": kind, "data": dict(data)})
+
+    def status(self, description: str, *, done: bool = False) -> dict[str, Any]:
+        """An Open WebUI status event chunk."""
+        self._status_shown = True
+        self._status_done = done
+        return self._event("status", {"description": description, "done": done})
+
+    # --- events ------------------------------------------------------------------------------
+    def start(self) -> list[dict[str, Any]]:
+        """The first chunk: the assistant role."""
+        return [self.delta_chunk({"role": "assistant", "content": ""})]
+
+    def on_event(self, event: Event) -> list[dict[str, Any]]:
+        """The chunks for one workflow event (none for events that are not sent)."""
+        if isinstance(event, AnswerDeltaEvent):
+            return self.on_delta(event.delta)
+        if isinstance(event, StatusEvent):
+            return [self.status(event.description, done=event.done)]
+        if isinstance(event, CitationSourcesEvent):
+            return self.on_sources(event.sources)
+        return []
+
+    def on_sources(self, sources: Sequence[NodeWithScore]) -> list[dict[str, Any]]:
+        """The numbered sources of the run are known; release any text held until now."""
+        self._nodes = list(sources)
+        self._numbers.set_source_count(len(self._nodes))
+        return self._emit(*self._numbers.feed(""))
+
+    def on_delta(self, text: str) -> list[dict[str, Any]]:
+        """Answer text: source events for newly cited sources, then the renumbered text."""
+        self._fed = True
+        return self._emit(*self._numbers.feed(text))
+
+    def _emit(self, new: list[int], text: str) -> list[dict[str, Any]]:
+        chunks: list[dict[str, Any]] = []
+        for old in new:
+            payload = source_payload(
+                self._nodes[old - 1],
+                self._numbers.mapping[old],
+                collection=self.collection,
+                base_url=self.base_url,
+            )
+            self.sources.append(payload)
+            chunks.append(self._event("source", payload))
+        if text:
+            self.content.append(text)
+            chunks.append(self.delta_chunk({"content": text}))
+        return chunks
+
+    def finish(self, result: CitedResponse) -> list[dict[str, Any]]:
+        """The end of the run: held text, the optional source list, finish reason and usage."""
+        chunks: list[dict[str, Any]] = []
+        if not self._numbers.known:
+            chunks += self.on_sources(result.source_nodes)
+        if not self._fed and result.response:
+            chunks += self.on_delta(result.response)
+        chunks += self._emit(*self._numbers.flush())
+        if self.source_list:
+            listing = source_list_markdown(result, self._numbers.mapping, self.sources)
+            if listing:
+                chunks += self._emit([], listing)
+        if self._status_shown and not self._status_done:
+            chunks.append(self.status("Done", done=True))
+        usage = self.usage(result)
+        if self.include_usage:
+            chunks.append(self.delta_chunk({}, "stop"))
+            chunks.append(self._chunk([], usage=usage))
+        else:
+            chunks.append({**self.delta_chunk({}, "stop"), "usage": usage})
+        return chunks
+
+    def fail(self, exc: BaseException) -> list[dict[str, Any]]:
+        """The run failed: close the status line, then an OpenAI error data line."""
+        chunks: list[dict[str, Any]] = []
+        if self._status_shown and not self._status_done:
+            chunks.append(self.status("Failed", done=True))
+        _, body = describe(exc)
+        chunks.append(body)
+        return chunks
+
+    def usage(self, result: CitedResponse | None = None) -> dict[str, int]:
+        """Estimated token counts: the request and the sources read; the answer written."""
+        read = [self.prompt_text]
+        if result is not None:
+            read += [source_text(s) for s in result.source_nodes]
+        prompt = sum(count_tokens(t) for t in read if t)
+        completion = count_tokens("".join(self.content)) if self.content else 0
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
+
+    # --- non-streaming -----------------------------------------------------------------------
+    def completion(self, result: CitedResponse) -> dict[str, Any]:
+        """The whole answer as one ``chat.completion`` with a top-level ``sources`` list."""
+        self.on_sources(result.source_nodes)
+        self.on_delta(result.response or "")
+        finish = self.finish(result)
+        return {
+            "id": self.id,
+            "object": "chat.completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "".join(self.content)},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": next(c["usage"] for c in finish if "usage" in c),
+            "sources": list(self.sources),
+        }
+
+
+def plain_completion(
+    text: str, *, model: str, prompt_text: str, completion_id: str | None = None
+) -> dict[str, Any]:
+    """A ``chat.completion`` with no sources (Open WebUI task answers)."""
+    prompt, completion = count_tokens(prompt_text), count_tokens(text) if text else 0
+    return {
+        "id": completion_id or f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+        ],
+        "usage": {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        },
+    }
+
+
+def plain_chunks(text: str, *, model: str, prompt_text: str) -> list[dict[str, Any]]:
+    """The chunks of a streamed answer with no sources (task answers asked with ``stream``)."""
+    writer = ChatStream(model=model, collection="", prompt_text=prompt_text)
+    writer.content.append(text)
+    chunks = writer.start()
+    if text:
+        chunks.append(writer.delta_chunk({"content": text}))
+    chunks.append({**writer.delta_chunk({}, "stop"), "usage": writer.usage()})
+    return chunks
+
+
+# --- SSE -----------------------------------------------------------------------------------------
+async def with_keepalive(
+    items: AsyncIterable[T], interval: float
+) -> AsyncGenerator[T | None, None]:
+    """``items``, with ``None`` whenever ``interval`` seconds pass without one.
+
+    The pending item is never cancelled by a timeout; closing this generator cancels it and
+    closes ``items`` (so that a disconnect cancels the workflow run behind it).
+    """
+    iterator = aiter(items)
+    pending: asyncio.Future[T] | None = None
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(anext(iterator))
+            done, _ = await asyncio.wait({pending}, timeout=interval)
+            if not done:
+                yield None
+                continue
+            finished, pending = pending, None
+            try:
+                item = finished.result()
+            except StopAsyncIteration:
+                return
+            yield item
+    finally:
+        with anyio.CancelScope(shield=True):
+            if pending is not None and not pending.done():
+                pending.cancel()
+                with contextlib.suppress(BaseException):  # the run is being abandoned
+                    await pending
+            closer = getattr(iterator, "aclose", None)
+            if closer is not None:
+                await closer()
+
+
+async def sse_stream(
+    items: AsyncIterable[Event | CitedResponse],
+    writer: ChatStream,
+    *,
+    keepalive: float,
+) -> AsyncGenerator[str, None]:
+    """The SSE lines of a run: chunks, keep-alives, an error line on failure, ``[DONE]`` last.
+
+    ``items`` yields the run's stream events, then its `CitedResponse`; an exception from it
+    (e.g. an `UpstreamError`) ends the stream with an error line.
+    """
+    try:
+        for chunk in writer.start():
+            yield sse(chunk)
+        async for item in with_keepalive(items, keepalive):
+            if item is None:
+                yield KEEPALIVE
+                continue
+            chunks = (
+                writer.finish(item) if isinstance(item, CitedResponse) else writer.on_event(item)
+            )
+            for chunk in chunks:
+                yield sse(chunk)
+    except Exception as exc:
+        status, _ = describe(exc)
+        if status >= 500:
+            log.warning("stream failed: %s", exc, exc_info=status == 500)
+        for chunk in writer.fail(exc):
+            yield sse(chunk)
+    yield DONE
+
+
+class EventStreamResponse(StreamingResponse):
+    """An SSE response that always closes its stream, so a disconnect cancels the run.
+
+    Starlette cancels the response when the client goes away; if that happens while a chunk is
+    being sent, the stream generator would only be closed when garbage-collected. Closing it here
+    runs its clean-up at once.
+    """
+
+    media_type = "text/event-stream"
+
+    def __init__(self, content: AsyncGenerator[str, None], **kwargs: Any) -> None:
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        headers.update(kwargs.pop("headers", None) or {})
+        super().__init__(content, headers=headers, **kwargs)
+        self._stream = content
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._stream.aclose()

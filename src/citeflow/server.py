@@ -1,0 +1,108 @@
+"""The HTTP server: an OpenAI-compatible chat API over citeflow's knowledge bases.
+
+``create_app(engine)`` assembles the FastAPI app around an `Engine` (tests pass one built from
+fakes); ``serve(settings)`` builds the engine once from the settings and runs uvicorn::
+
+    citeflow serve --host 0.0.0.0 --port 8000
+
+Open WebUI: add an OpenAI connection to ``http://HOST:PORT/v1`` with one of
+``CITEFLOW_API_KEYS``; each knowledge base is a model ``citeflow-<collection>``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from fastapi import FastAPI
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from citeflow import __version__
+from citeflow.api import documents, errors, routes
+from citeflow.api.engine import Engine
+from citeflow.api.options import ServerOptions
+from citeflow.settings import Settings
+
+log = logging.getLogger("citeflow.server")
+
+
+def create_app(engine: Engine) -> FastAPI:
+    """The FastAPI app serving ``engine`` (which the caller owns and closes)."""
+    app = FastAPI(
+        title="citeflow",
+        version=__version__,
+        summary="Answers questions over your documents with numbered, verifiable citations.",
+    )
+    app.state.engine = engine
+    errors.install(app)
+    app.include_router(routes.health)
+    app.include_router(routes.api)
+    app.include_router(documents.router)
+    app.add_middleware(AccessLog)
+    return app
+
+
+class AccessLog:
+    """Logs each request's method, path, status and time to its response headers (pure ASGI,
+    so streams pass through untouched)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+
+        async def send_logged(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                ms = round(1000 * (time.perf_counter() - started))
+                log.info(
+                    "%s %s %d",
+                    scope["method"],
+                    scope["path"],
+                    status,
+                    extra={"status": status, "ms": ms},
+                )
+            await send(message)
+
+        await self.app(scope, receive, send_logged)
+
+
+def serve(settings: Settings, *, options: ServerOptions | None = None) -> None:
+    """Build the engine from ``settings`` and serve it on ``settings.host``:``settings.port``.
+
+    Blocks until the server stops (Ctrl-C); the store is closed on the way out.
+
+    Raises:
+        CiteflowError: a provider or the store cannot be opened (e.g. `StoreLockedError`).
+    """
+    import uvicorn
+
+    from citeflow.providers.llm import describe_providers
+
+    if not logging.getLogger("citeflow").handlers:
+        from citeflow import logs
+
+        logs.configure("INFO")
+    engine = Engine.from_settings(settings, options)
+    try:
+        log.info("providers: %s", describe_providers(settings))
+        log.info(
+            "serving on http://%s:%d/v1 (auth %s)",
+            settings.host,
+            settings.port,
+            f"on, {len(settings.api_keys)} key(s)" if settings.api_keys else "off",
+        )
+        config = uvicorn.Config(
+            create_app(engine),
+            host=settings.host,
+            port=settings.port,
+            log_level="warning",
+            timeout_graceful_shutdown=5,
+        )
+        uvicorn.Server(config).run()
+    finally:
+        engine.close()

@@ -1,0 +1,191 @@
+"""Server test helpers: a paced LLM fake, an engine over fakes, SSE parsing, a live server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from collections.abc import AsyncGenerator, Sequence
+from types import TracebackType
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI
+from llama_index.core.llms import ChatMessage, ChatResponse
+from pydantic import PrivateAttr
+
+from citeflow.api.engine import Engine
+from citeflow.api.options import ServerOptions
+from citeflow.knowledge_base import KnowledgeBase
+from tests.fakes.embedding import HashEmbedding
+from tests.fakes.llm import ScriptedLLM
+
+
+class PacedLLM(ScriptedLLM):
+    """A `ScriptedLLM` whose async chat stream waits ``delay`` seconds per piece.
+
+    Records whether a stream was abandoned before its end (``closed_early``) and how many pieces
+    were produced (``pieces``), so tests can see a cancelled run stop iterating the LLM.
+    """
+
+    _n_pieces: int = PrivateAttr(default=0)
+    _closed_early: threading.Event = PrivateAttr(default_factory=threading.Event)
+    _finished: threading.Event = PrivateAttr(default_factory=threading.Event)
+
+    @property
+    def pieces(self) -> int:
+        """Pieces streamed so far, over all calls."""
+        return self._n_pieces
+
+    @property
+    def closed_early(self) -> threading.Event:
+        """Set when a stream is abandoned before its end."""
+        return self._closed_early
+
+    @property
+    def finished(self) -> threading.Event:
+        """Set when a stream runs to its end."""
+        return self._finished
+
+    async def astream_chat(  # type: ignore[override]
+        self, messages: Sequence[ChatMessage], **kwargs: Any
+    ) -> AsyncGenerator[ChatResponse, None]:
+        prompt = self.messages_to_prompt(messages)
+        stream = await self.astream_complete(prompt, formatted=True)
+
+        async def gen() -> AsyncGenerator[ChatResponse, None]:
+            done = False
+            try:
+                async for piece in stream:
+                    self._n_pieces += 1
+                    yield ChatResponse(
+                        message=ChatMessage(role="assistant", content=piece.text),
+                        delta=piece.delta,
+                    )
+                done = True
+                self._finished.set()
+            finally:
+                if not done:
+                    self._closed_early.set()
+
+        return gen()
+
+
+class CountingEmbedding(HashEmbedding):
+    """A `HashEmbedding` that counts query embeddings (retrievals)."""
+
+    queries: int = 0
+
+    def _get_query_embedding(self, query: str) -> list[float]:
+        self.queries += 1
+        return super()._get_query_embedding(query)
+
+    async def _aget_query_embedding(self, query: str) -> list[float]:
+        self.queries += 1
+        return await super()._aget_query_embedding(query)
+
+
+def make_engine(
+    kb: KnowledgeBase,
+    llm: ScriptedLLM,
+    *,
+    embed_model: HashEmbedding | None = None,
+    **options: Any,
+) -> Engine:
+    """An engine over the test knowledge base (collection ``kb``) with a fake LLM."""
+    return Engine(
+        kb.settings,
+        store=kb.store,
+        embed_model=embed_model or kb.embed_model,
+        llm=llm,
+        options=ServerOptions(**options),
+    )
+
+
+def parse_sse(text: str) -> list[Any]:
+    """SSE text → a list of data payloads (dicts, or the string ``"[DONE]"``) and comments."""
+    out: list[Any] = []
+    for block in text.split("\n\n"):
+        if not block.strip():
+            continue
+        assert block.count("\n") == 0, f"one line per event expected: {block!r}"
+        if block.startswith(":"):
+            out.append(block)
+        else:
+            assert block.startswith("data: "), block
+            data = block[len("data: ") :]
+            out.append(data if data == "[DONE]" else json.loads(data))
+    return out
+
+
+def content_of(items: Sequence[Any]) -> str:
+    """The answer text of parsed SSE items."""
+    return "".join(
+        item["choices"][0]["delta"].get("content") or ""
+        for item in items
+        if isinstance(item, dict) and item.get("choices")
+    )
+
+
+def events_of(items: Sequence[Any], kind: str) -> list[dict[str, Any]]:
+    """The ``event.data`` of the Open WebUI events of one type."""
+    return [
+        item["event"]["data"]
+        for item in items
+        if isinstance(item, dict) and item.get("event", {}).get("type") == kind
+    ]
+
+
+class LiveServer:
+    """``app`` served by uvicorn on 127.0.0.1 (a free port) in a background thread."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self.app = app
+        self.port = 0
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> LiveServer:
+        # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets whose proto says TCP
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(self.app, log_level="warning", lifespan="off")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [sock]}, daemon=True
+        )
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the live server did not start")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        assert self._server is not None and self._thread is not None
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+
+
+async def wait_until(predicate: Any, within: float = 2.0) -> float:
+    """Seconds until ``predicate()`` is true (AssertionError after ``within`` seconds)."""
+    started = time.monotonic()
+    while not predicate():
+        if time.monotonic() - started > within:
+            raise AssertionError(f"not true within {within} s")
+        await asyncio.sleep(0.01)
+    return time.monotonic() - started

@@ -1,0 +1,181 @@
+"""A live uvicorn server on 127.0.0.1: the official OpenAI SDK as client, incremental delivery,
+disconnects cancelling the run, failures mid-stream."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from citeflow.citations.markers import cited_numbers
+from citeflow.knowledge_base import KnowledgeBase
+from citeflow.server import create_app
+from tests.server_helpers import LiveServer, PacedLLM, make_engine, parse_sse, wait_until
+
+QUESTION = "Who bought Viaweb, and where do ducks live?"
+ANSWER = "Yahoo bought Viaweb in 1998 [1]. Ducks live near ponds [2]."
+#: many sentences, so that a paced stream lasts a while
+LONG_ANSWER = " ".join(
+    ["Yahoo bought Viaweb in 1998 [1].", "Ducks live near ponds and rivers [2]."] * 15
+)
+
+
+@pytest.fixture
+def llm() -> PacedLLM:
+    return PacedLLM([ANSWER])
+
+
+@pytest.fixture
+def server(kb: KnowledgeBase, llm: PacedLLM) -> Iterator[LiveServer]:
+    with LiveServer(create_app(make_engine(kb, llm))) as live:
+        yield live
+
+
+def _sdk(server: LiveServer) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=f"{server.base_url}/v1", api_key="unused", max_retries=0)
+
+
+async def test_openai_sdk_non_streaming(server: LiveServer) -> None:
+    client = _sdk(server)
+    models = await client.models.list()
+    assert [m.id for m in models.data] == ["citeflow-kb"]
+    completion = await client.chat.completions.create(
+        model="citeflow-kb", messages=[{"role": "user", "content": QUESTION}]
+    )
+    content = completion.choices[0].message.content or ""
+    assert cited_numbers(content) == [1, 2]
+    assert completion.usage is not None and completion.usage.total_tokens > 0
+    extra: dict[str, Any] = completion.model_extra or {}
+    assert [s["metadata"][0]["source"] for s in extra["sources"]] == ["viaweb#1", "ducks#2"]
+    with pytest.raises(openai.NotFoundError) as info:
+        await client.chat.completions.create(
+            model="citeflow-nope", messages=[{"role": "user", "content": QUESTION}]
+        )
+    assert info.value.code == "model_not_found"
+    await client.close()
+
+
+async def test_openai_sdk_streaming(server: LiveServer) -> None:
+    client = _sdk(server)
+    stream = await client.chat.completions.create(
+        model="citeflow-kb",
+        messages=[{"role": "user", "content": QUESTION}],
+        stream=True,
+        stream_options={"include_usage": True},
+        tools=[{"type": "function", "function": {"name": "web_search", "parameters": {}}}],
+    )
+    text, sources, usage = "", [], None
+    async for chunk in stream:
+        event = (chunk.model_extra or {}).get("event")
+        if event and event["type"] == "source":
+            sources.append(event["data"]["metadata"][0]["source"])
+        if chunk.choices and chunk.choices[0].delta.content:
+            text += chunk.choices[0].delta.content
+        usage = chunk.usage or usage
+    assert cited_numbers(text) == [1, 2]
+    assert sources == ["viaweb#1", "ducks#2"]
+    assert usage is not None and usage.completion_tokens > 0
+    await client.close()
+
+
+async def test_answer_is_delivered_incrementally(kb: KnowledgeBase) -> None:
+    llm = PacedLLM([LONG_ANSWER], delay=0.005)
+    with LiveServer(create_app(make_engine(kb, llm))) as live:
+        client = _sdk(live)
+        started = time.monotonic()
+        stream = await client.chat.completions.create(
+            model="citeflow-kb", messages=[{"role": "user", "content": QUESTION}], stream=True
+        )
+        arrivals: list[float] = []
+        async for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                arrivals.append(time.monotonic() - started)
+        await client.close()
+    # ~210 words at 5 ms each: the first sentence arrives long before the last one
+    assert len(arrivals) >= 20
+    assert arrivals[0] < 0.5 * arrivals[-1]
+    assert arrivals[-1] - arrivals[0] > 0.6
+
+
+async def test_client_disconnect_cancels_the_run(kb: KnowledgeBase) -> None:
+    llm = PacedLLM([LONG_ANSWER], delay=0.05)  # ~10 s if never cancelled
+    with LiveServer(create_app(make_engine(kb, llm))) as live:
+        body = {
+            "model": "citeflow-kb",
+            "messages": [{"role": "user", "content": QUESTION}],
+            "stream": True,
+        }
+        async with (
+            httpx.AsyncClient(base_url=live.base_url) as client,
+            client.stream("POST", "/v1/chat/completions", json=body) as response,
+        ):
+            async for line in response.aiter_lines():
+                if '"content":"Yahoo' in line:
+                    break
+        # the response is closed: the server must stop iterating the LLM promptly
+        elapsed = await wait_until(llm.closed_early.is_set, within=1.0)
+        assert elapsed < 1.0
+        pieces = llm.pieces
+        await asyncio.sleep(0.3)
+        assert llm.pieces == pieces  # no longer iterated
+        assert not llm.finished.is_set()
+
+
+async def test_non_streaming_disconnect_cancels_the_run(kb: KnowledgeBase) -> None:
+    llm = PacedLLM([LONG_ANSWER], delay=0.05)
+    with LiveServer(create_app(make_engine(kb, llm))) as live:
+        body = {"model": "citeflow-kb", "messages": [{"role": "user", "content": QUESTION}]}
+        async with httpx.AsyncClient(base_url=live.base_url) as client:
+            with pytest.raises(httpx.ReadTimeout):
+                await client.post("/v1/chat/completions", json=body, timeout=0.5)
+        await wait_until(llm.closed_early.is_set, within=1.0)
+        assert not llm.finished.is_set()
+
+
+async def test_llm_failure_mid_stream_ends_with_error_then_done(kb: KnowledgeBase) -> None:
+    class Failing(PacedLLM):
+        async def astream_chat(self, messages, **kw):  # type: ignore[no-untyped-def,override]
+            stream = await super().astream_chat(messages, **kw)
+
+            async def gen():  # type: ignore[no-untyped-def]
+                count = 0
+                async for piece in stream:
+                    yield piece
+                    count += 1
+                    if count == 8:
+                        raise ConnectionError("upstream went away")
+
+            return gen()
+
+    llm = Failing([LONG_ANSWER], delay=0.01)
+    with LiveServer(create_app(make_engine(kb, llm))) as live:
+        body = {
+            "model": "citeflow-kb",
+            "messages": [{"role": "user", "content": QUESTION}],
+            "stream": True,
+        }
+        async with httpx.AsyncClient(base_url=live.base_url, timeout=5) as client:
+            response = await client.post("/v1/chat/completions", json=body)
+        items = parse_sse(response.text)
+        assert items[-1] == "[DONE]"
+        assert items[-2]["error"]["type"] == "upstream_error"
+        assert "upstream went away" in items[-2]["error"]["message"]
+        assert any(
+            "Yahoo bought Viaweb" in (i["choices"][0]["delta"].get("content") or "")
+            for i in items
+            if isinstance(i, dict) and i.get("choices")
+        )
+        # the SDK surfaces the error line as an exception
+        client2 = _sdk(live)
+        stream = await client2.chat.completions.create(
+            model="citeflow-kb", messages=[{"role": "user", "content": QUESTION}], stream=True
+        )
+        with pytest.raises(openai.APIError, match="upstream went away"):
+            async for _ in stream:
+                pass
+        await client2.close()

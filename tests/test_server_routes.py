@@ -1,0 +1,325 @@
+"""The HTTP routes through ASGI: models, answers with sources, every bad input, auth, tasks."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from llama_index.core.schema import Document
+from pydantic import SecretStr
+
+from citeflow.api.engine import Engine
+from citeflow.citations.markers import cited_numbers
+from citeflow.knowledge_base import KnowledgeBase
+from citeflow.server import create_app
+from tests.fakes.llm import ScriptedLLM
+from tests.server_helpers import CountingEmbedding, content_of, events_of, make_engine, parse_sse
+
+ANSWER = "Yahoo bought Viaweb in 1998 [1]. Ducks live near ponds [2]."
+QUESTION = "Who bought Viaweb, and where do ducks live?"
+
+
+def _tools(count: int = 36) -> list[dict[str, Any]]:
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": f"tool_{i}",
+                "description": "An Open WebUI built-in tool.",
+                "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+            },
+        }
+        for i in range(count)
+    ]
+
+
+def _chat(content: str = QUESTION, **extra: Any) -> dict[str, Any]:
+    return {"model": "citeflow-kb", "messages": [{"role": "user", "content": content}], **extra}
+
+
+async def _client(engine: Engine, **headers: str) -> httpx.AsyncClient:
+    transport = httpx.ASGITransport(app=create_app(engine))
+    return httpx.AsyncClient(transport=transport, base_url="http://testserver", headers=headers)
+
+
+@pytest.fixture
+async def llm() -> ScriptedLLM:
+    return ScriptedLLM([ANSWER])
+
+
+@pytest.fixture
+async def client(kb: KnowledgeBase, llm: ScriptedLLM) -> AsyncIterator[httpx.AsyncClient]:
+    async with await _client(make_engine(kb, llm)) as c:
+        yield c
+
+
+def _assert_error(response: httpx.Response, status: int, kind: str, *words: str) -> None:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"error"}
+    assert set(body["error"]) == {"message", "type", "param", "code"}
+    assert body["error"]["type"] == kind
+    for word in words:
+        assert word in body["error"]["message"], body["error"]["message"]
+
+
+# --- models and health ---------------------------------------------------------------------------
+async def test_models_list_one_model_per_collection(
+    kb: KnowledgeBase, client: httpx.AsyncClient
+) -> None:
+    notes = KnowledgeBase(
+        kb.settings, store=kb.store, embed_model=kb.embed_model, collection="notes"
+    )
+    notes.add_documents([Document(id_="n1", text="A note.", metadata={"file_name": "n1.md"})])
+    response = await client.get("/v1/models")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["object"] == "list"
+    assert [m["id"] for m in body["data"]] == ["citeflow-kb", "citeflow-notes"]
+    assert body["data"][0]["object"] == "model" and body["data"][0]["owned_by"] == "citeflow"
+    assert (await client.get("/v1/models/citeflow-kb")).json()["id"] == "citeflow-kb"
+    _assert_error(await client.get("/v1/models/citeflow-nope"), 404, "not_found_error", "nope")
+
+
+async def test_health_needs_no_key(kb: KnowledgeBase, llm: ScriptedLLM) -> None:
+    engine = make_engine(kb, llm)
+    engine.settings.api_keys = [SecretStr("k1")]
+    async with await _client(engine) as c:
+        assert (await c.get("/health")).json() == {"status": "ok"}
+        ready = await c.get("/health/ready")
+        assert ready.status_code == 200 and ready.json()["status"] == "ready"
+        assert ready.json()["collections"] == 1
+        _assert_error(await c.get("/v1/models"), 401, "authentication_error", "Bearer")
+
+
+# --- answers -------------------------------------------------------------------------------------
+async def test_non_streaming_answer_with_sources_and_usage(client: httpx.AsyncClient) -> None:
+    response = await client.post("/v1/chat/completions", json=_chat())
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["object"] == "chat.completion" and body["model"] == "citeflow-kb"
+    content = body["choices"][0]["message"]["content"]
+    assert cited_numbers(content) == [1, 2]
+    assert body["choices"][0]["finish_reason"] == "stop"
+    sources = body["sources"]
+    assert "Yahoo bought Viaweb" in sources[0]["document"][0]
+    assert "ponds" in sources[1]["document"][0]
+    assert [s["metadata"][0]["name"] for s in sources] == ["viaweb.txt", "ducks.txt"]
+    assert [s["metadata"][0]["source"] for s in sources] == ["viaweb#1", "ducks#2"]
+    assert sources[0]["source"]["url"] == "http://testserver/v1/documents/kb/viaweb/file"
+    usage = body["usage"]
+    assert usage["prompt_tokens"] > 10 and usage["completion_tokens"] > 5
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+    assert "**Sources**" not in content  # the Markdown list is off by default
+
+
+async def test_streaming_answer(client: httpx.AsyncClient) -> None:
+    response = await client.post("/v1/chat/completions", json=_chat(stream=True))
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/event-stream")
+    items = parse_sse(response.text)
+    assert items[-1] == "[DONE]"
+    statuses = events_of(items, "status")
+    assert statuses[0]["description"].startswith("Searching")
+    assert statuses[-1] == {"description": "Done", "done": True}
+    assert not any(s["done"] for s in statuses[:-1])
+    content = content_of(items)
+    assert cited_numbers(content) == [1, 2]
+    sources = events_of(items, "source")
+    assert [s["metadata"][0]["source"] for s in sources] == ["viaweb#1", "ducks#2"]
+    # each source arrives before the first text citing it
+    kinds = [
+        "source" if "event" in i and i["event"]["type"] == "source" else content_of([i])
+        for i in items[:-1]
+    ]
+    assert kinds.index("source") < next(i for i, k in enumerate(kinds) if "[1]" in k)
+    assert items[-2]["choices"][0]["finish_reason"] == "stop" and items[-2]["usage"]
+
+
+async def test_tools_and_sampling_parameters_are_accepted(client: httpx.AsyncClient) -> None:
+    request = _chat(
+        stream=True,
+        tools=_tools(),
+        tool_choice="auto",
+        temperature=0.3,
+        top_p=0.9,
+        max_tokens=200,
+        stream_options={"include_usage": True},
+        user="someone",
+    )
+    response = await client.post("/v1/chat/completions", json=request)
+    assert response.status_code == 200, response.text
+    items = parse_sse(response.text)
+    assert cited_numbers(content_of(items)) == [1, 2]
+    assert items[-2]["choices"] == [] and items[-2]["usage"]["total_tokens"] > 0
+
+
+async def test_multi_turn_history_reaches_the_workflow(kb: KnowledgeBase) -> None:
+    llm = ScriptedLLM(["Who bought Viaweb", "Yahoo bought Viaweb in 1998 [1]."])
+    async with await _client(make_engine(kb, llm)) as c:
+        messages = [
+            {"role": "system", "content": "You are helpful."},
+            {"role": "user", "content": "Tell me about Viaweb."},
+            {"role": "assistant", "content": "Viaweb made online store software [1]."},
+            {"role": "user", "content": [{"type": "text", "text": "Who bought it?"}]},
+        ]
+        response = await c.post(
+            "/v1/chat/completions", json={"model": "citeflow-kb", "messages": messages}
+        )
+    assert response.status_code == 200, response.text
+    condense_prompt = llm.prompts[0]
+    assert "Tell me about Viaweb." in condense_prompt
+    assert "Viaweb made online store software." in condense_prompt  # markers stripped
+    assert "Who bought it?" in condense_prompt
+    assert "You are helpful" not in condense_prompt
+    assert "[1]" in response.json()["choices"][0]["message"]["content"]
+
+
+async def test_markdown_source_list_per_request(client: httpx.AsyncClient) -> None:
+    body = (
+        await client.post("/v1/chat/completions", json=_chat(citeflow={"source_list": True}))
+    ).json()
+    content = body["choices"][0]["message"]["content"]
+    assert "\n\n**Sources**\n\n1. viaweb.txt: “Yahoo bought Viaweb in 1998" in content
+    response = await client.post(
+        "/v1/chat/completions",
+        json=_chat(stream=True),
+        headers={"X-Citeflow-Source-List": "true"},
+    )
+    assert "**Sources**" in content_of(parse_sse(response.text))
+
+
+async def test_open_webui_task_is_answered_without_retrieval(kb: KnowledgeBase) -> None:
+    llm = ScriptedLLM(['Here you go: {"title": "🦆 Ducks and Viaweb"} Enjoy!'])
+    embed = CountingEmbedding()
+    async with await _client(make_engine(kb, llm, embed_model=embed)) as c:
+        task = (
+            "### Task:\nGenerate a concise title for the chat.\n"
+            '### Output:\nJSON format: { "title": ... }'
+        )
+        response = await c.post("/v1/chat/completions", json=_chat(task, tools=_tools(3)))
+        streamed = await c.post("/v1/chat/completions", json=_chat(task, stream=True))
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["choices"][0]["message"]["content"] == '{"title": "🦆 Ducks and Viaweb"}'
+    assert "sources" not in body
+    assert json.loads(content_of(parse_sse(streamed.text))) == {"title": "🦆 Ducks and Viaweb"}
+    assert embed.queries == 0  # no retrieval
+    assert len(llm.prompts) == 2 and "Generate a concise title" in llm.prompts[0]
+
+
+# --- failures ------------------------------------------------------------------------------------
+async def test_llm_failure(kb: KnowledgeBase) -> None:
+    from citeflow.errors import UpstreamError
+
+    llm = ScriptedLLM([UpstreamError("the LLM provider answered HTTP 500: overloaded")])
+    async with await _client(make_engine(kb, llm)) as c:
+        plain = await c.post("/v1/chat/completions", json=_chat())
+        streamed = await c.post("/v1/chat/completions", json=_chat(stream=True))
+    _assert_error(plain, 502, "upstream_error", "overloaded")
+    items = parse_sse(streamed.text)
+    assert items[-1] == "[DONE]"
+    assert items[-2]["error"]["type"] == "upstream_error"
+    assert events_of(items, "status")[-1] == {"description": "Failed", "done": True}
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "words"),
+    [
+        (b'{"model": "citeflow-kb", "messages": [', 400, ["not valid JSON"]),
+        (b"[1, 2]", 400, ["JSON object"]),
+        (b'{"model": "citeflow-kb"}', 400, ["messages", "required"]),
+        (b'{"model": "citeflow-kb", "messages": []}', 400, ["'messages' is empty"]),
+        (b'{"model": "citeflow-kb", "messages": "hi"}', 400, ["messages"]),
+        (b'{"messages": [{"role": "user", "content": "hi"}]}', 400, ["model"]),
+        (
+            b'{"model": "citeflow-kb", "messages": [{"role": "wizard", "content": "hi"}]}',
+            400,
+            ["messages[0].role", "'wizard'"],
+        ),
+        (
+            b'{"model": "citeflow-kb", "messages": [{"role": "user", "content": "hi"},'
+            b' {"role": "assistant", "content": "hello"}]}',
+            400,
+            ["last message must come from the user"],
+        ),
+        (
+            b'{"model": "citeflow-kb", "messages": [{"role": "user", "content": "  "}]}',
+            400,
+            ["empty"],
+        ),
+        (
+            b'{"model": "citeflow-kb", "messages": [{"role": "user", "content": "hi"}],'
+            b' "citeflow": {"nonsense": 1}}',
+            400,
+            ["citeflow.nonsense"],
+        ),
+    ],
+)
+async def test_bad_requests_are_openai_errors(
+    client: httpx.AsyncClient, body: bytes, status: int, words: list[str]
+) -> None:
+    response = await client.post(
+        "/v1/chat/completions", content=body, headers={"content-type": "application/json"}
+    )
+    _assert_error(response, status, "invalid_request_error", *words)
+
+
+async def test_param_names_the_offending_field(client: httpx.AsyncClient) -> None:
+    bad_role = {"model": "citeflow-kb", "messages": [{"role": "robot", "content": "x"}]}
+    response = await client.post("/v1/chat/completions", json=bad_role)
+    assert response.json()["error"]["param"] == "messages[0].role"
+    response = await client.post("/v1/chat/completions", content=b"{")
+    assert response.json()["error"]["code"] == "invalid_json"
+
+
+async def test_huge_message_is_413(kb: KnowledgeBase, llm: ScriptedLLM) -> None:
+    async with await _client(make_engine(kb, llm, max_message_chars=1000)) as c:
+        response = await c.post("/v1/chat/completions", json=_chat("x" * 1001))
+        _assert_error(response, 413, "invalid_request_error", "1001 characters", "1000")
+        assert response.json()["error"]["param"] == "messages[0].content"
+    async with await _client(make_engine(kb, llm, max_body_bytes=2000)) as c:
+        response = await c.post("/v1/chat/completions", json=_chat("x" * 3000))
+        _assert_error(response, 413, "invalid_request_error", "2000 bytes")
+
+
+async def test_unknown_model_is_404(client: httpx.AsyncClient) -> None:
+    response = await client.post("/v1/chat/completions", json={**_chat(), "model": "gpt-4o"})
+    _assert_error(response, 404, "not_found_error", "'gpt-4o'", "citeflow-kb")
+    assert response.json()["error"]["code"] == "model_not_found"
+
+
+async def test_empty_collection_is_a_clear_error(
+    kb: KnowledgeBase, client: httpx.AsyncClient
+) -> None:
+    for doc in kb.documents():
+        kb.store.delete_document("kb", doc.doc_id)
+    response = await client.post("/v1/chat/completions", json=_chat(stream=True))
+    _assert_error(response, 400, "invalid_request_error", "no documents", "citeflow ingest")
+
+
+async def test_bearer_keys(kb: KnowledgeBase, llm: ScriptedLLM) -> None:
+    engine = make_engine(kb, llm)
+    engine.settings.api_keys = [SecretStr("first-key"), SecretStr("second-key")]
+    async with await _client(engine) as c:
+        missing = await c.get("/v1/models")
+        _assert_error(missing, 401, "authentication_error", "Authorization: Bearer")
+        assert missing.headers["www-authenticate"] == "Bearer"
+        wrong = await c.post(
+            "/v1/chat/completions", json=_chat(), headers={"Authorization": "Bearer nope"}
+        )
+        _assert_error(wrong, 401, "authentication_error", "invalid API key")
+        assert wrong.json()["error"]["code"] == "invalid_api_key"
+        basic = await c.get("/v1/models", headers={"Authorization": "Basic Zmlyc3Qta2V5"})
+        assert basic.status_code == 401
+        for key in ("first-key", "second-key"):
+            ok = await c.get("/v1/models", headers={"Authorization": f"Bearer {key}"})
+            assert ok.status_code == 200
+
+
+async def test_unknown_route_and_method_are_openai_errors(client: httpx.AsyncClient) -> None:
+    _assert_error(await client.get("/v1/nothing"), 404, "not_found_error")
+    _assert_error(await client.get("/v1/chat/completions"), 405, "invalid_request_error")
