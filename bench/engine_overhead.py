@@ -24,8 +24,6 @@ sys.path.insert(0, str(ROOT))
 
 from llama_index.core.query_engine import CitationQueryEngine  # noqa: E402
 from llama_index.core.schema import Document  # noqa: E402
-from tests.fakes.embedding import HashEmbedding  # noqa: E402
-from tests.fakes.llm import ScriptedLLM  # noqa: E402
 
 from citeflow.citations.text import split_sentences  # noqa: E402
 from citeflow.knowledge_base import KnowledgeBase  # noqa: E402
@@ -33,6 +31,8 @@ from citeflow.query.grading import ScoreGrader  # noqa: E402
 from citeflow.settings import Settings  # noqa: E402
 from citeflow.store import Store  # noqa: E402
 from citeflow.workflows.citation_query import CitationQueryWorkflow, QueryOptions  # noqa: E402
+from tests.fakes.embedding import HashEmbedding  # noqa: E402
+from tests.fakes.llm import ScriptedLLM  # noqa: E402
 
 QUESTIONS = [
     "What did the author work on before college?",
