@@ -154,6 +154,12 @@ def cmd_models_path(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    from citeflow.evaluation.cli import run
+
+    return run(args)
+
+
 # --- parser --------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -210,6 +216,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = models.add_parser("path", help="print the GGUF path in use")
     p.set_defaults(func=cmd_models_path)
 
+    from citeflow.evaluation.cli import add_arguments as eval_arguments
+
+    p = sub.add_parser("eval", help="score retrieval on a BEIR-format dataset (nDCG, Recall, MRR)")
+    eval_arguments(p)
+    p.set_defaults(func=cmd_eval)
     return parser
 
 

@@ -180,6 +180,7 @@ class LocalLlamaCppLLM(CustomLLM):
 
     _server: Any = PrivateAttr(default=None)
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+    _last_stats: dict[str, Any] = PrivateAttr(default_factory=dict)
 
     def __init__(
         self,
@@ -226,6 +227,11 @@ class LocalLlamaCppLLM(CustomLLM):
             temperature=settings.llm_temperature,
             threads=settings.local_threads,
         )
+
+    @property
+    def last_stats(self) -> dict[str, Any]:
+        """llama.cpp's timings of the last generation (``prompt_n``, ``prompt_ms``, ...)."""
+        return dict(self._last_stats)
 
     @classmethod
     def class_name(cls) -> str:
@@ -364,6 +370,8 @@ class LocalLlamaCppLLM(CustomLLM):
             raise ModelError(f"local LLM failed: {collector.error}")
         outcome = collector.outcome
         outcome.text = "".join(collector.parts)
+        timings = outcome.raw.get("timings")
+        self._last_stats = dict(timings) if isinstance(timings, dict) else {}
         return outcome
 
     def _spawn(

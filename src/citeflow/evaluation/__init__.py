@@ -1,0 +1,46 @@
+"""Evaluation on BEIR-format datasets: retrieval metrics now, citation metrics next.
+
+* `dataset`: `load_beir` reads corpus, queries, qrels and (SciFact) gold evidence; `DatasetError`
+  names the file and line of any bad input.
+* `metrics`: nDCG@k, Recall@k, MRR@k as BEIR/trec_eval define them, as pure functions.
+* `dense`: citeflow's dense retrieval over a cached embedded-Qdrant index of the corpus.
+* `runner`: `evaluate_retrieval` runs `RetrieverLike`s and builds an `EvalReport` (table, JSON).
+* `cli`: ``python -m citeflow.evaluation`` (and ``citeflow eval``).
+
+Only the light modules are imported here; `dense` and `cli` load on use.
+"""
+
+from citeflow.evaluation.dataset import (
+    BeirDataset,
+    CorpusDocument,
+    DatasetError,
+    Evidence,
+    load_beir,
+)
+from citeflow.evaluation.metrics import evaluate, mrr_at_k, ndcg_at_k, recall_at_k
+from citeflow.evaluation.runner import (
+    RETRIEVERS,
+    EvalReport,
+    RetrieverLike,
+    RetrieverResult,
+    aevaluate_retrieval,
+    evaluate_retrieval,
+)
+
+__all__ = [
+    "RETRIEVERS",
+    "BeirDataset",
+    "CorpusDocument",
+    "DatasetError",
+    "EvalReport",
+    "Evidence",
+    "RetrieverLike",
+    "RetrieverResult",
+    "aevaluate_retrieval",
+    "evaluate",
+    "evaluate_retrieval",
+    "load_beir",
+    "mrr_at_k",
+    "ndcg_at_k",
+    "recall_at_k",
+]

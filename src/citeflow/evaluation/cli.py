@@ -1,0 +1,218 @@
+"""``citeflow eval`` / ``python -m citeflow.evaluation``: score retrievers on a BEIR dataset.
+
+    python -m citeflow.evaluation /work/shared/data/scifact --split test --out scifact.json
+
+prints the dataset, how the dense index was obtained (built, resumed or reused from the cache)
+and a table (one row per retriever) on stdout, and writes the full JSON report. `add_arguments`
+and `run` let the ``citeflow`` command mount the same options as a subcommand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from collections.abc import Sequence
+from contextlib import ExitStack
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from citeflow.errors import CiteflowError, InvalidRequestError
+
+if TYPE_CHECKING:
+    from llama_index.core.base.embeddings.base import BaseEmbedding
+
+    from citeflow.settings import Settings
+
+__all__ = ["add_arguments", "build_parser", "main", "run"]
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _k_values(text: str) -> tuple[int, ...]:
+    try:
+        ks = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from None
+    if not ks or min(ks) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return ks
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``citeflow eval`` (also those of ``python -m citeflow.evaluation``)."""
+    parser.add_argument(
+        "dataset", type=Path, help="BEIR dataset folder (corpus.jsonl, queries.jsonl, qrels/)"
+    )
+    parser.add_argument("--split", default="test", help="qrels/<split>.tsv to use (default: test)")
+    parser.add_argument(
+        "--limit", type=_positive, help="only the first N queries of the split (a fast slice)"
+    )
+    parser.add_argument(
+        "--corpus-limit",
+        type=_positive,
+        help="index only N documents (the judged ones first); for smoke tests, not comparable",
+    )
+    parser.add_argument(
+        "--retrievers",
+        default="dense",
+        help="comma-separated retrievers to evaluate (default: dense)",
+    )
+    parser.add_argument(
+        "-k",
+        "--k-values",
+        type=_k_values,
+        default=(10, 100),
+        help="cut-offs, comma-separated (default: 10,100)",
+    )
+    parser.add_argument(
+        "--out", type=Path, help="JSON report path (default: <cache-dir>/reports/...json)"
+    )
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        help="where indexes are kept (default: $XDG_CACHE_HOME/citeflow/eval)",
+    )
+    parser.add_argument("--chunk-size", type=_positive, help="default: CITEFLOW_CHUNK_SIZE")
+    parser.add_argument("--chunk-overlap", type=int, help="default: CITEFLOW_CHUNK_OVERLAP")
+    parser.add_argument(
+        "--concurrency", type=_positive, default=8, help="queries in flight (default: 8)"
+    )
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``python -m citeflow.evaluation``."""
+    parser = argparse.ArgumentParser(
+        prog="citeflow eval",
+        description="Score citeflow's retrieval on a BEIR-format dataset (nDCG, Recall, MRR).",
+    )
+    add_arguments(parser)
+    return parser
+
+
+def run(
+    args: argparse.Namespace,
+    *,
+    settings: Settings | None = None,
+    embed_model: BaseEmbedding | None = None,
+    embedder_name: str | None = None,
+) -> int:
+    """Run ``citeflow eval`` with parsed arguments; returns the exit status.
+
+    ``settings`` default to the environment's; ``embed_model`` (with its ``embedder_name``)
+    replaces the configured embedder, for tests and notebooks.
+
+    Raises:
+        CiteflowError: bad dataset, unknown retriever, locked cache, provider errors.
+    """
+    from citeflow.evaluation.runner import RETRIEVERS
+    from citeflow.settings import load_settings
+
+    names = [n.strip() for n in str(args.retrievers).split(",") if n.strip()]
+    unknown = [n for n in names if n not in RETRIEVERS]
+    if unknown or not names:
+        raise InvalidRequestError(
+            f"unknown retriever {', '.join(unknown) or '(none)'}; "
+            f"available: {', '.join(RETRIEVERS)}"
+        )
+    settings = settings or load_settings()
+    with warnings.catch_warnings():
+        # llama-index asks embedded Qdrant for payload indexes it does not need: noise
+        warnings.filterwarnings("ignore", message="Payload indexes have no effect")
+        return _run(args, names, settings, embed_model, embedder_name)
+
+
+def _run(
+    args: argparse.Namespace,
+    names: list[str],
+    settings: Settings,
+    embed_model: BaseEmbedding | None,
+    embedder_name: str | None,
+) -> int:
+    from citeflow.evaluation.dataset import load_beir
+    from citeflow.evaluation.dense import default_cache_dir
+    from citeflow.evaluation.runner import RETRIEVERS, EvalContext, evaluate_retrieval
+
+    size = args.chunk_size or settings.chunk_size
+    overlap = args.chunk_overlap if args.chunk_overlap is not None else settings.chunk_overlap
+    if not 0 <= overlap < size:
+        raise InvalidRequestError(
+            f"--chunk-overlap ({overlap}) must be at least 0 and below --chunk-size ({size})"
+        )
+    progress = not args.quiet
+    dataset = load_beir(
+        args.dataset, split=args.split, limit=args.limit, corpus_limit=args.corpus_limit
+    )
+    _say(dataset.summary())
+    cache_dir = (args.cache_dir or default_cache_dir()).expanduser()
+    with ExitStack() as stack:
+        context = EvalContext(
+            settings=settings,
+            cache_dir=cache_dir,
+            stack=stack,
+            progress=progress,
+            chunk_size=args.chunk_size,
+            chunk_overlap=args.chunk_overlap,
+            embed_model=embed_model,
+            embedder_name=embedder_name,
+        )
+        retrievers = {}
+        for name in names:
+            retrievers[name] = RETRIEVERS[name](dataset, context)
+            for note in context.notes:
+                _say(note)
+            context.notes.clear()
+        report = evaluate_retrieval(
+            dataset,
+            retrievers,
+            args.k_values,
+            progress=progress,
+            concurrency=args.concurrency,
+        )
+    report.extra["options"] = {
+        "retrievers": names,
+        "limit": args.limit,
+        "corpus_limit": args.corpus_limit,
+        "chunk_size": size,
+        "chunk_overlap": overlap,
+        "concurrency": args.concurrency,
+    }
+    print(report.table())
+    out = args.out or (
+        cache_dir / "reports" / f"{dataset.name}-{dataset.split}-"
+        f"{datetime.now().strftime('%Y%m%d-%H%M%S')}.json"
+    )
+    _say(f"report: {report.write_json(out)}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m citeflow.evaluation``; returns the exit status."""
+    from citeflow import logs
+
+    args = build_parser().parse_args(argv)
+    logs.configure("WARNING")
+    try:
+        return run(args)
+    except CiteflowError as exc:
+        _say(f"citeflow: error: {exc}")
+        return 1
+    except KeyboardInterrupt:
+        _say("citeflow: interrupted (an unfinished index resumes on the next run)")
+        return 130

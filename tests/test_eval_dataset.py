@@ -1,0 +1,266 @@
+"""Loading BEIR-format datasets, and a clear error naming file and line for each bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from citeflow.errors import CiteflowError, InvalidRequestError
+from citeflow.evaluation.dataset import DatasetError, Evidence, load_beir
+from tests.conftest import REPO
+
+MINI = REPO / "tests" / "data" / "beir_mini"
+
+
+@pytest.fixture
+def mini(tmp_path: Path) -> Path:
+    """A writable copy of the mini dataset, to break."""
+    target = tmp_path / "mini"
+    shutil.copytree(MINI, target)
+    return target
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines()
+
+
+def _write(path: Path, lines: list[str]) -> None:
+    path.write_text("\n".join(lines) + "\n")
+
+
+# --- loading -----------------------------------------------------------------------------------
+def test_loads_the_mini_dataset() -> None:
+    ds = load_beir(MINI)
+    assert ds.name == "beir_mini" and ds.split == "test"
+    assert len(ds.corpus) == 12
+    assert ds.corpus["d1"].title == "Ducks"
+    assert ds.corpus["d1"].text.startswith("Ducks are waterfowl birds.")
+    assert list(ds.queries) == ["q1", "q2", "q3", "q4"]  # only the split's queries, qrels order
+    assert ds.qrels["q1"] == {"d1": 2, "d2": 1}
+    assert ds.judgements == 6
+    assert ds.relevant("q2") == {"d3", "d4"}
+    assert ds.full_corpus
+    assert "4 queries, 6 judgements, 12 documents" in ds.summary()
+
+
+def test_loads_gold_evidence_with_sentence_texts() -> None:
+    ds = load_beir(MINI)
+    assert ds.evidence["q2"] == [
+        Evidence("d3", "SUPPORT", (0,)),
+        Evidence("d4", "SUPPORT", (1,)),
+    ]
+    assert "q3" not in ds.evidence  # a claim with no rationale
+    assert ds.evidence_texts("q1") == [
+        (
+            "d1",
+            "SUPPORT",
+            ["Ducks are waterfowl birds.", "They live near ponds, rivers and lakes."],
+        )
+    ]
+    # sentences join back into the corpus text
+    assert " ".join(ds.sentences["d1"]) == ds.corpus["d1"].text
+    assert load_beir(MINI, evidence=False).evidence == {}
+
+
+def test_other_split_without_evidence() -> None:
+    ds = load_beir(MINI, split="train")
+    assert list(ds.queries) == ["q5"]
+    assert ds.evidence == {}
+
+
+def test_limit_keeps_first_queries_with_all_their_judgements() -> None:
+    ds = load_beir(MINI, limit=2)
+    assert list(ds.queries) == ["q1", "q2"]
+    assert ds.qrels == {"q1": {"d1": 2, "d2": 1}, "q2": {"d3": 2, "d4": 1}}
+    assert set(ds.evidence) == {"q1", "q2"}
+    assert len(ds.corpus) == 12  # the corpus is untouched
+
+
+def test_corpus_limit_keeps_judged_documents_first() -> None:
+    ds = load_beir(MINI, limit=1, corpus_limit=3)
+    assert set(ds.corpus) == {"d1", "d2", "d3"}  # judged d1, d2; then d3, first in file order
+    assert not ds.full_corpus
+    assert "corpus slice" in ds.summary()
+    # fewer slots than judged documents: every judged document is still kept
+    assert set(load_beir(MINI, limit=2, corpus_limit=1).corpus) == {"d1", "d2", "d3", "d4"}
+
+
+def test_corpus_digest_identifies_the_slice() -> None:
+    full, sliced = load_beir(MINI), load_beir(MINI, corpus_limit=5)
+    assert full.corpus_digest() == load_beir(MINI, limit=1).corpus_digest()
+    assert full.corpus_digest() != sliced.corpus_digest()
+
+
+def test_crlf_qrels_and_blank_lines(mini: Path) -> None:
+    qrels = mini / "qrels" / "test.tsv"
+    qrels.write_bytes(qrels.read_bytes().replace(b"\n", b"\r\n") + b"\r\n")
+    corpus = mini / "corpus.jsonl"
+    corpus.write_text(corpus.read_text() + "\n\n")
+    assert load_beir(mini).judgements == 6
+
+
+def test_ids_may_be_json_numbers(mini: Path) -> None:
+    _write(mini / "queries.jsonl", [json.dumps({"_id": 7, "text": "Why do ducks quack?"})])
+    _write(mini / "qrels" / "test.tsv", ["query-id\tcorpus-id\tscore", "7\td1\t1"])
+    assert load_beir(mini, evidence=False).queries == {"7": "Why do ducks quack?"}
+
+
+# --- errors ------------------------------------------------------------------------------------
+def _error(path: Path, **kwargs: object) -> DatasetError:
+    with pytest.raises(DatasetError) as info:
+        load_beir(path, **kwargs)  # type: ignore[arg-type]
+    err = info.value
+    assert isinstance(err, InvalidRequestError) and isinstance(err, CiteflowError)
+    assert err.status == 400
+    return err
+
+
+def test_not_a_folder(tmp_path: Path) -> None:
+    err = _error(tmp_path / "nope")
+    assert "not a dataset folder" in str(err)
+
+
+@pytest.mark.parametrize("name", ["corpus.jsonl", "queries.jsonl"])
+def test_missing_file(mini: Path, name: str) -> None:
+    (mini / name).unlink()
+    err = _error(mini)
+    assert str(err) == f"{name}: not found"
+    assert (err.file, err.line) == (name, 0)
+
+
+def test_missing_split_lists_the_available_ones(mini: Path) -> None:
+    err = _error(mini, split="dev")
+    assert str(err) == "qrels/dev.tsv: not found (splits here: test, train)"
+
+
+def test_invalid_json_line(mini: Path) -> None:
+    lines = _lines(mini / "corpus.jsonl")
+    lines[2] = lines[2][:-5]
+    _write(mini / "corpus.jsonl", lines)
+    err = _error(mini)
+    assert str(err).startswith("corpus.jsonl line 3: invalid JSON (")
+    assert (err.file, err.line) == ("corpus.jsonl", 3)
+
+
+def test_line_that_is_not_an_object(mini: Path) -> None:
+    _write(mini / "queries.jsonl", [*_lines(mini / "queries.jsonl"), "[1, 2]"])
+    assert str(_error(mini)) == "queries.jsonl line 6: expected a JSON object, got list"
+
+
+@pytest.mark.parametrize(
+    ("name", "drop", "message"),
+    [
+        ("corpus.jsonl", "text", "corpus.jsonl line 2: missing field 'text'"),
+        ("corpus.jsonl", "_id", "corpus.jsonl line 2: missing field '_id'"),
+        ("queries.jsonl", "text", "queries.jsonl line 2: missing field 'text'"),
+        ("queries.jsonl", "_id", "queries.jsonl line 2: missing field '_id'"),
+    ],
+)
+def test_missing_field(mini: Path, name: str, drop: str, message: str) -> None:
+    lines = _lines(mini / name)
+    obj = json.loads(lines[1])
+    del obj[drop]
+    lines[1] = json.dumps(obj)
+    _write(mini / name, lines)
+    assert str(_error(mini)) == message
+
+
+def test_field_of_the_wrong_type(mini: Path) -> None:
+    lines = _lines(mini / "corpus.jsonl")
+    lines[0] = json.dumps({"_id": "d1", "title": "Ducks", "text": ["not", "a", "string"]})
+    _write(mini / "corpus.jsonl", lines)
+    assert str(_error(mini)) == "corpus.jsonl line 1: field 'text' must be a string"
+
+
+def test_duplicate_id(mini: Path) -> None:
+    lines = _lines(mini / "corpus.jsonl")
+    _write(mini / "corpus.jsonl", [*lines, lines[4]])
+    assert str(_error(mini)) == "corpus.jsonl line 13: duplicate _id 'd5' (first on line 5)"
+
+
+def test_empty_query_text(mini: Path) -> None:
+    lines = _lines(mini / "queries.jsonl")
+    lines[2] = json.dumps({"_id": "q3", "text": "   "})
+    _write(mini / "queries.jsonl", lines)
+    err = _error(mini)
+    assert str(err) == "queries.jsonl line 3: query 'q3' has no text"
+    assert err.line == 3
+    # a query outside the split may be empty: it is never asked
+    assert load_beir(mini, split="train").queries == {"q5": "Why does Mars look red?"}
+
+
+def test_qrels_query_id_not_in_queries(mini: Path) -> None:
+    qrels = mini / "qrels" / "test.tsv"
+    _write(qrels, [*_lines(qrels), "q9\td1\t1"])
+    err = _error(mini)
+    assert str(err) == "qrels/test.tsv line 8: query id 'q9' is not in queries.jsonl"
+    assert (err.file, err.line) == ("qrels/test.tsv", 8)
+
+
+def test_qrels_corpus_id_not_in_corpus(mini: Path) -> None:
+    qrels = mini / "qrels" / "test.tsv"
+    lines = _lines(qrels)
+    lines[3] = "q2\td99\t1"
+    _write(qrels, lines)
+    assert str(_error(mini)) == "qrels/test.tsv line 4: corpus id 'd99' is not in corpus.jsonl"
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("q1\td3", "expected 3 tab-separated fields (query-id corpus-id score), got 2"),
+        ("q1\td3\thigh", "score 'high' is not an integer"),
+        ("q1\td1\t0", "(q1, d1) judged twice with different scores"),
+    ],
+)
+def test_bad_qrels_line(mini: Path, line: str, message: str) -> None:
+    qrels = mini / "qrels" / "test.tsv"
+    _write(qrels, [*_lines(qrels), line])
+    assert str(_error(mini)) == f"qrels/test.tsv line 8: {message}"
+
+
+def test_empty_qrels(mini: Path) -> None:
+    _write(mini / "qrels" / "test.tsv", ["query-id\tcorpus-id\tscore"])
+    assert str(_error(mini)) == "qrels/test.tsv: holds no judgements"
+
+
+def test_evidence_sentence_index_out_of_range(mini: Path) -> None:
+    path = mini / "evidence_test.jsonl"
+    lines = _lines(path)
+    obj = json.loads(lines[1])
+    obj["evidence"][1]["sentences"] = [7]
+    lines[1] = json.dumps(obj)
+    _write(path, lines)
+    assert str(_error(mini)) == (
+        "evidence_test.jsonl line 2: sentence index 7 out of range for document 'd4' (3 sentences)"
+    )
+
+
+def test_evidence_needs_the_sentences_file(mini: Path) -> None:
+    (mini / "corpus_sentences.jsonl").unlink()
+    assert str(_error(mini)) == (
+        "corpus_sentences.jsonl: not found (the sentence indices of evidence_test.jsonl)"
+    )
+    assert load_beir(mini, evidence=False).judgements == 6
+
+
+def test_evidence_unknown_document(mini: Path) -> None:
+    path = mini / "evidence_test.jsonl"
+    lines = _lines(path)
+    lines[0] = json.dumps(
+        {"_id": "q1", "evidence": [{"doc_id": "d77", "label": "SUPPORT", "sentences": [0]}]}
+    )
+    _write(path, lines)
+    assert str(_error(mini)) == (
+        "evidence_test.jsonl line 1: doc_id 'd77' is not in corpus_sentences.jsonl"
+    )
+
+
+def test_limits_must_be_positive() -> None:
+    with pytest.raises(InvalidRequestError, match="limit must be at least 1"):
+        load_beir(MINI, limit=0)
+    with pytest.raises(InvalidRequestError, match="corpus_limit must be at least 1"):
+        load_beir(MINI, corpus_limit=0)
