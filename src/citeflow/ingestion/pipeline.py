@@ -21,7 +21,6 @@ from pathlib import Path
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.node_parser import SentenceSplitter
-from llama_index.core.utils import get_tokenizer
 from llama_index.core.schema import (
     BaseNode,
     Document,
@@ -30,6 +29,7 @@ from llama_index.core.schema import (
     RelatedNodeInfo,
     TextNode,
 )
+from llama_index.core.utils import get_tokenizer
 from qdrant_client.http import models as rest
 from tqdm.auto import tqdm
 
