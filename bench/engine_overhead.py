@@ -60,7 +60,8 @@ def build() -> KnowledgeBase:
     return kb
 
 
-async def time_workflow(kb: KnowledgeBase, n: int) -> list[float]:
+async def time_workflow(kb: KnowledgeBase, n: int) -> tuple[list[float], list[float]]:
+    """Wall time per query, and the part of it spent inside the LLM and embedder calls."""
     workflow = CitationQueryWorkflow(
         retriever=kb.retriever(top_k=6),
         llm=ScriptedLLM([ANSWER], chunk_words=8),
@@ -70,13 +71,14 @@ async def time_workflow(kb: KnowledgeBase, n: int) -> list[float]:
     )
     for q in QUESTIONS:  # warm-up
         await workflow.run(query=q)
-    times = []
+    times, model = [], []
     for i in range(n):
         started = time.perf_counter()
         result = await workflow.run(query=QUESTIONS[i % len(QUESTIONS)])
         times.append(time.perf_counter() - started)
+        model.append(result.timings.get("llm", 0.0) + result.timings.get("embed", 0.0))
         assert result.cited, "the workflow produced no citation"
-    return times
+    return times, model
 
 
 def time_citation_engine(kb: KnowledgeBase, n: int) -> list[float]:
@@ -103,17 +105,21 @@ def main() -> None:
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     kb = build()
-    ours = asyncio.run(time_workflow(kb, args.queries))
+    ours, model = asyncio.run(time_workflow(kb, args.queries))
     theirs = time_citation_engine(kb, args.queries)
+    overhead = [t - m for t, m in zip(ours, model, strict=True)]
     print(f"engine overhead per query, {args.queries} queries, essay in Qdrant :memory:")
-    print(f"{'engine':34s} {'median ms':>10s} {'p95 ms':>8s}")
-    for name, times in (
-        ("citeflow CitationQueryWorkflow", ours),
-        ("LlamaIndex CitationQueryEngine", theirs),
-    ):
+    print(f"{'':44s} {'median ms':>10s} {'p95 ms':>8s}")
+    rows = (
+        ("citeflow: wall time", ours),
+        ("citeflow: in the fake LLM and embedder calls", model),
+        ("citeflow: engine overhead (wall - model)", overhead),
+        ("LlamaIndex CitationQueryEngine: wall time", theirs),
+    )
+    for name, times in rows:
         ms = sorted(t * 1000 for t in times)
-        print(f"{name:34s} {statistics.median(ms):10.2f} {ms[int(0.95 * len(ms)) - 1]:8.2f}")
-    print("target: citeflow median <= 5 ms")
+        print(f"{name:44s} {statistics.median(ms):10.2f} {ms[int(0.95 * len(ms)) - 1]:8.2f}")
+    print("target: citeflow engine overhead median <= 5 ms")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import NodeWithScore
@@ -38,11 +39,21 @@ class Retriever:
         query = VectorStoreQuery(query_embedding=embedding, similarity_top_k=top_k)
         return self.store.query(self.collection, query)
 
-    def _embed_and_search(self, query: str, top_k: int) -> VectorStoreQueryResult:
-        return self._search(self.embed_model.get_query_embedding(query), top_k)
+    def _embed_and_search(self, query: str, top_k: int) -> tuple[VectorStoreQueryResult, float]:
+        started = time.perf_counter()
+        embedding = self.embed_model.get_query_embedding(query)
+        embed_seconds = time.perf_counter() - started
+        return self._search(embedding, top_k), embed_seconds
 
     async def aretrieve(self, query: str, top_k: int | None = None) -> list[NodeWithScore]:
-        """The ``top_k`` chunks most similar to ``query``.
+        """The ``top_k`` chunks most similar to ``query``."""
+        nodes, _ = await self.aretrieve_timed(query, top_k)
+        return nodes
+
+    async def aretrieve_timed(
+        self, query: str, top_k: int | None = None
+    ) -> tuple[list[NodeWithScore], float]:
+        """`aretrieve`, plus the seconds spent in the embedder.
 
         An in-process embedder and the store share one worker-thread hop; an HTTP embedder is
         awaited natively first.
@@ -50,16 +61,19 @@ class Retriever:
         k = top_k or self.top_k
         try:
             if self._native:
+                started = time.perf_counter()
                 embedding = await self.embed_model.aget_query_embedding(query)
+                embed_seconds = time.perf_counter() - started
                 result = await asyncio.to_thread(self._search, embedding, k)
             else:
-                result = await asyncio.to_thread(self._embed_and_search, query, k)
+                result, embed_seconds = await asyncio.to_thread(self._embed_and_search, query, k)
         except Exception:
             await self.check()  # raises the clear error when the collection is missing
             raise
         nodes = result.nodes or []
         scores = result.similarities or [0.0] * len(nodes)
-        return [NodeWithScore(node=n, score=s) for n, s in zip(nodes, scores, strict=False)]
+        hits = [NodeWithScore(node=n, score=s) for n, s in zip(nodes, scores, strict=False)]
+        return hits, embed_seconds
 
     async def check(self) -> int:
         """The collection's chunk count; a clear error when it is missing or empty."""

@@ -8,6 +8,7 @@ with the answer so far. Only the last call is streamed. Its tokens go through `S
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -32,6 +33,7 @@ class Synthesis:
     cited: list[int] = field(default_factory=list)
     llm_calls: int = 0
     raw_text: str = ""
+    llm_seconds: float = 0.0  # time spent waiting on the LLM (its client included)
 
 
 def pack(sources: Sequence[NodeWithScore], budget: int) -> list[list[NodeWithScore]]:
@@ -79,6 +81,7 @@ class CitationSynthesizer:
     ) -> Synthesis:
         """Answer ``query`` from ``sources``; ``on_delta`` receives each checked text piece."""
         groups = pack(sources, self.context_budget)
+        llm_seconds = 0.0
         answer = ""
         first = 1
         calls = 0
@@ -95,7 +98,9 @@ class CitationSynthesizer:
                     )
                 )
             if index < len(groups) - 1:
+                waited = time.perf_counter()
                 reply = await self.llm.achat(self.messages(prompts[-1]))
+                llm_seconds += time.perf_counter() - waited
                 answer = (reply.message.content or "").strip()
                 calls += 1
         repairer = CitationRepairer(
@@ -119,13 +124,22 @@ class CitationSynthesizer:
             if on_delta is not None and piece:
                 on_delta(piece)
 
+        waited = time.perf_counter()
         stream = await self.llm.astream_chat(self.messages(prompts[-1]))
         calls += 1
-        async for chunk in stream:
+        chunks = aiter(stream)
+        while True:
+            try:
+                chunk = await anext(chunks)
+            except StopAsyncIteration:
+                break
+            finally:
+                llm_seconds += time.perf_counter() - waited
             delta = chunk.delta or ""
             raw.append(delta)
             for segment in segments.feed(delta):
                 emit(segment)
+            waited = time.perf_counter()
         for segment in segments.flush():
             emit(segment)
         text = "".join(parts).rstrip()
@@ -135,4 +149,5 @@ class CitationSynthesizer:
             cited=cited_numbers(text),
             llm_calls=calls,
             raw_text="".join(raw),
+            llm_seconds=llm_seconds,
         )

@@ -182,9 +182,13 @@ class CitationQueryWorkflow(Workflow):
         search_query = query
         if ev.history:
             self._status(ctx, "rewriting", "Rewriting the question")
+            waited = time.perf_counter()
             with upstream("LLM"):
                 search_query = await condense(self.llm, query, ev.history)
+            llm_seconds = time.perf_counter() - waited
         trace = RunTrace(query=query, search_query=search_query)
+        if ev.history:
+            trace.timings["llm"] = llm_seconds
         await ctx.store.set("trace", trace)
         trace.timed("rewrite", started)
         return RetrieveEvent(query=search_query, round=1)
@@ -195,10 +199,12 @@ class CitationQueryWorkflow(Workflow):
         started = time.perf_counter()
         self._status(ctx, "searching", f"Searching the documents for “{ev.query}”", ev.round)
         with upstream("embedding"):
-            nodes = await self.retriever.aretrieve(ev.query)
+            nodes, embed_seconds = await self.retriever.aretrieve_timed(ev.query)
         if not nodes and ev.round == 1:
             await self.retriever.check()  # a missing or empty collection: one clear error
-        (await self._trace(ctx)).timed("retrieve", started)
+        trace = await self._trace(ctx)
+        trace.timed("retrieve", started)
+        trace.timings["embed"] = trace.timings.get("embed", 0.0) + embed_seconds
         return RetrievedEvent(query=ev.query, round=ev.round, nodes=nodes)
 
     @step
@@ -232,7 +238,9 @@ class CitationQueryWorkflow(Workflow):
         self._status(ctx, "retrying", f"Nothing relevant yet; retry {ev.round - 1}", ev.round)
         with upstream("LLM"):
             query = await reformulate(self.llm, ev.original_query, ev.failed_query, ev.round)
-        (await self._trace(ctx)).timed("reformulate", started)
+        trace = await self._trace(ctx)
+        trace.timed("reformulate", started)
+        trace.timed("llm", started)  # the whole step is the LLM call
         return RetrieveEvent(query=query, round=ev.round)
 
     @step
@@ -271,6 +279,7 @@ class CitationQueryWorkflow(Workflow):
                     on_delta=lambda piece: ctx.write_event_to_stream(AnswerDeltaEvent(delta=piece)),
                 )
             text, citations, cited = synthesis.text, synthesis.citations, synthesis.cited
+            trace.timings["llm"] = trace.timings.get("llm", 0.0) + synthesis.llm_seconds
         trace.timed("synthesize", started)
         self._status(ctx, "done", "Done")
         return StopEvent(
