@@ -6,6 +6,7 @@ import json
 import logging
 import sys
 import time
+import warnings
 from typing import Any
 
 _RESERVED = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
@@ -40,5 +41,7 @@ def configure(level: str = "WARNING", *, json_format: bool = False) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     root.propagate = False
+    # local Qdrant warns that payload indexes (made for server Qdrant) do nothing locally
+    warnings.filterwarnings("ignore", message="Payload indexes have no effect")
     # pypdf reports recoverable oddities of real-world PDFs at WARNING; ingestion reports failures
     logging.getLogger("pypdf").setLevel(logging.ERROR)

@@ -160,6 +160,12 @@ def _build_local(settings: Settings) -> BaseEmbedding:
             "the local embedder needs llama-index-embeddings-huggingface and torch: "
             "pip install 'citeflow[local]'"
         ) from None
+    try:  # the weight-loading bar of a 90 MB local model is noise in a CLI
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    except ImportError:  # pragma: no cover - transformers comes with the local extra
+        pass
     try:
         model: BaseEmbedding = HuggingFaceEmbedding(
             model_name=str(path),
