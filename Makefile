@@ -32,13 +32,13 @@ demo: model  ## set up, ingest data/ and ask a question, on the embedded default
 	$(BIN)/citeflow ask --collection demo --timings "$(QUESTION)"
 
 lint: $(STAMP)  ## ruff and mypy --strict
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench integrations
+	$(BIN)/ruff format --check src tests bench integrations
 	$(BIN)/mypy
 
 format: $(STAMP)
-	$(BIN)/ruff format src tests bench
-	$(BIN)/ruff check --fix src tests bench
+	$(BIN)/ruff format src tests bench integrations
+	$(BIN)/ruff check --fix src tests bench integrations
 
 test: lint  ## install, lint, and run the whole test suite (real small models included)
 	$(BIN)/python -m pytest -q -m "not e2e"
