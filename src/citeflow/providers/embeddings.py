@@ -26,14 +26,12 @@ from openai.lib.azure import API_KEY_SENTINEL
 from citeflow.errors import ConfigError, ModelError
 from citeflow.providers.llm import (
     DEFAULT_MAX_RETRIES,
-    NO_KEY_PLACEHOLDER,
     azure_auth,
     first_line,
+    openai_connection,
     require_azure_api_version,
     require_azure_endpoint,
-    require_http_url,
     safe_url,
-    secret_value,
 )
 from citeflow.settings import Settings
 
@@ -179,17 +177,7 @@ def _build_local(settings: Settings) -> BaseEmbedding:
 
 def _build_openai(settings: Settings, max_retries: int) -> BaseEmbedding:
     model = settings.embed_model.strip() or DEFAULT_OPENAI_EMBED_MODEL
-    base_url = settings.openai_base_url.strip() if settings.openai_base_url else ""
-    if base_url:
-        base_url = require_http_url(base_url, "CITEFLOW_OPENAI_BASE_URL")
-    key = secret_value(settings.openai_api_key)
-    if not key:
-        if not base_url:
-            raise ConfigError(
-                "CITEFLOW_EMBED_PROVIDER=openai needs CITEFLOW_OPENAI_API_KEY, or "
-                "CITEFLOW_OPENAI_BASE_URL for an OpenAI-compatible server that needs no key"
-            )
-        key = NO_KEY_PLACEHOLDER
+    base_url, key = openai_connection(settings, "CITEFLOW_EMBED_PROVIDER")
     try:
         embed: BaseEmbedding = CompatOpenAIEmbedding(
             # `model_name` is what is sent, so any name works (`model` must be one OpenAI knows).

@@ -343,8 +343,11 @@ def build_llm(settings: Settings, *, max_retries: int = DEFAULT_MAX_RETRIES) -> 
     raise ConfigError(f"CITEFLOW_LLM_PROVIDER={provider!r}: expected local, openai or azure")
 
 
-def _build_openai(settings: Settings, max_retries: int) -> LLM:
-    model = settings.llm_model.strip() or DEFAULT_OPENAI_MODEL
+def openai_connection(settings: Settings, provider_var: str) -> tuple[str, str]:
+    """The base URL (empty: OpenAI's) and API key for OpenAI or an OpenAI-compatible server.
+
+    A server given by URL may need no key; OpenAI itself does.
+    """
     base_url = settings.openai_base_url.strip() if settings.openai_base_url else ""
     if base_url:
         base_url = require_http_url(base_url, "CITEFLOW_OPENAI_BASE_URL")
@@ -352,10 +355,16 @@ def _build_openai(settings: Settings, max_retries: int) -> LLM:
     if not key:
         if not base_url:
             raise ConfigError(
-                "CITEFLOW_LLM_PROVIDER=openai needs CITEFLOW_OPENAI_API_KEY, or "
+                f"{provider_var}=openai needs CITEFLOW_OPENAI_API_KEY, or "
                 "CITEFLOW_OPENAI_BASE_URL for an OpenAI-compatible server that needs no key"
             )
         key = NO_KEY_PLACEHOLDER
+    return base_url, key
+
+
+def _build_openai(settings: Settings, max_retries: int) -> LLM:
+    model = settings.llm_model.strip() or DEFAULT_OPENAI_MODEL
+    base_url, key = openai_connection(settings, "CITEFLOW_LLM_PROVIDER")
     try:
         return CompatOpenAI(
             model=model,
