@@ -73,6 +73,26 @@ class PacedLLM(ScriptedLLM):
         return gen()
 
 
+class FailingLLM(PacedLLM):
+    """A `PacedLLM` whose chat stream raises ConnectionError after ``fail_after`` pieces."""
+
+    fail_after: int = 8
+
+    async def astream_chat(self, messages, **kw):  # type: ignore[no-untyped-def,override]
+        stream = await super().astream_chat(messages, **kw)
+        fail_after = self.fail_after
+
+        async def gen():  # type: ignore[no-untyped-def]
+            count = 0
+            async for piece in stream:
+                yield piece
+                count += 1
+                if count == fail_after:
+                    raise ConnectionError("upstream went away")
+
+        return gen()
+
+
 class CountingEmbedding(HashEmbedding):
     """A `HashEmbedding` that counts query embeddings (retrievals)."""
 

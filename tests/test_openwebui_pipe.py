@@ -20,7 +20,7 @@ from pydantic import SecretStr
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.server import create_app
 from tests.fakes.embedding import HashEmbedding
-from tests.server_helpers import LiveServer, PacedLLM, make_engine, wait_until
+from tests.server_helpers import FailingLLM, LiveServer, PacedLLM, make_engine, wait_until
 
 PIPE_FILE = Path(__file__).resolve().parents[1] / "integrations" / "openwebui_pipe.py"
 
@@ -303,22 +303,8 @@ async def test_error_model_entry_when_citeflow_is_back(server: LiveServer) -> No
 
 
 async def test_failure_mid_stream_ends_with_a_message(kb: KnowledgeBase) -> None:
-    class Failing(PacedLLM):
-        async def astream_chat(self, messages, **kw):  # type: ignore[no-untyped-def,override]
-            stream = await super().astream_chat(messages, **kw)
-
-            async def gen():  # type: ignore[no-untyped-def]
-                count = 0
-                async for piece in stream:
-                    yield piece
-                    count += 1
-                    if count == 8:
-                        raise ConnectionError("upstream went away")
-
-            return gen()
-
     long_answer = " ".join([ANSWER] * 10)
-    with LiveServer(create_app(make_engine(kb, Failing([long_answer], delay=0.01)))) as live:
+    with LiveServer(create_app(make_engine(kb, FailingLLM([long_answer], delay=0.01)))) as live:
         text, rec = await ask(make_pipe(live.base_url), body())
     answer, _, error = text.partition("\n\n**citeflow error:** ")
     assert answer.startswith("Yahoo bought Viaweb")

@@ -15,7 +15,14 @@ import pytest
 from citeflow.citations.markers import cited_numbers
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.server import create_app
-from tests.server_helpers import LiveServer, PacedLLM, make_engine, parse_sse, wait_until
+from tests.server_helpers import (
+    FailingLLM,
+    LiveServer,
+    PacedLLM,
+    make_engine,
+    parse_sse,
+    wait_until,
+)
 
 QUESTION = "Who bought Viaweb, and where do ducks live?"
 ANSWER = "Yahoo bought Viaweb in 1998 [1]. Ducks live near ponds [2]."
@@ -138,21 +145,7 @@ async def test_non_streaming_disconnect_cancels_the_run(kb: KnowledgeBase) -> No
 
 
 async def test_llm_failure_mid_stream_ends_with_error_then_done(kb: KnowledgeBase) -> None:
-    class Failing(PacedLLM):
-        async def astream_chat(self, messages, **kw):  # type: ignore[no-untyped-def,override]
-            stream = await super().astream_chat(messages, **kw)
-
-            async def gen():  # type: ignore[no-untyped-def]
-                count = 0
-                async for piece in stream:
-                    yield piece
-                    count += 1
-                    if count == 8:
-                        raise ConnectionError("upstream went away")
-
-            return gen()
-
-    llm = Failing([LONG_ANSWER], delay=0.01)
+    llm = FailingLLM([LONG_ANSWER], delay=0.01)
     with LiveServer(create_app(make_engine(kb, llm))) as live:
         body = {
             "model": "citeflow-kb",
