@@ -1,8 +1,8 @@
 """Ingestion throughput against the embedder's raw encode throughput, on the same texts.
 
 SciFact's abstracts (BEIR, ../shared/data/scifact) go through citeflow's ingestion into an
-embedded on-disk Qdrant with the real local embedder (all-MiniLM-L6-v2, CPU); the same chunk
-texts are also encoded by the embedder alone. Runs alternate and the medians are compared.
+embedded on-disk Qdrant with the real local embedder (all-MiniLM-L6-v2, CPU), BM25 sparse vectors
+included; the same chunk texts are also encoded by the embedder alone. Runs alternate and the medians are compared.
 With --baseline, LlamaIndex's `VectorStoreIndex` over the same embedded Qdrant is timed too.
 
     .venv/bin/python bench/ingest_throughput.py [--limit 5183] [--repeats 3] [--baseline]
@@ -118,10 +118,12 @@ def main() -> None:
 def baseline(docs: list[Document], embed: object, settings: Settings) -> float:
     from llama_index.core import StorageContext, VectorStoreIndex
     from llama_index.core.node_parser import SentenceSplitter
+    from llama_index.vector_stores.qdrant import QdrantVectorStore
 
     with tempfile.TemporaryDirectory() as tmp:
         store = Store.open_path(tmp)
-        context = StorageContext.from_defaults(vector_store=store.vector_store("base"))
+        vector_store = QdrantVectorStore(collection_name="base", client=store.client)
+        context = StorageContext.from_defaults(vector_store=vector_store)
         started = time.perf_counter()
         VectorStoreIndex.from_documents(
             docs,

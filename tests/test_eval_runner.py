@@ -350,13 +350,18 @@ def test_run_prints_the_table_and_writes_json(
     assert "nDCG@5" in captured.out and "Recall@20" in captured.out
     assert captured.out.splitlines()[4].startswith("dense")
     assert "beir_mini/test: 4 queries" in captured.err
-    assert "12 chunks, built (12 chunks embedded)" in captured.err
+    assert captured.err.count("12 chunks, built (12 chunks embedded)") == 1  # one shared index
     assert f"report: {out}" in captured.err
+    rows = [line.split()[0] for line in captured.out.splitlines()[4:7]]
+    assert rows == ["dense", "bm25", "hybrid"]
     data = json.loads(out.read_text())
     assert data["retrieval"]["dense"]["metrics"]["Recall@20"] == 1.0
     assert data["retrieval"]["dense"]["info"]["embedder"] == "hash"
+    assert data["retrieval"]["bm25"]["info"]["mode"] == "keyword"
+    assert data["retrieval"]["hybrid"]["info"]["fusion"] == "rrf"
+    assert data["retrieval"]["bm25"]["metrics"]["Recall@20"] == 1.0
     assert data["options"] == {
-        "retrievers": ["dense"],
+        "retrievers": ["dense", "bm25", "hybrid"],
         "limit": None,
         "corpus_limit": None,
         "chunk_size": 128,
@@ -390,14 +395,14 @@ def test_main_uses_the_configured_embedder_and_reports_errors(
 
     assert main([str(tmp_path), "--cache-dir", cache, "-q"]) == 1
     assert capsys.readouterr().err.strip() == "citeflow: error: corpus.jsonl: not found"
-    assert main([str(MINI), "--cache-dir", cache, "-q", "--retrievers", "dense,bm25"]) == 1
-    assert "unknown retriever bm25; available: dense" in capsys.readouterr().err
+    assert main([str(MINI), "--cache-dir", cache, "-q", "--retrievers", "dense,splade"]) == 1
+    assert "unknown retriever splade; available: dense, bm25, hybrid" in capsys.readouterr().err
     assert main([str(MINI), "--cache-dir", cache, "-q", "--chunk-overlap", "600"]) == 1
     assert "--chunk-overlap (600)" in capsys.readouterr().err
 
 
 def test_retrievers_registry_and_default_cache_dir(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert list(RETRIEVERS) == ["dense"]
+    assert list(RETRIEVERS) == ["dense", "bm25", "hybrid"]
     monkeypatch.setenv("XDG_CACHE_HOME", "/tmp/xdg")
     assert default_cache_dir() == Path("/tmp/xdg/citeflow/eval")
     assert isinstance(EvalReport(dataset={}, k_values=(10,), retrieval={}).table(), str)

@@ -1,4 +1,4 @@
-"""The ``citeflow`` command: ingest, ask, documents, collections, models, serve.
+"""The ``citeflow`` command: ingest, ask, delete, reindex, documents, collections, models, serve.
 
 Every user-fixable problem ends in one line ``citeflow: error: ...`` and exit status 1; progress
 and status go to stderr, answers to stdout.
@@ -61,6 +61,20 @@ def cmd_delete(args: argparse.Namespace) -> int:
     finally:
         kb.close()
     print(f"{settings.collection}: {removed} documents removed")
+    return 0
+
+
+def cmd_reindex(args: argparse.Namespace) -> int:
+    from citeflow.bm25 import BM25Encoder
+    from citeflow.store import Store
+
+    settings = _settings(args)
+    store = Store.open(settings)
+    try:
+        points = store.add_keyword_index(settings.collection, BM25Encoder())
+    finally:
+        store.close()
+    print(f"{settings.collection}: {points} chunks with dense and keyword (BM25) vectors")
     return 0
 
 
@@ -187,6 +201,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prune", action="store_true", help="remove documents whose files are gone")
     collection_arg(p)
     p.set_defaults(func=cmd_delete)
+
+    p = sub.add_parser(
+        "reindex", help="add the keyword (BM25) index to a knowledge base made before it existed"
+    )
+    collection_arg(p)
+    p.set_defaults(func=cmd_reindex)
 
     p = sub.add_parser("documents", help="list the documents of a knowledge base")
     collection_arg(p)

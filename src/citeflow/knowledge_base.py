@@ -19,7 +19,7 @@ from llama_index.core.schema import Document
 
 from citeflow.ingestion.pipeline import Ingestor, IngestReport
 from citeflow.query.grading import build_grader
-from citeflow.query.retrieval import Retriever
+from citeflow.query.retrieval import Retriever, SearchOptions
 from citeflow.settings import Settings, load_settings
 from citeflow.store import DocumentRecord, Store
 from citeflow.workflows.citation_query import CitationQueryWorkflow, QueryOptions
@@ -117,6 +117,7 @@ class KnowledgeBase:
             self.embed_model,
             collection=self.collection,
             top_k=top_k or self.settings.top_k,
+            options=SearchOptions.from_settings(self.settings),
         )
 
     def workflow(self, llm: LLM | None = None, **kwargs: Any) -> CitationQueryWorkflow:

@@ -15,6 +15,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 Provider = Literal["local", "openai", "azure"]
 GraderKind = Literal["auto", "llm", "score", "none"]
+RetrievalMode = Literal["hybrid", "dense", "keyword"]
+FusionKind = Literal["rrf", "relative"]
 
 DEFAULT_LOCAL_MODEL_FILE = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 
@@ -105,6 +107,20 @@ class Settings(BaseSettings):
 
     # --- query workflow ------------------------------------------------------------------------
     top_k: int = Field(default=6, ge=1, le=100, description="Chunks retrieved per search.")
+    retrieval: RetrievalMode = Field(
+        default="hybrid",
+        description="Search: hybrid (dense + BM25 fused) | dense | keyword (BM25 only).",
+    )
+    fusion: FusionKind = Field(
+        default="rrf", description="Hybrid fusion: rrf (reciprocal rank) | relative (scores)."
+    )
+    dense_weight: float = Field(
+        default=0.5, ge=0.0, le=1.0, description="Hybrid: weight of the dense side (BM25: 1-w)."
+    )
+    rrf_k: int = Field(default=60, ge=0, description="Reciprocal rank fusion constant.")
+    hybrid_candidates: int = Field(
+        default=30, ge=1, le=1000, description="Hybrid: chunks fetched per side before fusion."
+    )
     grader: GraderKind = Field(
         default="auto",
         description="Grading: auto (score for local, llm otherwise) | llm | score | none.",

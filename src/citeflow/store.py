@@ -1,8 +1,13 @@
 """The Qdrant store: one client, one collection per knowledge base.
 
 Embedded by default (qdrant-client's local mode in a directory, or ``:memory:``); a URL and API
-key point the same code at a Qdrant server or cluster. Collections hold LlamaIndex nodes written by
-`QdrantVectorStore`, so a notebook can also open them with ``VectorStoreIndex.from_vector_store``.
+key point the same code at a Qdrant server or cluster.
+
+A collection has LlamaIndex's hybrid layout: a dense vector ``text-dense`` (the embedder's) and a
+sparse vector ``text-sparse-new`` (BM25 term weights, see `citeflow.bm25`) declared with Qdrant's
+IDF modifier. Payloads are LlamaIndex node payloads, so a notebook can open a collection with
+``QdrantVectorStore`` (also with ``enable_hybrid=True``). Collections written before the keyword
+side existed (one unnamed dense vector) still work, dense only.
 
 qdrant-client's local mode is not thread-safe and admits one process per directory: every call
 goes through one lock, and async callers hop to a worker thread so the event loop never blocks.
@@ -11,25 +16,56 @@ goes through one lock, and async callers hop to a worker thread so the event loo
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from llama_index.core.schema import BaseNode
-from llama_index.core.vector_stores.types import VectorStoreQuery, VectorStoreQueryResult
+from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, TextNode
+from llama_index.core.vector_stores.utils import (
+    legacy_metadata_dict_to_node,
+    metadata_dict_to_node,
+    node_to_metadata_dict,
+)
 from llama_index.vector_stores.qdrant import QdrantVectorStore
 from qdrant_client import QdrantClient
 from qdrant_client.http import models as rest
 
+from citeflow.bm25 import BM25Encoder, SparseVector
 from citeflow.errors import CollectionNotFoundError, EmptyCollectionError, StoreLockedError
 from citeflow.settings import Settings
 
 T = TypeVar("T")
+log = logging.getLogger("citeflow.store")
+
+#: vector names of LlamaIndex's hybrid Qdrant layout (QdrantVectorStore's defaults)
+DENSE_VECTOR = "text-dense"
+SPARSE_VECTOR = "text-sparse-new"
 
 #: payload keys kept per document (one copy on each of its chunks)
 DOC_KEYS = ("doc_id", "content_hash", "file_path", "file_name", "title")
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """How a collection stores its vectors."""
+
+    dense: str
+    """name of the dense vector ("" for a collection with one unnamed vector)"""
+    sparse: str | None
+    """name of the BM25 sparse vector, or None when the collection has no keyword side"""
+
+
+@dataclass(frozen=True, slots=True)
+class Hits:
+    """One search's results per side, best first (either side may be empty)."""
+
+    dense: list[NodeWithScore]
+    sparse: list[NodeWithScore]
+    vectors: dict[str, list[float]] = field(default_factory=dict)
+    """dense vectors of keyword hits, by node id (when asked for)"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +87,7 @@ class Store:
         self.client = client
         self.location = location
         self._lock = threading.RLock()
-        self._vector_stores: dict[str, QdrantVectorStore] = {}
+        self._layouts: dict[str, Layout] = {}
 
     @classmethod
     def open(cls, settings: Settings) -> Store:
@@ -100,12 +136,76 @@ class Store:
 
     # --- collections -------------------------------------------------------------------------
     def vector_store(self, collection: str) -> QdrantVectorStore:
-        """The LlamaIndex vector store of a collection (created on first write)."""
-        if collection not in self._vector_stores:
-            self._vector_stores[collection] = QdrantVectorStore(
-                collection_name=collection, client=self.client, batch_size=256
-            )
-        return self._vector_stores[collection]
+        """A LlamaIndex vector store over an existing collection (dense side), for notebooks."""
+        layout = self.layout(collection)
+        return QdrantVectorStore(
+            collection_name=collection,
+            client=self.client,
+            dense_vector_name=layout.dense or None,
+        )
+
+    def layout(self, collection: str) -> Layout:
+        """The vector layout of an existing collection."""
+        if collection not in self._layouts:
+            info = self.call(self.client.get_collection, collection)
+            vectors = info.config.params.vectors
+            sparse = info.config.params.sparse_vectors or {}
+            if isinstance(vectors, dict):
+                dense = DENSE_VECTOR if DENSE_VECTOR in vectors else next(iter(vectors), "")
+            else:
+                dense = ""
+            layout = Layout(dense=dense, sparse=SPARSE_VECTOR if SPARSE_VECTOR in sparse else None)
+            if layout.sparse is None:
+                log.warning(
+                    "collection has no keyword (BM25) index; searching it dense only. "
+                    "Add one, without re-embedding: citeflow reindex --collection NAME",
+                    extra={"collection": collection},
+                )
+            self._tune_embedded(collection)
+            self._layouts[collection] = layout
+        return self._layouts[collection]
+
+    def ensure_collection(self, collection: str, dimension: int) -> Layout:
+        """Create the collection with the hybrid layout unless it exists; its layout."""
+        with self._lock:
+            if not self.client.collection_exists(collection):
+                self.client.create_collection(
+                    collection_name=collection,
+                    vectors_config={
+                        DENSE_VECTOR: rest.VectorParams(
+                            size=dimension, distance=rest.Distance.COSINE
+                        )
+                    },
+                    sparse_vectors_config={
+                        SPARSE_VECTOR: rest.SparseVectorParams(
+                            index=rest.SparseIndexParams(), modifier=rest.Modifier.IDF
+                        )
+                    },
+                )
+                if not self.embedded:  # payload indexes only exist on a Qdrant server
+                    self.client.create_payload_index(
+                        collection, "doc_id", field_schema=rest.PayloadSchemaType.KEYWORD
+                    )
+            return self.layout(collection)
+
+    def _tune_embedded(self, collection: str) -> None:
+        """Embedded store: commit writes through SQLite's write-ahead log.
+
+        qdrant-client's local mode commits every point in its own transaction; in SQLite's
+        default rollback-journal mode each commit creates, syncs and deletes a journal file.
+        WAL with ``synchronous=NORMAL`` halves the CPU per written point and keeps the database
+        consistent after a crash (the last writes may be lost on power failure, not corrupted).
+        """
+        if not self.embedded or self.location == ":memory:":
+            return
+        local = getattr(self.client, "_client", None)
+        persistence = getattr(getattr(local, "collections", {}).get(collection), "storage", None)
+        connection = getattr(persistence, "storage", None)
+        if connection is None:  # a qdrant-client whose internals differ: keep its defaults
+            return
+        with self._lock:
+            connection.execute("PRAGMA journal_mode=WAL")
+            connection.execute("PRAGMA synchronous=NORMAL")
 
     def collections(self) -> list[str]:
         return sorted(c.name for c in self.call(self.client.get_collections).collections)
@@ -135,19 +235,168 @@ class Store:
         return count
 
     def drop(self, collection: str) -> bool:
-        self._vector_stores.pop(collection, None)
-        return self.call(self.client.delete_collection, collection)
+        with self._lock:
+            self._layouts.pop(collection, None)
+            return self.client.delete_collection(collection)
 
     # --- nodes -------------------------------------------------------------------------------
-    def add(self, collection: str, nodes: list[BaseNode]) -> None:
-        vs = self.vector_store(collection)
-        self.call(vs.add, nodes)
+    def add(
+        self,
+        collection: str,
+        nodes: list[BaseNode],
+        sparse: list[SparseVector] | None = None,
+    ) -> None:
+        """Upsert embedded nodes (and their BM25 vectors, when the collection has a keyword side).
 
-    def query(self, collection: str, query: VectorStoreQuery) -> VectorStoreQueryResult:
-        return self.call(self.vector_store(collection).query, query)
+        The collection is created with the hybrid layout on first write.
+        """
+        if not nodes:
+            return
+        if sparse is not None and len(sparse) != len(nodes):
+            raise ValueError(f"{len(nodes)} nodes but {len(sparse)} sparse vectors")
+        layout = self.ensure_collection(collection, len(nodes[0].get_embedding()))
+        points = []
+        for i, node in enumerate(nodes):
+            vector: dict[str, Any] = {layout.dense: node.get_embedding()}
+            if layout.sparse and sparse is not None and sparse[i].indices:
+                vector[layout.sparse] = rest.SparseVector(
+                    indices=sparse[i].indices, values=sparse[i].values
+                )
+            payload = node_to_metadata_dict(node, remove_text=False, flat_metadata=False)
+            points.append(rest.PointStruct(id=node.node_id, vector=vector, payload=payload))
+        self.call(self.client.upsert, collection_name=collection, points=points, wait=True)
 
-    async def aquery(self, collection: str, query: VectorStoreQuery) -> VectorStoreQueryResult:
-        return await self.acall(self.vector_store(collection).query, query)
+    def search(
+        self,
+        collection: str,
+        *,
+        dense: list[float] | None = None,
+        sparse: SparseVector | None = None,
+        limit: int,
+        sparse_limit: int | None = None,
+        sparse_vectors: bool = False,
+    ) -> Hits:
+        """Dense and/or BM25 search in one round trip; each side's ``limit`` best chunks.
+
+        ``sparse_vectors`` also returns the dense vectors of the keyword hits (`Hits.vectors`),
+        for scoring them against the query embedding.
+        """
+        layout = self.layout(collection)
+        requests: list[rest.QueryRequest] = []
+        if dense is not None:
+            requests.append(
+                rest.QueryRequest(
+                    query=dense, using=layout.dense or None, limit=limit, with_payload=True
+                )
+            )
+        use_sparse = sparse is not None and bool(sparse.indices) and layout.sparse is not None
+        if use_sparse:
+            assert sparse is not None
+            with_vector: bool | list[str] = sparse_vectors
+            if sparse_vectors and layout.dense:
+                with_vector = [layout.dense]
+            requests.append(
+                rest.QueryRequest(
+                    query=rest.SparseVector(indices=sparse.indices, values=sparse.values),
+                    using=layout.sparse,
+                    limit=sparse_limit or limit,
+                    with_payload=True,
+                    with_vector=with_vector,
+                )
+            )
+        if not requests:
+            return Hits(dense=[], sparse=[])
+        responses = self.call(
+            self.client.query_batch_points, collection_name=collection, requests=requests
+        )
+        results = [[_to_node(p) for p in r.points] for r in responses]
+        vectors: dict[str, list[float]] = {}
+        if use_sparse and sparse_vectors:
+            for point in responses[-1].points:
+                found: Any = point.vector
+                if isinstance(found, dict):
+                    found = found.get(layout.dense)
+                if isinstance(found, list):
+                    vectors[str(point.id)] = [float(x) for x in found]
+        return Hits(
+            dense=results[0] if dense is not None else [],
+            sparse=results[-1] if use_sparse else [],
+            vectors=vectors,
+        )
+
+    def add_keyword_index(self, collection: str, encoder: BM25Encoder, *, batch: int = 256) -> int:
+        """Give a collection written without BM25 vectors its keyword side; points re-written.
+
+        Nothing is re-embedded: points (dense vectors and payloads) are copied to a staging
+        collection, the original is re-created with the hybrid layout, and the points are copied
+        back with their BM25 vectors computed from their text. Interrupted, it resumes from the
+        staging collection on the next call. Returns the number of points in the result.
+        """
+        staging = f"{collection}.reindex"
+        with self._lock:
+            if self.client.collection_exists(collection):
+                layout = self.layout(collection)
+                if layout.sparse is not None and not self.client.collection_exists(staging):
+                    return self.count(collection)
+                if not self.client.collection_exists(staging) or self.count(collection):
+                    self._copy(collection, layout.dense, staging, None, batch)
+                self.drop(collection)
+            elif not self.client.collection_exists(staging):
+                raise CollectionNotFoundError(f"no knowledge base named {collection!r}")
+            self._copy(staging, DENSE_VECTOR, collection, encoder, batch)
+            self.drop(staging)
+            return self.count(collection)
+
+    def _copy(
+        self,
+        source: str,
+        source_dense: str,
+        target: str,
+        encoder: BM25Encoder | None,
+        batch: int,
+    ) -> None:
+        """Copy every point of ``source`` into ``target`` (hybrid layout), adding BM25 vectors."""
+        offset: Any = None
+        while True:
+            points, offset = self.client.scroll(
+                collection_name=source,
+                limit=batch,
+                offset=offset,
+                with_payload=True,
+                with_vectors=True,
+            )
+            if points:
+                first: Any = points[0].vector
+                dense_of = (lambda v: v.get(source_dense)) if isinstance(first, dict) else None
+                dimension = len(dense_of(first) if dense_of else first)
+                self.ensure_collection(target, dimension)
+                out = []
+                for point in points:
+                    vector: Any = point.vector
+                    dense = dense_of(vector) if dense_of else vector
+                    vectors: dict[str, Any] = {DENSE_VECTOR: dense}
+                    if encoder is not None:
+                        node = _to_node(
+                            rest.ScoredPoint(
+                                id=point.id, version=0, score=0.0, payload=point.payload
+                            )
+                        ).node
+                        sparse = encoder.encode_document(
+                            node.get_content(metadata_mode=MetadataMode.EMBED)
+                        )
+                        if sparse.indices:
+                            vectors[SPARSE_VECTOR] = rest.SparseVector(
+                                indices=sparse.indices, values=sparse.values
+                            )
+                    out.append(rest.PointStruct(id=point.id, vector=vectors, payload=point.payload))
+                self.client.upsert(collection_name=target, points=out, wait=True)
+            if offset is None:
+                return
+
+    def clear_layouts(self) -> None:
+        """Forget cached layouts (after collections were re-created elsewhere)."""
+        with self._lock:
+            self._layouts.clear()
 
     def delete_document(self, collection: str, doc_id: str) -> None:
         """Delete every chunk of one document."""
@@ -195,6 +444,24 @@ class Store:
                 yield dict(point.payload or {})
             if offset is None:
                 return
+
+
+def _to_node(point: rest.ScoredPoint) -> NodeWithScore:
+    """A search hit as a LlamaIndex node (payload written by citeflow or QdrantVectorStore)."""
+    payload = dict(point.payload or {})
+    try:
+        node = metadata_dict_to_node(payload)
+    except Exception:  # an older LlamaIndex payload without _node_content
+        metadata, info, relationships = legacy_metadata_dict_to_node(payload)
+        node = TextNode(
+            id_=str(point.id),
+            text=str(payload.get("text", "")),
+            metadata=metadata,
+            start_char_idx=info.get("start"),
+            end_char_idx=info.get("end"),
+            relationships=relationships,
+        )
+    return NodeWithScore(node=node, score=float(point.score))
 
 
 def _asdict(record: DocumentRecord) -> dict[str, Any]:

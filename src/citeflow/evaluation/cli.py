@@ -70,8 +70,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--retrievers",
-        default="dense",
-        help="comma-separated retrievers to evaluate (default: dense)",
+        default="dense,bm25,hybrid",
+        help="comma-separated retrievers to evaluate (default: dense,bm25,hybrid)",
     )
     parser.add_argument(
         "-k",

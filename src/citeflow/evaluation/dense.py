@@ -1,4 +1,7 @@
-"""Dense retrieval over a dataset's corpus, through citeflow's own ingestion and `Retriever`.
+"""Retrieval over a dataset's corpus, through citeflow's own ingestion and `Retriever`.
+
+The index holds both sides citeflow searches (dense vectors and BM25 sparse vectors), so the
+dense, BM25 and hybrid retrievers of one evaluation share one index and one embedding cost.
 
 The corpus is indexed exactly as ``KnowledgeBase.add_documents`` would index it (one
 ``Document(id_=corpus_id, text=text, metadata={"title": title})`` per document, same chunks, ids
@@ -31,8 +34,8 @@ from tqdm.auto import tqdm
 from citeflow.errors import StoreLockedError
 from citeflow.evaluation.dataset import BeirDataset
 from citeflow.knowledge_base import KnowledgeBase
-from citeflow.query.retrieval import Retriever
-from citeflow.settings import Settings
+from citeflow.query.retrieval import Retriever, SearchOptions
+from citeflow.settings import RetrievalMode, Settings
 from citeflow.store import Store
 
 __all__ = [
@@ -47,8 +50,9 @@ __all__ = [
 
 #: the collection holding the corpus inside a cached index
 COLLECTION = "corpus"
-#: bump when the way documents become chunks changes, to invalidate old caches
-INDEX_FORMAT = 1
+#: bump when the way documents become chunks or vectors changes, to invalidate old caches
+#: (2: hybrid layout with BM25 sparse vectors)
+INDEX_FORMAT = 2
 _MANIFEST = "manifest.json"
 
 
@@ -216,9 +220,33 @@ class DenseIndex:
         )
         return cls(kb, info)
 
-    def retriever(self, *, overfetch: float = 2.0) -> DenseSearch:
-        """The `RetrieverLike` adapter over this index."""
-        return DenseSearch(self.kb.retriever(), overfetch=overfetch, info=asdict(self.info))
+    def retriever(self, *, mode: RetrievalMode = "dense", overfetch: float = 2.0) -> DenseSearch:
+        """The `RetrieverLike` adapter over this index, searching the given side(s).
+
+        Hybrid fusion follows the settings (``fusion``, ``dense_weight``, ``rrf_k``), with at
+        least as many candidates per side as chunks fetched.
+        """
+        options = SearchOptions.from_settings(self.kb.settings)
+        options = SearchOptions(
+            mode=mode,
+            fusion=options.fusion,
+            dense_weight=options.dense_weight,
+            rrf_k=options.rrf_k,
+            candidates=options.candidates,
+        )
+        retriever = Retriever(
+            self.kb.store,
+            self.kb.embed_model,
+            collection=COLLECTION,
+            top_k=self.kb.settings.top_k,
+            options=options,
+        )
+        info = {**asdict(self.info), "mode": mode}
+        if mode == "hybrid":
+            info.update(
+                fusion=options.fusion, dense_weight=options.dense_weight, rrf_k=options.rrf_k
+            )
+        return DenseSearch(retriever, overfetch=overfetch, info=info)
 
     def close(self) -> None:
         """Release the embedded store (its directory lock)."""
@@ -274,7 +302,8 @@ class DenseSearch:
     """`RetrieverLike` over citeflow's `Retriever`: chunks → documents by their best chunk.
 
     Chunks carry their document's id in ``metadata["doc_id"]``; a document scores its best
-    chunk's similarity. ``overfetch`` × top_k chunks are fetched first, and more (doubling) when
+    chunk's ranking score (similarity, BM25 or fused, by the retriever's mode). ``overfetch`` ×
+    top_k chunks are fetched first, and more (doubling) when
     fewer than top_k distinct documents came back while the collection has more chunks.
     """
 
@@ -291,7 +320,7 @@ class DenseSearch:
         """The ``top_k`` best documents for ``query`` as (document id, score), best first."""
         fetch = max(top_k, int(top_k * self.overfetch))
         while True:
-            nodes = await self.retriever.aretrieve(query, top_k=fetch)
+            nodes = (await self.retriever.asearch(query, top_k=fetch)).hits
             best: dict[str, float] = {}
             for hit in nodes:
                 doc_id = str(hit.node.metadata.get("doc_id") or hit.node.ref_doc_id or "")

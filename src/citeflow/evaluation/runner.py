@@ -1,8 +1,8 @@
 """Run retrievers over a dataset's queries and score them: the retrieval half of ``citeflow eval``.
 
 Any object with ``async def search(query: str, top_k: int) -> list[tuple[doc_id, score]]`` is a
-`RetrieverLike`; `DenseSearch` (citeflow's own dense retrieval) is one, and BM25 or hybrid
-retrievers plug in the same way, by name through `RETRIEVERS`::
+`RetrieverLike`; `DenseSearch` (citeflow's own retrieval: dense, BM25 or hybrid over one cached
+index) is one, and others plug in the same way, by name through `RETRIEVERS`::
 
     dataset = load_beir("/work/shared/data/scifact")
     with DenseIndex.open(dataset, embed_model=embed, embedder="MiniLM", cache_dir=cache) as index:
@@ -35,6 +35,7 @@ from citeflow.evaluation.metrics import evaluate, metric_name, per_query, rank
 if TYPE_CHECKING:
     from llama_index.core.base.embeddings.base import BaseEmbedding
 
+    from citeflow.evaluation.dense import DenseIndex
     from citeflow.settings import Settings
 
 __all__ = [
@@ -300,6 +301,8 @@ class EvalContext:
     embedder_name: str | None = None
     notes: list[str] = field(default_factory=list)
     """Lines for people (e.g. how an index was obtained), printed by the command."""
+    shared: dict[str, Any] = field(default_factory=dict)
+    """Resources that several retrievers share (the corpus index), by name."""
 
     def embedder(self) -> tuple[BaseEmbedding, str]:
         """The embedder (built from the settings on first use) and its name."""
@@ -318,10 +321,13 @@ class EvalContext:
 RetrieverFactory = Callable[[BeirDataset, EvalContext], RetrieverLike]
 
 
-def build_dense(dataset: BeirDataset, context: EvalContext) -> RetrieverLike:
-    """citeflow's dense retrieval over the cached index of the dataset's corpus."""
+def corpus_index(dataset: BeirDataset, context: EvalContext) -> DenseIndex:
+    """The cached index of the dataset's corpus, opened once per evaluation."""
     from citeflow.evaluation.dense import DenseIndex
 
+    if "index" in context.shared:
+        index: DenseIndex = context.shared["index"]
+        return index
     embed_model, name = context.embedder()
     index = DenseIndex.open(
         dataset,
@@ -334,6 +340,7 @@ def build_dense(dataset: BeirDataset, context: EvalContext) -> RetrieverLike:
         progress=context.progress,
     )
     context.stack.callback(index.close)
+    context.shared["index"] = index
     info = index.info
     how = (
         "reused"
@@ -343,12 +350,31 @@ def build_dense(dataset: BeirDataset, context: EvalContext) -> RetrieverLike:
         + ")"
     )
     context.notes.append(
-        f"dense index ({info.embedder}, chunks {info.chunk_size}/{info.chunk_overlap}): "
-        f"{info.documents} documents, {info.chunks} chunks, {how} in {info.seconds:.1f} s "
-        f"at {info.directory}"
+        f"corpus index ({info.embedder}, chunks {info.chunk_size}/{info.chunk_overlap}, "
+        f"dense + BM25): {info.documents} documents, {info.chunks} chunks, {how} in "
+        f"{info.seconds:.1f} s at {info.directory}"
     )
-    return index.retriever()
+    return index
 
 
-#: retriever name → factory; BM25 and hybrid retrievers add themselves here
-RETRIEVERS: dict[str, RetrieverFactory] = {"dense": build_dense}
+def build_dense(dataset: BeirDataset, context: EvalContext) -> RetrieverLike:
+    """citeflow's dense retrieval (the embedder's cosine similarity)."""
+    return corpus_index(dataset, context).retriever(mode="dense")
+
+
+def build_bm25(dataset: BeirDataset, context: EvalContext) -> RetrieverLike:
+    """citeflow's keyword retrieval (BM25 sparse vectors with Qdrant's IDF)."""
+    return corpus_index(dataset, context).retriever(mode="keyword")
+
+
+def build_hybrid(dataset: BeirDataset, context: EvalContext) -> RetrieverLike:
+    """Dense and BM25 fused as the settings say (citeflow's default search)."""
+    return corpus_index(dataset, context).retriever(mode="hybrid")
+
+
+#: retriever name → factory
+RETRIEVERS: dict[str, RetrieverFactory] = {
+    "dense": build_dense,
+    "bm25": build_bm25,
+    "hybrid": build_hybrid,
+}

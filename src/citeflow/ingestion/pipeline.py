@@ -4,8 +4,8 @@ Each file is one document keyed by its absolute path (``doc_id``) and identified
 its bytes (``content_hash``). Unchanged files are skipped before they are even parsed; a changed
 file's new chunks are written first and its old chunks deleted after, so a failure midway never
 leaves a document with no chunks. Embedding runs on the calling thread while a single writer
-thread upserts the previous batch, so the store's writes hide behind the embedder, which is the
-limit on CPU.
+thread computes the previous batch's BM25 vectors and upserts it, so that work hides behind the
+embedder, which is the limit on CPU.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from llama_index.core.utils import get_tokenizer
 from qdrant_client.http import models as rest
 from tqdm.auto import tqdm
 
+from citeflow.bm25 import BM25Encoder
 from citeflow.errors import IngestError
 from citeflow.ingestion.readers import discover, read_file
 from citeflow.store import Store
@@ -94,6 +95,7 @@ class Ingestor:
         chunk_overlap: int = 64,
         window: int = 256,
         progress: bool = True,
+        encoder: BM25Encoder | None = None,
     ) -> None:
         self.store = store
         self.embed_model = embed_model
@@ -102,6 +104,7 @@ class Ingestor:
         self._tokenizer = get_tokenizer()
         self.window = window
         self.progress = progress
+        self.encoder = encoder or BM25Encoder()
 
     # --- files -------------------------------------------------------------------------------
     def ingest_paths(self, paths: Iterable[Path], *, prune: bool = False) -> IngestReport:
@@ -272,12 +275,17 @@ class Ingestor:
                     node.embedding = vector
                 if pending is not None:
                     pending.result()  # surface a failed write before queueing the next
-                pending = writer.submit(self.store.add, self.collection, batch)
+                pending = writer.submit(self._store_batch, batch)
                 bar.update(len(batch))
             if pending is not None:
                 pending.result()
         bar.close()
         return len(nodes)
+
+    def _store_batch(self, batch: list[BaseNode]) -> None:
+        """BM25 vectors of embedded chunks, then one upsert (runs on the writer thread)."""
+        texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in batch]
+        self.store.add(self.collection, batch, self.encoder.encode_documents(texts))
 
     def _delete_stale(self, doc_id: str, digest: str) -> None:
         """Delete a document's chunks from earlier versions (other content hashes)."""

@@ -1,15 +1,27 @@
-"""Retrieval: embed the query, search the collection, return scored nodes (best first)."""
+"""Retrieval: search the collection (dense, BM25 or both fused) and return scored chunks.
+
+`Retriever.asearch` gives the fused ranking itself (what the evaluation scores).
+`Retriever.aretrieve` gives the same chunks in the same order, each scored by its *relevance*: the
+cosine similarity between the query and the chunk embeddings, also for chunks that only BM25
+found. Rankings from fusion have no absolute meaning, while the similarity does: the score
+grader's threshold, the fallback to the best hits and the relevance shown to users stay calibrated
+whatever the fusion. (In ``keyword`` mode, where nothing is embedded, the score is BM25's.)
+"""
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
+from dataclasses import dataclass, field
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import NodeWithScore
-from llama_index.core.vector_stores.types import VectorStoreQuery, VectorStoreQueryResult
 
-from citeflow.store import Store
+from citeflow.bm25 import BM25Encoder
+from citeflow.query.fusion import FusionMode, fuse
+from citeflow.settings import RetrievalMode, Settings
+from citeflow.store import Hits, Store
 
 
 def _async_native(embed_model: BaseEmbedding) -> bool:
@@ -18,62 +30,159 @@ def _async_native(embed_model: BaseEmbedding) -> bool:
     return "OpenAIEmbedding" in names
 
 
+@dataclass(frozen=True, slots=True)
+class SearchOptions:
+    """How to search: which sides, how to fuse them, how many candidates per side."""
+
+    mode: RetrievalMode = "hybrid"
+    fusion: FusionMode = "rrf"
+    dense_weight: float = 0.5
+    rrf_k: int = 60
+    candidates: int = 30
+    """chunks fetched per side before fusion (at least top_k)"""
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> SearchOptions:
+        return cls(
+            mode=settings.retrieval,
+            fusion=settings.fusion,
+            dense_weight=settings.dense_weight,
+            rrf_k=settings.rrf_k,
+            candidates=settings.hybrid_candidates,
+        )
+
+
+@dataclass(slots=True)
+class Ranking:
+    """One search: chunks best first with their fused score, and their relevance."""
+
+    hits: list[NodeWithScore]
+    relevance: dict[str, float] = field(default_factory=dict)
+    embed_seconds: float = 0.0
+
+    def scored_by_relevance(self) -> list[NodeWithScore]:
+        return [
+            NodeWithScore(node=h.node, score=self.relevance.get(h.node.node_id, h.score))
+            for h in self.hits
+        ]
+
+
+def _cosine(a: list[float], b: list[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b, strict=False))
+    norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
+    return dot / norm if norm else 0.0
+
+
 class Retriever:
-    """Dense top-k retrieval from one collection."""
+    """Top-k retrieval from one collection."""
 
     def __init__(
-        self, store: Store, embed_model: BaseEmbedding, *, collection: str, top_k: int
+        self,
+        store: Store,
+        embed_model: BaseEmbedding,
+        *,
+        collection: str,
+        top_k: int,
+        options: SearchOptions | None = None,
+        encoder: BM25Encoder | None = None,
     ) -> None:
         self.store = store
         self.embed_model = embed_model
         self.collection = collection
         self.top_k = top_k
+        self.options = options or SearchOptions()
+        self.encoder = encoder or BM25Encoder()
         self._native = _async_native(embed_model)
+
+    @property
+    def mode(self) -> RetrievalMode:
+        return self.options.mode
 
     async def embed_query(self, query: str) -> list[float]:
         if self._native:
             return await self.embed_model.aget_query_embedding(query)
         return await asyncio.to_thread(self.embed_model.get_query_embedding, query)
 
-    def _search(self, embedding: list[float], top_k: int) -> VectorStoreQueryResult:
-        query = VectorStoreQuery(query_embedding=embedding, similarity_top_k=top_k)
-        return self.store.query(self.collection, query)
+    def _fetch(self, top_k: int) -> int:
+        if self.mode == "hybrid":
+            return max(top_k, self.options.candidates)
+        return top_k
 
-    def _embed_and_search(self, query: str, top_k: int) -> tuple[VectorStoreQueryResult, float]:
+    def _search(self, embedding: list[float] | None, query: str, top_k: int) -> Ranking:
+        """Search (on a worker thread) with an embedding already computed, or none."""
+        sparse = self.encoder.encode_query(query) if self.mode != "dense" else None
+        fetch = self._fetch(top_k)
+        hits = self.store.search(
+            self.collection,
+            dense=embedding,
+            sparse=sparse,
+            limit=fetch,
+            sparse_vectors=self.mode == "hybrid",
+        )
+        return self._rank(hits, embedding, top_k)
+
+    def _rank(self, hits: Hits, embedding: list[float] | None, top_k: int) -> Ranking:
+        if self.mode == "dense" or (self.mode == "hybrid" and not hits.sparse):
+            ranked = hits.dense[:top_k]
+            return Ranking(ranked, {h.node.node_id: float(h.score or 0.0) for h in ranked})
+        if self.mode == "keyword":
+            ranked = hits.sparse[:top_k]
+            return Ranking(ranked, {h.node.node_id: float(h.score or 0.0) for h in ranked})
+        ranked = fuse(
+            hits.dense,
+            hits.sparse,
+            mode=self.options.fusion,
+            top_k=top_k,
+            dense_weight=self.options.dense_weight,
+            rrf_k=self.options.rrf_k,
+        )
+        relevance = {h.node.node_id: float(h.score or 0.0) for h in hits.dense}
+        for hit in ranked:
+            node_id = hit.node.node_id
+            if node_id not in relevance and embedding is not None and node_id in hits.vectors:
+                relevance[node_id] = _cosine(embedding, hits.vectors[node_id])
+        return Ranking(ranked, relevance)
+
+    def _embed_and_search(self, query: str, top_k: int) -> Ranking:
         started = time.perf_counter()
-        embedding = self.embed_model.get_query_embedding(query)
+        embedding = self.embed_model.get_query_embedding(query) if self.mode != "keyword" else None
         embed_seconds = time.perf_counter() - started
-        return self._search(embedding, top_k), embed_seconds
+        ranking = self._search(embedding, query, top_k)
+        ranking.embed_seconds = embed_seconds
+        return ranking
 
-    async def aretrieve(self, query: str, top_k: int | None = None) -> list[NodeWithScore]:
-        """The ``top_k`` chunks most similar to ``query``."""
-        nodes, _ = await self.aretrieve_timed(query, top_k)
-        return nodes
-
-    async def aretrieve_timed(
-        self, query: str, top_k: int | None = None
-    ) -> tuple[list[NodeWithScore], float]:
-        """`aretrieve`, plus the seconds spent in the embedder.
+    async def asearch(self, query: str, top_k: int | None = None) -> Ranking:
+        """The ``top_k`` best chunks for ``query`` in fused order, with their relevance.
 
         An in-process embedder and the store share one worker-thread hop; an HTTP embedder is
         awaited natively first.
         """
         k = top_k or self.top_k
         try:
-            if self._native:
+            if self._native and self.mode != "keyword":
                 started = time.perf_counter()
                 embedding = await self.embed_model.aget_query_embedding(query)
                 embed_seconds = time.perf_counter() - started
-                result = await asyncio.to_thread(self._search, embedding, k)
+                ranking = await asyncio.to_thread(self._search, embedding, query, k)
+                ranking.embed_seconds = embed_seconds
             else:
-                result, embed_seconds = await asyncio.to_thread(self._embed_and_search, query, k)
+                ranking = await asyncio.to_thread(self._embed_and_search, query, k)
         except Exception:
             await self.check()  # raises the clear error when the collection is missing
             raise
-        nodes = result.nodes or []
-        scores = result.similarities or [0.0] * len(nodes)
-        hits = [NodeWithScore(node=n, score=s) for n, s in zip(nodes, scores, strict=False)]
-        return hits, embed_seconds
+        return ranking
+
+    async def aretrieve(self, query: str, top_k: int | None = None) -> list[NodeWithScore]:
+        """The ``top_k`` best chunks for ``query``, each scored by its relevance."""
+        nodes, _ = await self.aretrieve_timed(query, top_k)
+        return nodes
+
+    async def aretrieve_timed(
+        self, query: str, top_k: int | None = None
+    ) -> tuple[list[NodeWithScore], float]:
+        """`aretrieve`, plus the seconds spent in the embedder."""
+        ranking = await self.asearch(query, top_k)
+        return ranking.scored_by_relevance(), ranking.embed_seconds
 
     async def check(self) -> int:
         """The collection's chunk count; a clear error when it is missing or empty."""

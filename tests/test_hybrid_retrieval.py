@@ -1,0 +1,205 @@
+"""Hybrid retrieval end to end: BM25 sparse vectors in Qdrant, fusion, and ingestion in step."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from llama_index.core.schema import Document, MetadataMode, TextNode
+from llama_index.vector_stores.qdrant import QdrantVectorStore
+from qdrant_client.http import models as rest
+
+from citeflow.bm25 import BM25Encoder
+from citeflow.knowledge_base import KnowledgeBase
+from citeflow.query.retrieval import Retriever, SearchOptions
+from citeflow.settings import Settings
+from citeflow.store import DENSE_VECTOR, SPARSE_VECTOR, Store
+from tests.fakes.embedding import HashEmbedding
+
+#: a dense side that can barely tell texts apart: 2 hashed buckets
+BLURRY = HashEmbedding(dim=2)
+
+OFFICE = {
+    "printer": "The office printer is on the second floor next to the kitchen.",
+    "error": "Printer error E4711 means the fuser unit overheated; wait ten minutes.",
+    "toner": "Order printer toner through the facilities portal, not by email.",
+    "paper": "Printer paper is stored in the cabinet by the printer.",
+    "badge": "Badges for visitors are printed at the front desk.",
+}
+
+
+def make_kb(settings: Settings, store: Store, embed: HashEmbedding = BLURRY) -> KnowledgeBase:
+    kb = KnowledgeBase(settings, store=store, embed_model=embed, collection="office")
+    kb.add_documents([Document(id_=k, text=v) for k, v in OFFICE.items()])
+    return kb
+
+
+def retriever(kb: KnowledgeBase, mode: str, **options: object) -> Retriever:
+    return Retriever(
+        kb.store,
+        kb.embed_model,
+        collection=kb.collection,
+        top_k=3,
+        options=SearchOptions(mode=mode, **options),  # type: ignore[arg-type]
+    )
+
+
+async def doc_ids(r: Retriever, query: str, top_k: int = 3) -> list[str]:
+    return [h.node.ref_doc_id or "" for h in (await r.asearch(query, top_k)).hits]
+
+
+async def test_new_collections_have_the_hybrid_layout(settings: Settings, store: Store) -> None:
+    kb = make_kb(settings, store)
+    layout = store.layout(kb.collection)
+    assert (layout.dense, layout.sparse) == (DENSE_VECTOR, SPARSE_VECTOR)
+    info = store.client.get_collection(kb.collection)
+    assert info.config.params.sparse_vectors is not None
+    assert info.config.params.sparse_vectors[SPARSE_VECTOR].modifier == "idf"
+
+
+async def test_keyword_search_finds_an_exact_code_the_dense_side_misses(
+    settings: Settings, store: Store
+) -> None:
+    kb = make_kb(settings, store)
+    assert (await doc_ids(retriever(kb, "keyword"), "what does E4711 mean"))[0] == "error"
+    assert (await doc_ids(retriever(kb, "hybrid"), "what does E4711 mean"))[0] == "error"
+
+
+async def test_idf_ranks_the_rare_term_above_the_common_one(
+    settings: Settings, store: Store
+) -> None:
+    kb = make_kb(settings, store)
+    # "printer" is in four documents, "toner" in one: Qdrant's IDF makes toner decide
+    assert (await doc_ids(retriever(kb, "keyword"), "printer toner"))[0] == "toner"
+
+
+async def test_ingestion_keeps_the_keyword_side_in_step(settings: Settings, store: Store) -> None:
+    kb = make_kb(settings, store)
+    keyword = retriever(kb, "keyword")
+    kb.add_documents([Document(id_=k, text=v) for k, v in OFFICE.items()])  # unchanged: no-op
+    assert await doc_ids(keyword, "E4711", top_k=10) == ["error"]
+
+    kb.add_documents([Document(id_="error", text="Printer error Q-88 means a paper jam.")])
+    assert await doc_ids(keyword, "E4711", top_k=10) == []  # replaced: old terms gone
+    assert await doc_ids(keyword, "Q-88 jam", top_k=10) == ["error"]
+
+    store.delete_document(kb.collection, "error")
+    assert await doc_ids(keyword, "jam", top_k=10) == []
+
+
+async def test_hybrid_hits_are_scored_by_embedding_similarity(
+    settings: Settings, store: Store
+) -> None:
+    kb = make_kb(settings, store)
+    query = "what does E4711 mean"
+    dense = await retriever(kb, "dense").asearch(query, 3)
+    hits = await retriever(kb, "hybrid").aretrieve(query, top_k=3)
+    keyword_only = [h for h in hits if h.node.node_id not in dense.relevance]
+    assert [h.node.ref_doc_id for h in keyword_only] == ["error"]
+    q = BLURRY.get_query_embedding(query)
+    for hit in hits:  # dense hits and the keyword-only one alike: cosine similarity
+        d = BLURRY.get_text_embedding(hit.node.get_content(metadata_mode=MetadataMode.EMBED))
+        cosine = sum(a * b for a, b in zip(q, d, strict=True)) / (
+            math.sqrt(sum(a * a for a in q)) * math.sqrt(sum(b * b for b in d))
+        )
+        assert hit.score == pytest.approx(cosine, abs=1e-4)
+
+
+async def test_dense_mode_ignores_keywords(settings: Settings, store: Store) -> None:
+    kb = make_kb(settings, store, HashEmbedding(dim=256))
+    ranking = await retriever(kb, "dense").asearch("toner order portal", 2)
+    assert ranking.hits[0].node.ref_doc_id == "toner"
+    assert ranking.relevance[ranking.hits[0].node.node_id] == ranking.hits[0].score
+
+
+async def test_a_collection_without_keyword_side_is_searched_dense_only(
+    settings: Settings, store: Store
+) -> None:
+    old = QdrantVectorStore(collection_name="old", client=store.client)  # one unnamed vector
+    embed = HashEmbedding(dim=64)
+    nodes = [
+        TextNode(id_=f"00000000-0000-0000-0000-00000000000{i}", text=text)
+        for i, text in enumerate(OFFICE.values())
+    ]
+    for node in nodes:
+        node.embedding = embed.get_text_embedding(node.get_content())
+    old.add(nodes)
+    r = Retriever(store, embed, collection="old", top_k=2, options=SearchOptions(mode="hybrid"))
+    assert store.layout("old").sparse is None
+    hits = await r.aretrieve("order toner through the portal")
+    assert "toner" in hits[0].node.get_content()
+
+
+async def test_notebooks_can_open_the_collection_with_llamaindex(
+    settings: Settings, store: Store
+) -> None:
+    kb = make_kb(settings, store, HashEmbedding(dim=64))
+    nodes = kb.as_index().as_retriever(similarity_top_k=1).retrieve("toner facilities portal")
+    assert nodes[0].node.ref_doc_id == "toner"
+
+
+def test_embedded_store_writes_through_sqlite_wal(settings: Settings, tmp_path: Path) -> None:
+    store = Store.open_path(tmp_path / "qdrant")
+    try:
+        make_kb(settings, store)
+        connection = store.client._client.collections["office"].storage.storage  # type: ignore[union-attr]
+        assert connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    finally:
+        store.close()
+    reopened = Store.open_path(tmp_path / "qdrant")  # and the data is there after a reopen
+    try:
+        assert reopened.count("office") == len(OFFICE)
+    finally:
+        reopened.close()
+
+
+async def test_reindex_adds_the_keyword_side_without_re_embedding(
+    settings: Settings, store: Store
+) -> None:
+    old = QdrantVectorStore(collection_name="old", client=store.client)  # one unnamed vector
+    embed = HashEmbedding(dim=64)
+    nodes = [
+        TextNode(id_=f"00000000-0000-0000-0000-00000000000{i}", text=text)
+        for i, text in enumerate(OFFICE.values())
+    ]
+    for node in nodes:
+        node.embedding = embed.get_text_embedding(node.get_content())
+    old.add(nodes)
+    before = store.client.retrieve("old", [nodes[1].node_id], with_vectors=True)[0].vector
+
+    assert store.add_keyword_index("old", BM25Encoder()) == len(OFFICE)
+    assert store.layout("old").sparse == SPARSE_VECTOR
+    assert not store.exists("old.reindex")
+    after = store.client.retrieve("old", [nodes[1].node_id], with_vectors=True)[0].vector
+    assert isinstance(before, list) and isinstance(after, dict)
+    assert after[DENSE_VECTOR] == pytest.approx(before)  # the same embedding, not a new one
+    r = Retriever(store, BLURRY, collection="old", top_k=1, options=SearchOptions(mode="keyword"))
+    assert "E4711" in (await r.aretrieve("E4711"))[0].node.get_content()
+    assert store.add_keyword_index("old", BM25Encoder()) == len(OFFICE)  # again: nothing to do
+
+
+async def test_reindex_resumes_from_the_staging_collection(
+    settings: Settings, store: Store
+) -> None:
+    kb = make_kb(settings, store)
+    # as if interrupted after the original was dropped: only the staging copy remains
+    store.client.create_collection(
+        "office.reindex", vectors_config=store.client.get_collection("office").config.params.vectors
+    )
+    points, _ = store.client.scroll("office", limit=100, with_payload=True, with_vectors=True)
+    store.client.upsert(
+        "office.reindex",
+        points=[
+            rest.PointStruct(
+                id=p.id,
+                vector={DENSE_VECTOR: p.vector[DENSE_VECTOR]},  # type: ignore[index]
+                payload=p.payload,
+            )
+            for p in points
+        ],
+    )
+    store.drop("office")
+    assert store.add_keyword_index("office", BM25Encoder()) == len(OFFICE)
+    assert await doc_ids(retriever(kb, "keyword"), "E4711") == ["error"]
+    assert not store.exists("office.reindex")
