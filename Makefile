@@ -46,6 +46,10 @@ test: lint  ## install, lint, and run the whole test suite (real small models in
 test-fast: $(STAMP)  ## the suite without real models
 	$(BIN)/python -m pytest -q -m "not slow and not e2e"
 
+e2e: $(STAMP)  ## end to end: real Open WebUI in headless Chromium over a live citeflow (sets up .e2e/)
+	PYTHON=$(PYTHON) bash tests/e2e/setup.sh
+	CITEFLOW_E2E_REQUIRED=1 $(PY) -m pytest -q -m e2e tests/e2e
+
 bench: model  ## print the benchmarks' figures
 	$(PY) bench/engine_overhead.py
 	$(PY) bench/ingest_throughput.py
