@@ -36,3 +36,8 @@ def test_walkthrough_notebook_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert "cited:" in text and "[1]" in text
     assert "[searching]" in text and "[done]" in text
     assert "search query:" in text
+    assert "hybrid" in text and "nDCG@10" in text  # the evaluation table
+    images = [
+        o for cell in nb.cells for o in cell.get("outputs", []) if "image/png" in o.get("data", {})
+    ]
+    assert images, "the evaluation plot was not drawn"
