@@ -1,8 +1,9 @@
 """Ingestion throughput against the embedder's raw encode throughput, on the same texts.
 
 SciFact's abstracts (BEIR, ../shared/data/scifact) go through citeflow's ingestion into an
-embedded on-disk Qdrant with the real local embedder (all-MiniLM-L6-v2, CPU), BM25 sparse vectors
-included; the same chunk texts are also encoded by the embedder alone. Runs alternate and the medians are compared.
+embedded on-disk Qdrant with the real local embedder (all-MiniLM-L6-v2, CPU), BM25 sparse
+vectors included; the same chunk texts are also encoded by the embedder alone. Runs alternate and
+the medians are compared.
 With --baseline, LlamaIndex's `VectorStoreIndex` over the same embedded Qdrant is timed too.
 
     .venv/bin/python bench/ingest_throughput.py [--limit 5183] [--repeats 3] [--baseline]

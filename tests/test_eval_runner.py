@@ -358,7 +358,7 @@ def test_run_prints_the_table_and_writes_json(
     assert data["retrieval"]["dense"]["metrics"]["Recall@20"] == 1.0
     assert data["retrieval"]["dense"]["info"]["embedder"] == "hash"
     assert data["retrieval"]["bm25"]["info"]["mode"] == "keyword"
-    assert data["retrieval"]["hybrid"]["info"]["fusion"] == "rrf"
+    assert data["retrieval"]["hybrid"]["info"]["fusion"] == "relative"
     assert data["retrieval"]["bm25"]["metrics"]["Recall@20"] == 1.0
     assert data["options"] == {
         "retrievers": ["dense", "bm25", "hybrid"],

@@ -62,8 +62,11 @@ async def test_keyword_search_finds_an_exact_code_the_dense_side_misses(
     settings: Settings, store: Store
 ) -> None:
     kb = make_kb(settings, store)
-    assert (await doc_ids(retriever(kb, "keyword"), "what does E4711 mean"))[0] == "error"
-    assert (await doc_ids(retriever(kb, "hybrid"), "what does E4711 mean"))[0] == "error"
+    query = "what does E4711 mean"
+    assert (await doc_ids(retriever(kb, "keyword"), query))[0] == "error"
+    assert "error" not in await doc_ids(retriever(kb, "dense"), query)
+    for fusion in ("relative", "rrf"):
+        assert "error" in await doc_ids(retriever(kb, "hybrid", fusion=fusion), query)
 
 
 async def test_idf_ranks_the_rare_term_above_the_common_one(

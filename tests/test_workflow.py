@@ -107,7 +107,10 @@ async def test_document_footnotes_are_not_citations(kb: KnowledgeBase) -> None:
 async def test_retry_rewrites_query_and_searches_again(kb: KnowledgeBase) -> None:
     grader = ScriptedGrader(reject=1)
     llm = ScriptedLLM(["Viaweb online store software Yahoo", "Viaweb made store software [1]."])
-    handler = _workflow(kb, llm, grader=grader).run(query="Which startup did he found?")
+    options = QueryOptions(max_rounds=2, relevance_threshold=0.2)
+    handler = _workflow(kb, llm, grader=grader, options=options).run(
+        query="Which startup did he found?"
+    )
     stages = [e.stage async for e in handler.stream_events() if isinstance(e, StatusEvent)]
     result = await handler
     assert "retrying" in stages
@@ -120,7 +123,9 @@ async def test_retry_rewrites_query_and_searches_again(kb: KnowledgeBase) -> Non
 async def test_all_rounds_fail_answers_from_best_hits(kb: KnowledgeBase) -> None:
     grader = ScriptedGrader(reject=10)
     llm = ScriptedLLM(["ducks ponds", "Ducks live near ponds [1]."])
-    result = await _workflow(kb, llm, grader=grader).run(query="Where do ducks live?")
+    options = QueryOptions(max_rounds=2, relevance_threshold=0.2)
+    workflow = _workflow(kb, llm, grader=grader, options=options)
+    result = await workflow.run(query="Where do ducks live?")
     assert result.rounds == 2
     assert not result.grounded
     assert result.source_nodes and result.cited

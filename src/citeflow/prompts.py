@@ -73,8 +73,8 @@ RETRY_HYPOTHETICAL_PROMPT = PromptTemplate(
 
 GRADE_PROMPT = PromptTemplate(
     "Which passages help answer the question? Reply with JSON only, of the form "
-    '{{"relevant": [numbers]}}, listing the numbers of the helpful passages; '
-    '{{"relevant": []}} when none helps.\n'
+    '{"relevant": [numbers]}, listing the numbers of the helpful passages; '
+    '{"relevant": []} when none helps.\n'
     "\n"
     "Question: {query_str}\n"
     "\n"

@@ -112,14 +112,15 @@ class Settings(BaseSettings):
         description="Search: hybrid (dense + BM25 fused) | dense | keyword (BM25 only).",
     )
     fusion: FusionKind = Field(
-        default="rrf", description="Hybrid fusion: rrf (reciprocal rank) | relative (scores)."
+        default="relative",
+        description="Hybrid fusion: relative (normalised scores) | rrf (reciprocal rank).",
     )
     dense_weight: float = Field(
         default=0.5, ge=0.0, le=1.0, description="Hybrid: weight of the dense side (BM25: 1-w)."
     )
     rrf_k: int = Field(default=60, ge=0, description="Reciprocal rank fusion constant.")
     hybrid_candidates: int = Field(
-        default=30, ge=1, le=1000, description="Hybrid: chunks fetched per side before fusion."
+        default=100, ge=1, le=1000, description="Hybrid: chunks fetched per side before fusion."
     )
     grader: GraderKind = Field(
         default="auto",
@@ -128,7 +129,13 @@ class Settings(BaseSettings):
     relevance_threshold: float = Field(
         default=0.25, description="Score grader: minimum similarity for a relevant chunk."
     )
-    max_rounds: int = Field(default=2, ge=1, le=5, description="Retrieval rounds, first included.")
+    max_rounds: int = Field(
+        default=1,
+        ge=1,
+        le=5,
+        description="Retrieval rounds, first included; 2+: reword and search again when "
+        "grading keeps nothing (bench/grading_value.py: rarely pays).",
+    )
     on_no_relevant: Literal["best", "refuse"] = Field(
         default="best",
         description="When no round finds a relevant chunk: answer from the best hits, or refuse.",

@@ -7,6 +7,10 @@
 
 ``dense_weight`` in [0, 1] weighs the dense side; the keyword side gets ``1 - dense_weight``.
 A node found by one side only gets nothing from the other.
+
+Measured on SciFact's 809 train claims (MiniLM + BM25, per side 100 candidates), nDCG@10:
+relative 0.736 at dense_weight 0.4-0.5 vs. RRF 0.722-0.727 (k 10-60); hence the defaults
+(relative, 0.5). Dense alone 0.671, BM25 alone 0.701.
 """
 
 from __future__ import annotations
