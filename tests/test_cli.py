@@ -72,6 +72,11 @@ def test_ingest_then_ask(
     assert main(["delete", str(env / "ducks.txt"), "-c", "handbook"]) == 0
     assert "1 documents removed" in capsys.readouterr().out
 
+    assert main(["reindex", "-c", "handbook"]) == 0  # already hybrid: nothing to do
+    assert "handbook: 1 chunks with dense and keyword (BM25) vectors" in capsys.readouterr().out
+    assert main(["reindex", "-c", "nowhere"]) == 1
+    assert capsys.readouterr().err.strip() == "citeflow: error: no knowledge base named 'nowhere'"
+
 
 def test_errors_are_one_line(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["ask", "-c", "nowhere", "anything?"]) == 1
