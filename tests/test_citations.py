@@ -231,3 +231,48 @@ def test_repair_keeps_supported_marker_when_a_sibling_is_wrong() -> None:
     text, cits = repairer.repair("Yahoo bought Viaweb in 1998. [3][1]")
     assert text == "Yahoo bought Viaweb in 1998. [1]"
     assert [(c.number, c.origin) for c in cits] == [(1, "model")]
+
+
+def test_questions_aims_and_hypotheses_do_not_support() -> None:
+    from citeflow.citations.support import asserts
+
+    assert asserts("Aire was expressed in 12 of 15 tumors.")
+    for sentence in (
+        "OBJECTIVE To assess whether screening improves vision.",
+        "The aim of this study was to compare incidence trends.",
+        "We hypothesized that Aire is expressed in tumors.",
+        "Is Aire expressed in tumors?",
+    ):
+        assert not asserts(sentence), sentence
+    source = "We examined whether Aire is expressed in skin tumors. Most tumors expressed Aire."
+    found = LexicalSupport([source]).score("Aire is expressed in skin tumors.", 1)
+    assert found.quote == "Most tumors expressed Aire."
+    legacy = LexicalSupport([source], assertions_only=False).score("Aire is expressed.", 1)
+    assert legacy.quote.startswith("We examined whether")
+
+
+def test_repair_moves_a_citation_far_below_the_best_source() -> None:
+    sources = [
+        "Ducks are birds. Geese migrate in autumn.",
+        "Ducks are waterfowl birds that live near ponds and lakes.",
+    ]
+    sentence = "Ducks are waterfowl birds that live near ponds [1]."
+    loose = CitationRepairer(LexicalSupport(sources), threshold=0.35, relative=0.0)
+    assert loose.repair(sentence)[0] == sentence  # weak, but above the keep floor
+    text, cits = CitationRepairer(LexicalSupport(sources), threshold=0.35).repair(sentence)
+    assert text == "Ducks are waterfowl birds that live near ponds [2]."
+    assert [(c.number, c.origin) for c in cits] == [(2, "moved")]
+
+
+def test_repair_checks_the_statement_and_drops_uncheckable_markers() -> None:
+    from citeflow.citations.repair import statement_of
+
+    assert statement_of("Yes, it is true that Yahoo bought Viaweb.") == "Yahoo bought Viaweb."
+    assert statement_of("No, it is not true that ducks quack.") == "ducks quack."
+    assert statement_of("No evidence links them.") == "No evidence links them."
+    repairer = CitationRepairer(LexicalSupport(SOURCES), threshold=0.35)
+    text, cits = repairer.repair("Yes, it is true that Yahoo bought Viaweb in 1998 [1].")
+    assert text.endswith("[1].") and cits[0].score > 0.9  # "yes", "true" are no evidence
+    assert cits[0].sentence.startswith("Yes, it is true")
+    text, cits = repairer.repair("This is stated in [1] and [2].")
+    assert "[" not in text and cits == []

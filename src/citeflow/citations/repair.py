@@ -5,6 +5,14 @@ does not support the sentence is moved to the source that does, or dropped; a fa
 with no marker gets the source that clearly supports it. Each kept citation records the sentence,
 the source number, the supporting quote and its score. Working per sentence lets the workflow
 stream repaired text: what is streamed is exactly the final answer.
+
+What is checked is the sentence's statement: "Yes, it is true that X" is checked as "X" (the
+framing words are in no source and only lowered the score). A sentence with fewer than
+`MIN_CHECKABLE_TERMS` content words ("This is stated in [2].") cannot be checked, so its markers
+are dropped. The model's own marker stays when its source supports the sentence at least
+``keep_ratio`` × threshold *and* ``relative`` × the best source's support; otherwise it moves to
+the best source, if that reaches the threshold. The threshold (``CITEFLOW_SUPPORT_THRESHOLD``) is
+calibrated with ``citeflow eval DATASET --calibrate --citations N`` (see `citeflow.settings`).
 """
 
 from __future__ import annotations
@@ -14,12 +22,27 @@ from dataclasses import dataclass
 from typing import Literal
 
 from citeflow.citations.markers import find_markers, render, renumber, strip_markers
+from citeflow.citations.stream import SentenceStream
 from citeflow.citations.support import LexicalSupport, Support
 from citeflow.citations.text import content_terms
 
 Origin = Literal["model", "moved", "added"]
 
 _END_PUNCT = re.compile(r"([.!?:;]+[\"')\]]*)\s*$")
+# How an answer to a yes/no question opens: "Yes,", "No, it is not true that", "According to
+# Source 2,". Framing, not content: it is left out when the sentence is checked against sources.
+_FRAMING = re.compile(
+    r"^\s*(?:(?:yes|no|indeed)\s*[,.;:!]\s*)?"
+    r"(?:(?:is|was|are)\s+it\s+(?:true|correct|the case)\s+that\s+)?"
+    r"(?:(?:it|this|that)\s+(?:is|was)\s+(?:not\s+)?(?:true|correct|false|the case)\s*"
+    r"(?:that\b)?[,\s]*)?"
+    r"(?:(?:according to|as (?:stated|shown|reported) in)\s+(?:the\s+)?"
+    r"(?:sources?|documents?|studies|study|text)(?:\s*\d+)?\s*,\s*)?",
+    re.IGNORECASE,
+)
+#: content words a sentence needs before its citations can be checked at all ("This is stated
+#: in [2]." has one: its marker is dropped rather than trusted)
+MIN_CHECKABLE_TERMS = 2
 _NO_ANSWER = re.compile(
     r"\b(do(es)? not (cover|contain|mention|say|provide)|not (mentioned|covered|provided)|"
     r"no information|cannot (find|answer)|can't (find|answer)|unable to)\b",
@@ -49,11 +72,13 @@ class CitationRepairer:
         *,
         threshold: float,
         keep_ratio: float = 0.6,
+        relative: float = 0.9,
         enabled: bool = True,
     ) -> None:
         self._support = support
         self._threshold = threshold
         self._keep = threshold * keep_ratio
+        self._relative = relative
         self._enabled = enabled
 
     def repair(self, sentence: str) -> tuple[str, list[Citation]]:
@@ -69,12 +94,16 @@ class CitationRepairer:
             checked = [self._citation(bare, self._support.score(bare, n), "model") for n in cited]
             return renumber(sentence, {n: n for n in cited}), checked
 
+        statement = statement_of(bare)
+        if len(content_terms(statement)) < MIN_CHECKABLE_TERMS:
+            return renumber(sentence, {}), []  # nothing to check a citation against
         mapping: dict[int, int] = {}
         citations: list[Citation] = []
-        ranking = self._support.rank(bare) if count else []
+        ranking = self._support.rank(statement) if count else []
         best = ranking[0] if ranking else None
         by_number = {s.number: s for s in ranking}
-        kept = [n for n in cited if by_number[n].score >= self._keep]
+        floor = max(self._keep, self._relative * best.score) if best is not None else self._keep
+        kept = [n for n in cited if by_number[n].score >= floor - 1e-9]
         for number in kept:
             mapping[number] = number
             citations.append(self._citation(bare, by_number[number], "model"))
@@ -98,6 +127,32 @@ class CitationRepairer:
     @staticmethod
     def _citation(sentence: str, s: Support, origin: Origin) -> Citation:
         return Citation(s.number, sentence, s.quote, s.quote_start, s.quote_end, s.score, origin)
+
+
+def repair_text(repairer: CitationRepairer, text: str) -> tuple[str, list[Citation]]:
+    """Repair a whole answer as the streaming synthesizer does, sentence by sentence.
+
+    The same segments (`SentenceStream`), the same repair of each, the same joining: replaying a
+    model's raw reply through this gives the answer and citations the workflow returned. The
+    evaluation uses it to score other thresholds without calling the model again.
+    """
+    stream = SentenceStream()
+    parts: list[str] = []
+    citations: list[Citation] = []
+    for segment in [*stream.feed(text), *stream.flush()]:
+        core = segment.rstrip()
+        fixed, found = repairer.repair(core)
+        piece = fixed + segment[len(core) :] if fixed else segment[len(core) :]
+        if not parts and not fixed:
+            continue  # never start the answer with bare whitespace
+        citations.extend(found)
+        parts.append(piece)
+    return "".join(parts).rstrip(), citations
+
+
+def statement_of(sentence: str) -> str:
+    """What a sentence states, without its yes/no framing ("Yes, it is true that X" → "X")."""
+    return sentence[_FRAMING.match(sentence).end() :]  # type: ignore[union-attr]
 
 
 def needs_citation(sentence: str) -> bool:

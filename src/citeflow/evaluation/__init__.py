@@ -1,13 +1,15 @@
-"""Evaluation on BEIR-format datasets: retrieval metrics now, citation metrics next.
+"""Evaluation on BEIR-format datasets: retrieval metrics and citation metrics.
 
 * `dataset`: `load_beir` reads corpus, queries, qrels and (SciFact) gold evidence; `DatasetError`
   names the file and line of any bad input.
 * `metrics`: nDCG@k, Recall@k, MRR@k as BEIR/trec_eval define them, as pure functions.
 * `dense`: citeflow's dense retrieval over a cached embedded-Qdrant index of the corpus.
 * `runner`: `evaluate_retrieval` runs `RetrieverLike`s and builds an `EvalReport` (table, JSON).
+* `citations`: the whole workflow's citations checked against gold evidence sentences (precision,
+  recall, no-citation and broken rates), cached per claim; the support threshold's calibration.
 * `cli`: ``python -m citeflow.evaluation`` (and ``citeflow eval``).
 
-Only the light modules are imported here; `dense` and `cli` load on use.
+Only the light modules are imported here; `dense`, `citations` and `cli` load on use.
 """
 
 from citeflow.evaluation.dataset import (

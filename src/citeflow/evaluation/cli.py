@@ -5,6 +5,13 @@
 prints the dataset, how the dense index was obtained (built, resumed or reused from the cache)
 and a table (one row per retriever) on stdout, and writes the full JSON report. `add_arguments`
 and `run` let the ``citeflow`` command mount the same options as a subcommand.
+
+    citeflow eval ../shared/data/scifact --retrievers none --calibrate --citations 40
+
+adds the citation sections (`citeflow.evaluation.citations`): the support threshold's
+precision/recall table on the calibration half of the claims with gold evidence, and citation
+precision, recall, no-citation and broken rates of the workflow's answers (configured LLM) on the
+evaluation half. Answers are cached per claim: an interrupted run resumes, a re-run takes seconds.
 """
 
 from __future__ import annotations
@@ -20,9 +27,14 @@ from typing import TYPE_CHECKING
 
 from citeflow.errors import CiteflowError, InvalidRequestError
 
+DEFAULT_QUESTION = "Is it true that {claim}?"  # citations.DEFAULT_QUESTION, without the import
+
 if TYPE_CHECKING:
     from llama_index.core.base.embeddings.base import BaseEmbedding
+    from llama_index.core.llms import LLM
 
+    from citeflow.evaluation.dataset import BeirDataset
+    from citeflow.evaluation.runner import EvalContext, EvalReport
     from citeflow.settings import Settings
 
 __all__ = ["add_arguments", "build_parser", "main", "run"]
@@ -71,7 +83,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--retrievers",
         default="dense,bm25,hybrid",
-        help="comma-separated retrievers to evaluate (default: dense,bm25,hybrid)",
+        help="comma-separated retrievers to evaluate (default: dense,bm25,hybrid; "
+        "none: only --citations / --calibrate)",
     )
     parser.add_argument(
         "-k",
@@ -93,6 +106,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--concurrency", type=_positive, default=8, help="queries in flight (default: 8)"
     )
+    parser.add_argument(
+        "--citations",
+        type=_positive,
+        metavar="N",
+        help="also answer N claims with gold evidence through the whole workflow (configured "
+        "LLM) and score the citations; answers are cached, a re-run only re-scores them",
+    )
+    parser.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="also print the support threshold's precision/recall table (calibration claims)",
+    )
+    parser.add_argument(
+        "--question",
+        default=DEFAULT_QUESTION,
+        metavar="TEMPLATE",
+        help=f"how a claim is asked (default: {DEFAULT_QUESTION!r})".replace("%", "%%"),
+    )
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
 
 
@@ -100,7 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The parser of ``python -m citeflow.evaluation``."""
     parser = argparse.ArgumentParser(
         prog="citeflow eval",
-        description="Score citeflow's retrieval on a BEIR-format dataset (nDCG, Recall, MRR).",
+        description="Score citeflow's retrieval on a BEIR-format dataset (nDCG, Recall, MRR) "
+        "and, with gold evidence (SciFact), its citations (--citations, --calibrate).",
     )
     add_arguments(parser)
     return parser
@@ -112,11 +144,13 @@ def run(
     settings: Settings | None = None,
     embed_model: BaseEmbedding | None = None,
     embedder_name: str | None = None,
+    llm: LLM | None = None,
 ) -> int:
     """Run ``citeflow eval`` with parsed arguments; returns the exit status.
 
     ``settings`` default to the environment's; ``embed_model`` (with its ``embedder_name``)
-    replaces the configured embedder, for tests and notebooks.
+    replaces the configured embedder, and ``llm`` the configured LLM (``--citations``), for
+    tests and notebooks.
 
     Raises:
         CiteflowError: bad dataset, unknown retriever, locked cache, provider errors.
@@ -125,8 +159,11 @@ def run(
     from citeflow.settings import load_settings
 
     names = [n.strip() for n in str(args.retrievers).split(",") if n.strip()]
+    extra = getattr(args, "citations", None) or getattr(args, "calibrate", False)
+    if names == ["none"] and extra:
+        names = []  # citations or calibration only
     unknown = [n for n in names if n not in RETRIEVERS]
-    if unknown or not names:
+    if unknown or (not names and not extra):
         raise InvalidRequestError(
             f"unknown retriever {', '.join(unknown) or '(none)'}; "
             f"available: {', '.join(RETRIEVERS)}"
@@ -135,7 +172,7 @@ def run(
     with warnings.catch_warnings():
         # llama-index asks embedded Qdrant for payload indexes it does not need: noise
         warnings.filterwarnings("ignore", message="Payload indexes have no effect")
-        return _run(args, names, settings, embed_model, embedder_name)
+        return _run(args, names, settings, embed_model, embedder_name, llm)
 
 
 def _run(
@@ -144,6 +181,7 @@ def _run(
     settings: Settings,
     embed_model: BaseEmbedding | None,
     embedder_name: str | None,
+    llm: LLM | None = None,
 ) -> int:
     from citeflow.evaluation.dataset import load_beir
     from citeflow.evaluation.dense import default_cache_dir
@@ -185,6 +223,7 @@ def _run(
             progress=progress,
             concurrency=args.concurrency,
         )
+        tables = _citation_sections(args, dataset, context, report, llm)
     report.extra["options"] = {
         "retrievers": names,
         "limit": args.limit,
@@ -193,13 +232,43 @@ def _run(
         "chunk_overlap": overlap,
         "concurrency": args.concurrency,
     }
-    print(report.table())
+    if names:
+        print(report.table())
+    for table in tables:
+        print(table)
     out = args.out or (
         cache_dir / "reports" / f"{dataset.name}-{dataset.split}-"
         f"{datetime.now().strftime('%Y%m%d-%H%M%S')}.json"
     )
     _say(f"report: {report.write_json(out)}")
     return 0
+
+
+def _citation_sections(
+    args: argparse.Namespace,
+    dataset: BeirDataset,
+    context: EvalContext,
+    report: EvalReport,
+    llm: LLM | None,
+) -> list[str]:
+    """``--calibrate`` and ``--citations N``: their tables, their sections of the report."""
+    from citeflow.evaluation import citations
+
+    template = getattr(args, "question", None) or DEFAULT_QUESTION
+    tables = []
+    if getattr(args, "calibrate", False):
+        calibration = citations.calibration_section(
+            dataset, context, template=template, claims=getattr(args, "citations", None), llm=llm
+        )
+        report.extra["calibration"] = calibration.to_dict()
+        tables.append(calibration.table())
+    if getattr(args, "citations", None):
+        result = citations.citation_section(
+            dataset, context, claims=args.citations, template=template, llm=llm
+        )
+        report.extra["citations"] = result.to_dict()
+        tables.append(result.table())
+    return tables
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -214,5 +283,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _say(f"citeflow: error: {exc}")
         return 1
     except KeyboardInterrupt:
-        _say("citeflow: interrupted (an unfinished index resumes on the next run)")
+        _say(
+            "citeflow: interrupted (an unfinished index and the answers not yet cached "
+            "resume on the next run)"
+        )
         return 130

@@ -48,7 +48,7 @@ from citeflow.store import Store
 class QueryOptions:
     """The knobs of one workflow (see `Settings` for their meaning)."""
 
-    max_rounds: int = 2
+    max_rounds: int = 1
     on_no_relevant: str = "best"
     fallback_nodes: int = 3
     relevance_threshold: float = 0.25
@@ -56,7 +56,7 @@ class QueryOptions:
     citation_chunk_overlap: int = 16
     max_sources: int = 4
     context_budget: int = 900
-    support_threshold: float = 0.35
+    support_threshold: float = 0.55  # Settings.support_threshold (calibrated)
     repair_citations: bool = True
 
     @classmethod

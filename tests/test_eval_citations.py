@@ -1,0 +1,383 @@
+"""Citation evaluation against gold evidence: matching, metrics, cache and resume, calibration."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from citeflow.citations.repair import Citation, CitationRepairer, repair_text
+from citeflow.citations.support import LexicalSupport
+from citeflow.errors import InvalidRequestError, UpstreamError
+from citeflow.evaluation import cli as eval_cli
+from citeflow.evaluation.citations import (
+    DEFAULT_QUESTION,
+    CalibrationReport,
+    CalibrationRow,
+    GenerationCache,
+    GoldEvidence,
+    SourceRecord,
+    aggregate,
+    calibrate,
+    choose_threshold,
+    evaluate_citations,
+    evidence_queries,
+    expand_record,
+    question_for,
+    score_answer,
+    score_records,
+    split_of,
+    sweep,
+)
+from citeflow.evaluation.dataset import BeirDataset, load_beir
+from citeflow.evaluation.dense import DenseIndex
+from citeflow.query.synthesis import CitationSynthesizer
+from citeflow.settings import Settings
+from citeflow.workflows.citation_query import CitationQueryWorkflow
+from tests.conftest import REPO, SHARED_DATA
+from tests.fakes.embedding import HashEmbedding
+from tests.fakes.llm import ScriptedLLM
+
+MINI = REPO / "tests" / "data" / "beir_mini"
+DUCKS = "Ducks are waterfowl birds that live near ponds, rivers and lakes [1]."
+
+
+@pytest.fixture
+def mini() -> BeirDataset:
+    return load_beir(MINI)
+
+
+def _citation(number: int, quote: str, source: str) -> Citation:
+    start = source.index(quote)
+    return Citation(number, "s", quote, start, start + len(quote), 1.0, "model")
+
+
+# --- claims, halves, questions ------------------------------------------------------------------
+def test_question_for_phrases_a_claim_as_a_question() -> None:
+    assert (
+        question_for("Aspirin reduces stroke risk.")
+        == "Is it true that aspirin reduces stroke risk?"
+    )
+    assert question_for("A high count raises risk") == "Is it true that a high count raises risk?"
+    # acronyms, numbers and names with capitals inside keep their case
+    assert question_for("BRCA1 mutations  cause cancer.").endswith(
+        "that BRCA1 mutations cause cancer?"
+    )
+    assert question_for("1/2000 in UK have PrP.") == "Is it true that 1/2000 in UK have PrP?"
+    assert question_for("Which birds live near ponds?") == "Which birds live near ponds?"
+    assert question_for("X causes Y.", "{claim}") == "X causes Y"
+    with pytest.raises(InvalidRequestError, match="claim"):
+        question_for("X causes Y.", "Is it true?")
+    assert eval_cli.DEFAULT_QUESTION == DEFAULT_QUESTION
+
+
+def test_halves_are_fixed_and_disjoint(mini: BeirDataset) -> None:
+    assert [split_of(q) for q in ("q1", "q2", "q3")] == ["evaluation", "calibration", "calibration"]
+    assert evidence_queries(mini) == ["q1", "q2"]  # q3's evidence list is empty
+    assert evidence_queries(mini, "evaluation") == ["q1"]
+    assert evidence_queries(mini, "calibration") == ["q2"]
+
+
+# --- gold evidence and the metrics ----------------------------------------------------------------
+def test_quotes_map_to_the_datasets_sentences(mini: BeirDataset) -> None:
+    gold = GoldEvidence(mini)
+    text = mini.corpus["d1"].text
+    assert gold.gold("q1") == {"d1": frozenset({0, 1})}
+    assert gold.gold("q2") == {"d3": frozenset({0}), "d4": frozenset({1})}
+    spans = gold.spans("d1")
+    assert [text[a:b] for a, b in spans] == mini.sentences["d1"]
+    second = text.index("They live")
+    assert gold.sentences_in("d1", second, second + 10) == {1}  # a part of one sentence
+    assert gold.sentences_in("d1", 0, len(text)) == {0, 1, 2}
+    assert gold.sentences_in("d1", 3, 3) == set()
+    assert gold.contained("d1", 0, second + 5) == {0}
+    assert gold.locate("d1", "They live near ponds") == second
+    assert gold.locate("d1", "not in it") == -1
+
+
+def test_score_answer_counts_correct_strict_and_broken(mini: BeirDataset) -> None:
+    gold = GoldEvidence(mini)
+    d1, d2, d5 = (mini.corpus[d].text for d in ("d1", "d2", "d5"))
+    sources = [SourceRecord("d1", d1), SourceRecord("d2", d2), SourceRecord("d5", d5)]
+    citations = [
+        _citation(1, "They live near ponds, rivers and lakes.", d1),  # gold: correct, strict
+        _citation(1, d1[d1.index("They") :], d1),  # gold + non-gold: correct, not strict
+        _citation(2, "Many geese migrate south in autumn and nest near lakes.", d2),  # relevant
+        _citation(3, d5.split(". ")[0], d5),  # not relevant
+    ]
+    answer = "Ducks live near lakes [1]. Geese too [2]. Volcanoes [3]. Nothing [7]."
+    score = score_answer(gold, "q1", sources, answer, citations)
+    assert (score["citations"], score["correct"], score["strict"], score["relevant"]) == (
+        4,
+        2,
+        1,
+        3,
+    )
+    assert (score["gold"], score["covered"], score["shown"]) == (2, 1, 2)
+    assert score["broken_markers"] == 1
+    empty = score_answer(gold, "q1", [], "The documents do not cover this question.", [])
+    metrics = aggregate([score, empty])
+    assert metrics["precision"] == pytest.approx(2 / 4)
+    assert metrics["precision_strict"] == pytest.approx(1 / 4)
+    assert metrics["doc_precision"] == pytest.approx(3 / 4)
+    assert metrics["recall"] == pytest.approx(1 / 4)
+    assert metrics["recall_ceiling"] == pytest.approx(2 / 4)
+    assert metrics["no_citation_rate"] == 0.5
+    assert metrics["broken_rate"] == 0.5
+    assert metrics["citations_per_answer"] == 2.0
+
+
+def test_choose_threshold_wants_precision_on_enough_pairs() -> None:
+    rows = [
+        CalibrationRow(0.2, 100, 0.5, 0.9, 0.8),
+        CalibrationRow(0.4, 50, 0.91, 0.5, 0.95),
+        CalibrationRow(0.6, 10, 1.0, 0.1, 1.0),
+    ]
+    assert choose_threshold(rows) == rows[1]
+    assert choose_threshold(rows, target=0.95) is None  # 0.6 keeps too few pairs
+    assert choose_threshold(rows, target=0.95, metric="doc_precision") == rows[1]
+
+
+# --- replay: repairing a recorded reply gives what the workflow returned ------------------------
+SOURCES = [
+    "Viaweb was a company that made software for building online stores. Yahoo bought it in 1998.",
+    "The author wrote short stories before college. The stories were awful.",
+    "Ducks are waterfowl. They live near ponds.",
+]
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "Yahoo bought Viaweb in 1998 [3]. The author wrote short stories [2][9].\nDucks live near "
+        "ponds. Is that all? [1]",
+        "  The documents do not cover this question.",
+        "Yahoo bought Viaweb in 1998. [3][1] The stories were awful (Source 2).",
+    ],
+)
+async def test_repair_text_replays_the_streaming_synthesis(reply: str) -> None:
+    from llama_index.core.schema import NodeWithScore, TextNode
+
+    sources = [
+        NodeWithScore(node=TextNode(text=f"Source {i}:\n{t}"), score=1.0)
+        for i, t in enumerate(SOURCES, start=1)
+    ]
+    synthesizer = CitationSynthesizer(
+        ScriptedLLM([reply], chunk_words=2), context_budget=900, support_threshold=0.35
+    )
+    live = await synthesizer.synthesize("q", sources)
+    replayed = repair_text(CitationRepairer(LexicalSupport(SOURCES), threshold=0.35), reply)
+    assert live.raw_text == reply
+    assert replayed == (live.text, live.citations)
+
+
+# --- the evaluation, its cache and its resume -----------------------------------------------------
+@pytest.fixture
+def index(mini: BeirDataset, settings: Settings, tmp_path: Path) -> Iterator[DenseIndex]:
+    with DenseIndex.open(
+        mini,
+        embed_model=HashEmbedding(),
+        embedder="hash",
+        cache_dir=tmp_path / "index",
+        settings=settings,
+        progress=False,
+    ) as opened:
+        yield opened
+
+
+def _factory(index: DenseIndex, llm: ScriptedLLM) -> Callable[[], CitationQueryWorkflow]:
+    return lambda: index.kb.workflow(llm)
+
+
+def test_evaluation_caches_each_answer_and_resumes(
+    mini: BeirDataset, index: DenseIndex, tmp_path: Path
+) -> None:
+    cache = GenerationCache.for_facts(tmp_path / "gen", "beir_mini", {"llm": "scripted"})
+    ids = ["q1", "q2"]
+    broken = ScriptedLLM([DUCKS, RuntimeError("the model went away")])
+    with pytest.raises(UpstreamError):
+        evaluate_citations(
+            mini, ids, cache, workflow=_factory(index, broken), threshold=0.35, progress=False
+        )
+    assert cache.get("q1", question_for(mini.queries["q1"])) is not None  # kept before the failure
+    assert cache.get("q2", question_for(mini.queries["q2"])) is None
+
+    llm = ScriptedLLM(["Photosynthesis lets plants turn light into chemical energy [1]."])
+    result = evaluate_citations(
+        mini, ids, cache, workflow=_factory(index, llm), threshold=0.35, progress=False
+    )
+    assert len(llm.prompts) == 1  # only q2 was generated
+    assert (result.queries, result.generated) == (2, 1)
+    assert result.info["replay_mismatches"] == 0
+    assert result.metrics["broken_rate"] == 0.0
+    assert result.metrics["precision"] == 1.0  # both quote gold sentences of relevant documents
+    q1 = result.per_query["q1"]
+    assert q1["answer"] == DUCKS
+    assert q1["citations_checked"][0]["quote"].startswith("Ducks are waterfowl birds.")
+    assert q1["citations_checked"][0]["correct"] is True
+
+    # everything cached: no workflow needed, and another threshold is only a replay
+    again = evaluate_citations(mini, ids, cache, workflow=None, threshold=0.35, progress=False)
+    assert again.generated == 0 and again.metrics == result.metrics
+    strict = evaluate_citations(mini, ids, cache, workflow=None, threshold=1.0, progress=False)
+    assert strict.metrics["citations"] <= result.metrics["citations"]
+
+    # a damaged cache file is generated again, not trusted
+    cache.path("q1").write_text("{not json")
+    llm = ScriptedLLM([DUCKS])
+    fixed = evaluate_citations(
+        mini, ids, cache, workflow=_factory(index, llm), threshold=0.35, progress=False
+    )
+    assert fixed.generated == 1 and fixed.metrics == result.metrics
+    assert json.loads((cache.directory / "config.json").read_text()) == {"llm": "scripted"}
+
+
+def test_model_metrics_show_what_the_repair_fixed(
+    mini: BeirDataset, index: DenseIndex, tmp_path: Path
+) -> None:
+    cache = GenerationCache.for_facts(tmp_path / "gen", "beir_mini", {})
+    llm = ScriptedLLM(["Ducks are waterfowl birds [4][9]. They eat insects [1]."])
+    result = evaluate_citations(
+        mini, ["q1"], cache, workflow=_factory(index, llm), threshold=0.35, progress=False
+    )
+    assert result.model_metrics["broken_rate"] == 1.0  # [9] names no source
+    assert result.metrics["broken_rate"] == 0.0
+    assert "[9]" not in result.per_query["q1"]["answer"]
+
+
+def test_command_prints_calibration_and_citations(
+    settings: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "report.json"
+    argv = [str(MINI), "--retrievers", "none", "--citations", "5", "--calibrate"]
+    argv += ["--cache-dir", str(tmp_path / "cache"), "--out", str(out), "-q"]
+    llm = ScriptedLLM([DUCKS])
+    embed = HashEmbedding()
+    args = eval_cli.build_parser().parse_args(argv)
+    assert eval_cli.run(args, settings=settings, embed_model=embed, embedder_name="h", llm=llm) == 0
+    printed = capsys.readouterr().out
+    assert "support calibration: 1 claims" in printed
+    assert "citations: 1 claims with gold evidence" in printed
+    assert "model (raw)" in printed and "citeflow" in printed
+    assert "nDCG" not in printed  # no retriever asked for
+    data = json.loads(out.read_text())
+    assert data["retrieval"] == {}
+    assert data["citations"]["queries"] == 1
+    assert data["calibration"]["rows"][0]["threshold"] == 0.1
+
+    # a re-run needs neither the model nor the index: a model that fails proves it
+    failing = ScriptedLLM([RuntimeError("no model")])
+    assert (
+        eval_cli.run(args, settings=settings, embed_model=embed, embedder_name="h", llm=failing)
+        == 0
+    )
+    again = json.loads(out.read_text())
+    assert again["citations"]["generated"] == 0
+    assert again["citations"]["metrics"] == data["citations"]["metrics"]
+    assert again["calibration"]["rows"] == data["calibration"]["rows"]
+
+    bad = eval_cli.build_parser().parse_args([str(MINI), "--retrievers", "none", "-q"])
+    with pytest.raises(InvalidRequestError, match="unknown retriever"):
+        eval_cli.run(bad, settings=settings, embed_model=embed, embedder_name="h")
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "scifact").is_dir(), reason="SciFact not present")
+def test_scifact_halves_split_the_claims_with_evidence() -> None:
+    dataset = load_beir(SHARED_DATA / "scifact")
+    calibration = evidence_queries(dataset, "calibration")
+    evaluation = evidence_queries(dataset, "evaluation")
+    assert len(calibration) + len(evaluation) == 188
+    assert not set(calibration) & set(evaluation)
+    assert 80 <= len(evaluation) <= 108
+    gold = GoldEvidence(dataset)
+    for qid in calibration + evaluation:  # every gold sentence is found in its abstract
+        for doc, sentences in gold.gold(qid).items():
+            spans = gold.spans(doc)
+            assert all(spans[i][0] >= 0 for i in sentences)
+
+
+# --- regression slice: frozen SciFact sources and local-model answers, no model needed ----------
+FIXTURES = REPO / "tests" / "data" / "scifact_citations"
+
+
+def _fixture(name: str) -> list[dict[str, Any]]:
+    lines = (FIXTURES / name).read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def scifact() -> BeirDataset:
+    if not (SHARED_DATA / "scifact").is_dir():
+        pytest.skip("SciFact not present")
+    return load_beir(SHARED_DATA / "scifact")
+
+
+def _default_threshold() -> float:
+    return Settings(_env_file=None).support_threshold  # type: ignore[call-arg]
+
+
+def test_default_threshold_is_what_the_calibration_chooses(scifact: BeirDataset) -> None:
+    """The calibration of `citeflow eval --calibrate --citations 40`, on its frozen answers."""
+    records = {
+        r["query_id"]: expand_record(r, scifact) for r in _fixture("calibration_answers.jsonl")
+    }
+    assert all(split_of(qid) == "calibration" for qid in records)
+    report = CalibrationReport(
+        rows=[], claims=0, pairs=0, possible=0, answers=sweep(scifact, records)
+    )
+    chosen = report.chosen_for_answers() or report.best_f05_for_answers()
+    assert chosen == _default_threshold()
+
+
+def test_support_scorer_on_calibration_claims(scifact: BeirDataset) -> None:
+    """Claim-level precision/recall of the support threshold (frozen sources, 101 claims)."""
+    rows = _fixture("calibration_sources.jsonl")
+    known = {
+        r["question"]: [SourceRecord(d, scifact.corpus[d].text[a:b]) for d, a, b in r["sources"]]
+        for r in rows
+    }
+
+    async def sources_for(question: str) -> list[SourceRecord]:
+        return known[question]
+
+    report = calibrate(
+        scifact, sources_for, query_ids=[r["query_id"] for r in rows], progress=False
+    )
+    at = {round(r.threshold, 2): r for r in report.rows}[_default_threshold()]
+    assert (report.claims, report.pairs) == (101, 403)
+    assert at.precision >= CLAIMS_PRECISION
+    assert at.recall >= CLAIMS_RECALL
+    assert at.doc_precision >= CLAIMS_DOC_PRECISION
+
+
+# measured at the default threshold 0.55: precision 0.720, recall 0.273, doc precision 0.800
+CLAIMS_PRECISION = 0.70
+CLAIMS_RECALL = 0.26
+CLAIMS_DOC_PRECISION = 0.78
+
+
+def test_local_model_answers_keep_their_citation_quality(scifact: BeirDataset) -> None:
+    """40 answers of the local model (evaluation half) replayed through today's repair."""
+    records = {r["query_id"]: expand_record(r, scifact) for r in _fixture("answers.jsonl")}
+    assert len(records) == 40 and all(split_of(q) == "evaluation" for q in records)
+    scored = score_records(scifact, records, threshold=_default_threshold())
+    final, model = scored.metrics, scored.model_metrics
+    assert final["broken_rate"] == 0.0
+    assert final["precision"] >= ANSWERS_PRECISION
+    assert final["doc_precision"] >= ANSWERS_DOC_PRECISION
+    assert final["recall"] >= ANSWERS_RECALL
+    assert final["no_citation_rate"] <= ANSWERS_NO_CITATION
+    # the repair is what makes them better than the model's own markers
+    assert final["precision"] > model["precision"] + 0.15
+    assert final["doc_precision"] > model["doc_precision"] + 0.15
+
+
+# measured (Qwen2.5-Coder-1.5B Q4_K_M, threshold 0.55): precision 0.500, doc precision 0.844,
+# recall 0.188, no citation 0.350, broken 0 (the model's own markers: 0.250, 0.596, 0.150)
+ANSWERS_PRECISION = 0.48
+ANSWERS_DOC_PRECISION = 0.82
+ANSWERS_RECALL = 0.18
+ANSWERS_NO_CITATION = 0.36
