@@ -20,6 +20,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from citeflow import __version__
 from citeflow.api import documents, errors, routes
 from citeflow.api.engine import Engine
+from citeflow.api.limits import ChatLimits
+from citeflow.api.links import DocumentLinks
 from citeflow.api.options import ServerOptions
 from citeflow.settings import Settings
 
@@ -34,10 +36,15 @@ def create_app(engine: Engine) -> FastAPI:
         summary="Answers questions over your documents with numbered, verifiable citations.",
     )
     app.state.engine = engine
+    app.state.limits = ChatLimits(
+        engine.options.max_concurrent_chats, engine.options.chats_per_minute
+    )
+    app.state.links = DocumentLinks.from_settings(engine.settings)
     errors.install(app)
     app.include_router(routes.health)
     app.include_router(routes.api)
     app.include_router(documents.router)
+    app.include_router(documents.files)
     app.add_middleware(AccessLog)
     return app
 
@@ -71,6 +78,21 @@ class AccessLog:
         await self.app(scope, receive, send_logged)
 
 
+def use_embed_threads(settings: Settings) -> None:
+    """Run the local embedder on ``serve_embed_threads`` torch threads (0: torch's default).
+
+    torch's default, one thread per core, suits a batch job; in the server the event loop needs
+    a core of its own, and torch's threads spin-wait for each other: with every core busy, one
+    question's embedding takes ten times longer. Query embeddings are batched
+    (`citeflow.query.batching`), so one thread keeps up.
+    """
+    if settings.embed_provider != "local" or not settings.serve_embed_threads:
+        return
+    import torch
+
+    torch.set_num_threads(settings.serve_embed_threads)
+
+
 def serve(settings: Settings, *, options: ServerOptions | None = None) -> None:
     """Build the engine from ``settings`` and serve it on ``settings.host``:``settings.port``.
 
@@ -87,6 +109,7 @@ def serve(settings: Settings, *, options: ServerOptions | None = None) -> None:
         from citeflow import logs
 
         logs.configure("INFO")
+    use_embed_threads(settings)
     engine = Engine.from_settings(settings, options)
     try:
         log.info("providers: %s", describe_providers(settings))

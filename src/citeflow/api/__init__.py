@@ -7,7 +7,9 @@
 | `errors` | the one mapping of errors to OpenAI error bodies and HTTP statuses |
 | `wire` | the one adapter from workflow events to SSE ``chat.completion.chunk`` lines |
 | `engine` | `Engine`: store, embedder and LLM built once; one workflow per collection |
-| `deps` | FastAPI dependencies: the engine, the options, bearer-key auth |
+| `limits` | `ChatLimits`: chat completions in progress and per client per minute (HTTP 429) |
+| `links` | `DocumentLinks`: signed, expiring source links a browser can open without the key |
+| `deps` | FastAPI dependencies: the engine, the options, limits, links, bearer-key auth |
 | `routes` | the endpoints: health, models, chat completions |
 | `documents` | the endpoints of documents: upload, list, delete, original files |
 

@@ -1,4 +1,4 @@
-"""FastAPI dependencies: the engine, its settings and options, and bearer-key auth."""
+"""FastAPI dependencies: the engine, its settings and options, limits, links and auth."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from fastapi import Depends, Request
 
 from citeflow.api.engine import Engine
 from citeflow.api.errors import AuthenticationError
+from citeflow.api.limits import ChatLimits
+from citeflow.api.links import DocumentLinks
 from citeflow.api.options import ServerOptions
 from citeflow.settings import Settings
 
@@ -25,6 +27,25 @@ def get_settings(engine: Annotated[Engine, Depends(get_engine)]) -> Settings:
 
 def get_options(engine: Annotated[Engine, Depends(get_engine)]) -> ServerOptions:
     return engine.options
+
+
+def get_limits(request: Request) -> ChatLimits:
+    """The app's chat completion limits (`citeflow.server.create_app`)."""
+    limits: ChatLimits = request.app.state.limits
+    return limits
+
+
+def get_links(request: Request) -> DocumentLinks:
+    """The app's document link signer (`citeflow.server.create_app`)."""
+    links: DocumentLinks = request.app.state.links
+    return links
+
+
+def bearer_token(request: Request) -> str | None:
+    """The token of the ``Authorization: Bearer <token>`` header, if there is one."""
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
 
 
 def check_key(token: str, keys: list[bytes]) -> bool:
@@ -46,9 +67,8 @@ async def require_api_key(
     """
     if not settings.api_keys:
         return
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    token = token.strip()
-    if scheme.lower() != "bearer" or not token:
+    token = bearer_token(request)
+    if token is None:
         raise AuthenticationError(
             "no API key: send the header 'Authorization: Bearer <key>' with a key from "
             "CITEFLOW_API_KEYS"
@@ -58,5 +78,30 @@ async def require_api_key(
         raise AuthenticationError("invalid API key")
 
 
+async def require_key_or_link(
+    request: Request,
+    name: str,
+    doc_id: str,
+    settings: Annotated[Settings, Depends(get_settings)],
+    links: Annotated[DocumentLinks, Depends(get_links)],
+    expires: str | None = None,
+    sig: str | None = None,
+) -> None:
+    """A document file's auth: the bearer key, or else a signed link (`citeflow.api.links`).
+
+    Raises:
+        AuthenticationError: no valid key and no signed link (401).
+        PermissionDeniedError: a tampered or expired signed link (403).
+    """
+    if not settings.api_keys:
+        return
+    if request.headers.get("authorization") or not sig:
+        await require_api_key(request, settings)
+        return
+    links.check(name, doc_id, expires, sig)
+
+
 EngineDep = Annotated[Engine, Depends(get_engine)]
 OptionsDep = Annotated[ServerOptions, Depends(get_options)]
+LimitsDep = Annotated[ChatLimits, Depends(get_limits)]
+LinksDep = Annotated[DocumentLinks, Depends(get_links)]

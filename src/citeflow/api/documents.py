@@ -10,6 +10,9 @@ it (``citeflow ingest`` would find the store locked):
 | ``DELETE /v1/collections/{name}/documents/{doc_id}`` | remove a document (and its upload) |
 | ``GET /v1/documents/{name}/{doc_id}/file`` | the document's original file (source links) |
 
+The file route accepts, in place of the bearer key, the signature of a signed source link
+(``?expires=...&sig=...``, `citeflow.api.links`), so that a browser can open it.
+
 Uploaded files are kept in ``<data_dir>/uploads/<collection>/`` under their file name: they
 are the documents' originals, and uploading a file of the same name again replaces it.
 """
@@ -26,7 +29,7 @@ from typing import Annotated, Any, BinaryIO
 from fastapi import APIRouter, Depends, File, UploadFile
 from fastapi.responses import FileResponse
 
-from citeflow.api.deps import EngineDep, require_api_key
+from citeflow.api.deps import EngineDep, require_api_key, require_key_or_link
 from citeflow.api.errors import BadRequestError, PayloadTooLargeError
 from citeflow.api.schemas import DocumentInfo, DocumentList, ErrorResponse
 from citeflow.errors import CiteflowError, CollectionNotFoundError
@@ -36,12 +39,25 @@ from citeflow.store import DocumentRecord
 _COLLECTION_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorResponse} for status in (400, 401, 404, 413, 422, 503)
+    status: {"model": ErrorResponse} for status in (400, 401, 403, 404, 413, 422, 503)
 }
 
 router = APIRouter(
     prefix="/v1", tags=["documents"], dependencies=[Depends(require_api_key)], responses=ERRORS
 )
+#: The original files: the bearer key or a signed link.
+files = APIRouter(
+    prefix="/v1", tags=["documents"], dependencies=[Depends(require_key_or_link)], responses=ERRORS
+)
+
+#: Served documents may be HTML: no scripts on this origin, no sniffing, no signed URL leaked
+#: through the Referer header, no shared caches.
+FILE_HEADERS = {
+    "Content-Security-Policy": "sandbox",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "private, max-age=300",
+}
 
 
 class UnprocessableError(CiteflowError):
@@ -150,17 +166,23 @@ async def delete_document(name: str, doc_id: str, engine: EngineDep) -> dict[str
     return {"id": record.doc_id, "object": "document", "deleted": True}
 
 
-@router.get(
+@files.get(
     "/documents/{name}/{doc_id}/file",
     response_class=FileResponse,
     responses={200: {"content": {"application/octet-stream": {}}}},
 )
 async def document_file(name: str, doc_id: str, engine: EngineDep) -> FileResponse:
-    """The original file of a document, when the server can read it."""
+    """The original file of a document, when the server can read it.
+
+    Auth: the bearer key, or the ``expires`` and ``sig`` of a signed source link.
+    """
     record = await engine.document(check_collection(name), doc_id)
     path = Path(record.file_path) if record.file_path else None
     if path is None or not await asyncio.to_thread(path.is_file):
         raise CollectionNotFoundError(f"the file of document {doc_id!r} is not available")
     return FileResponse(
-        path, filename=record.file_name or path.name, content_disposition_type="inline"
+        path,
+        filename=record.file_name or path.name,
+        content_disposition_type="inline",
+        headers=FILE_HEADERS,
     )

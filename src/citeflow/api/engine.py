@@ -7,7 +7,9 @@ Built once at start-up (`Engine.from_settings`) or by a test from fakes::
     app = create_app(engine)
 
 Every request path is async: store calls hop to a worker thread, workflow runs are cancelled
-when their client goes away.
+when their client goes away. `Engine.from_settings` wraps an in-process embedder in
+`citeflow.query.batching.BatchedQueryEmbedding`, so that concurrent questions are embedded
+together, in one encoder call, instead of one worker thread each.
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ from citeflow.workflows.citation_query import CitationQueryWorkflow
 
 log = logging.getLogger("citeflow.server")
 
+#: Seconds a collection found to hold documents is trusted without asking the store again.
+OPEN_TTL = 5.0
+
 
 class Engine:
     """What the server serves from: the store, the providers and one workflow per collection."""
@@ -58,6 +63,7 @@ class Engine:
         self.options = options or ServerOptions.from_settings(settings)
         self.started = int(time.time())
         self._workflows: dict[str, CitationQueryWorkflow] = {}
+        self._opened: dict[str, tuple[str, float]] = {}  # model -> (collection, checked at)
         self._ingest_lock = asyncio.Lock()
 
     @classmethod
@@ -70,10 +76,11 @@ class Engine:
         """
         from citeflow.providers.embeddings import build_embed_model
         from citeflow.providers.llm import build_llm
+        from citeflow.query.batching import batch_queries
 
         store = Store.open(settings)
         try:
-            embed_model = build_embed_model(settings)
+            embed_model = batch_queries(build_embed_model(settings))
             llm = build_llm(settings)
         except BaseException:
             store.close()
@@ -81,10 +88,11 @@ class Engine:
         return cls(settings, store=store, embed_model=embed_model, llm=llm, options=options)
 
     def close(self) -> None:
-        """Close the store (the LLM and embedder hold no resources that need closing)."""
-        closer = getattr(self.llm, "close", None)
-        if callable(closer):
-            closer()
+        """Close the LLM and the embedder when they hold resources (threads), then the store."""
+        for provider in (self.llm, self.embed_model):
+            closer = getattr(provider, "close", None)
+            if callable(closer):
+                closer()
         self.store.close()
 
     # --- models and collections --------------------------------------------------------------
@@ -126,11 +134,21 @@ class Engine:
     async def open_collection(self, model: str) -> str:
         """The collection a model id names, checked to hold documents.
 
+        A positive answer is remembered for `OPEN_TTL` seconds (and forgotten when documents
+        change through this engine): under load, every request would otherwise queue for the
+        store's lock behind the searches.
+
         Raises:
             ModelNotFoundError: no such collection (404).
             EmptyCollectionError: the collection has no documents (400).
         """
-        return await asyncio.to_thread(self._open, model)
+        now = time.monotonic()
+        cached = self._opened.get(model)
+        if cached is not None and now - cached[1] < OPEN_TTL:
+            return cached[0]
+        collection = await asyncio.to_thread(self._open, model)
+        self._opened[model] = (collection, now)
+        return collection
 
     def knowledge_base(self, collection: str) -> KnowledgeBase:
         return KnowledgeBase(
@@ -224,7 +242,10 @@ class Engine:
         """
         kb = self.knowledge_base(collection)
         async with self._ingest_lock:
-            return await asyncio.to_thread(kb.ingest, list(paths), progress=False)
+            try:
+                return await asyncio.to_thread(kb.ingest, list(paths), progress=False)
+            finally:
+                self._opened.clear()
 
     def _records(self, collection: str) -> dict[str, DocumentRecord]:
         if not self.store.exists(collection):
@@ -257,7 +278,10 @@ class Engine:
         """Delete a document's chunks, and its file if it was uploaded to this server."""
         record = await self.document(collection, doc_id)
         async with self._ingest_lock:
-            await asyncio.to_thread(self.store.delete_document, collection, doc_id)
+            try:
+                await asyncio.to_thread(self.store.delete_document, collection, doc_id)
+            finally:
+                self._opened.clear()
         path = Path(record.file_path) if record.file_path else None
         if path is not None and path.parent == self.upload_dir(collection).resolve():
             await asyncio.to_thread(path.unlink, missing_ok=True)
@@ -279,7 +303,7 @@ class Engine:
             "store": self.store.location if self.store.embedded else "qdrant server",
             "collections": len(collections),
             "llm": type(self.llm).__name__,
-            "embeddings": type(self.embed_model).__name__,
+            "embeddings": type(getattr(self.embed_model, "inner", self.embed_model)).__name__,
         }
 
 

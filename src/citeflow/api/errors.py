@@ -7,10 +7,11 @@ Every error the server returns, in a response or as the last data line of a stre
 | --- | --- | --- |
 | malformed JSON, a bad field or message, an empty collection | 400 | ``invalid_request_error`` |
 | missing or wrong bearer key | 401 | ``authentication_error`` |
+| a tampered or expired signed document link | 403 | ``permission_error`` |
 | unknown model, knowledge base, document or route | 404 | ``not_found_error`` |
 | a message or body over the limit | 413 | ``invalid_request_error`` |
 | a well-formed request that cannot be processed | 422 | ``invalid_request_error`` |
-| too many requests | 429 | ``rate_limit_error`` |
+| too many chats in progress or per minute (with ``Retry-After``) | 429 | ``rate_limit_error`` |
 | `UpstreamError` (LLM or embedding provider) | 502 | ``upstream_error`` |
 | `StoreLockedError`, `ModelError`, not ready | 503 | ``server_error`` |
 | anything else | 500 | ``server_error`` (details in the log only) |
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -54,6 +56,32 @@ class AuthenticationError(CiteflowError):
     kind = "authentication_error"
     status = 401
     code = "invalid_api_key"
+
+
+class PermissionDeniedError(CiteflowError):
+    """A credential was presented but grants no access (a bad or expired signed link)."""
+
+    kind = "permission_error"
+    status = 403
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class RateLimitError(CiteflowError):
+    """Too many chat completions in progress, or per minute for one client (HTTP 429).
+
+    ``retry_after`` (seconds) is sent as the ``Retry-After`` header.
+    """
+
+    kind = "rate_limit_error"
+    status = 429
+    code = "rate_limit_exceeded"
+
+    def __init__(self, message: str, *, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class ModelNotFoundError(CollectionNotFoundError):
@@ -141,11 +169,21 @@ def _param_path(loc: list[str]) -> str:
     return out
 
 
+def headers_for(exc: BaseException, status: int) -> dict[str, str] | None:
+    """The headers an error response needs: ``WWW-Authenticate`` on 401, ``Retry-After``."""
+    headers: dict[str, str] = {}
+    if status == 401:
+        headers["WWW-Authenticate"] = "Bearer"
+    retry_after = getattr(exc, "retry_after", None)
+    if isinstance(retry_after, int | float):
+        headers["Retry-After"] = str(max(1, math.ceil(retry_after)))
+    return headers or None
+
+
 def response_for(exc: BaseException) -> JSONResponse:
     """The JSON error response for ``exc``."""
     status, body = describe(exc)
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return JSONResponse(body, status_code=status, headers=headers)
+    return JSONResponse(body, status_code=status, headers=headers_for(exc, status))
 
 
 def install(app: FastAPI) -> None:

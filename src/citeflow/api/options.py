@@ -30,6 +30,8 @@ class ServerOptions:
             the sources twice. A request can ask for it (``"citeflow": {"source_list": true}``
             or the ``X-Citeflow-Source-List: true`` header).
         cancel_timeout: seconds to wait for a cancelled workflow run to wind down.
+        max_concurrent_chats: chat completions in progress at once; more get HTTP 429 (0: off).
+        chats_per_minute: chat completions per minute per client; more get HTTP 429 (0: off).
     """
 
     max_message_chars: int = 32_000
@@ -38,6 +40,8 @@ class ServerOptions:
     keepalive_seconds: float = 10.0
     source_list: bool = False
     cancel_timeout: float = 2.0
+    max_concurrent_chats: int = 128
+    chats_per_minute: int = 0
 
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: Any) -> ServerOptions:

@@ -6,6 +6,9 @@
 | ``GET /health/ready`` | no | the store answers and the providers are loaded (else 503) |
 | ``GET /v1/models``, ``GET /v1/models/{id}`` | yes | one model per knowledge base |
 | ``POST /v1/chat/completions`` | yes | a cited answer; SSE when ``stream`` is true |
+
+Chat completions are admitted by `citeflow.api.limits.ChatLimits` (HTTP 429 with
+``Retry-After`` past the limits); a stream holds its slot until it ends.
 """
 
 from __future__ import annotations
@@ -18,11 +21,14 @@ from typing import Any, TypeVar
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
+from starlette.types import Receive, Scope, Send
 
 from citeflow.api import wire
-from citeflow.api.deps import EngineDep, require_api_key
+from citeflow.api.deps import EngineDep, LimitsDep, LinksDep, bearer_token, require_api_key
 from citeflow.api.engine import Engine
 from citeflow.api.errors import BadRequestError, NotReadyError, PayloadTooLargeError
+from citeflow.api.limits import Slot, client_id
+from citeflow.api.links import DocumentLinks
 from citeflow.api.options import ServerOptions
 from citeflow.api.schemas import (
     ChatCompletion,
@@ -38,7 +44,7 @@ log = logging.getLogger("citeflow.server")
 T = TypeVar("T")
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorResponse} for status in (400, 401, 404, 413, 500, 502, 503)
+    status: {"model": ErrorResponse} for status in (400, 401, 404, 413, 429, 500, 502, 503)
 }
 
 health = APIRouter(tags=["health"])
@@ -146,6 +152,20 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
             await asyncio.gather(task, return_exceptions=True)
 
 
+class HeldStream(wire.EventStreamResponse):
+    """An SSE response that releases its chat completion `Slot` once it has ended."""
+
+    def __init__(self, content: AsyncGenerator[str, None], slot: Slot) -> None:
+        super().__init__(content)
+        self.slot = slot
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.slot.release()
+
+
 async def _plain_sse(text: str, model: str, prompt_text: str) -> AsyncGenerator[str, None]:
     for chunk in wire.plain_chunks(text, model=model, prompt_text=prompt_text):
         yield wire.sse(chunk)
@@ -164,14 +184,29 @@ async def _plain_sse(text: str, model: str, prompt_text: str) -> AsyncGenerator[
         }
     },
 )
-async def chat_completions(request: Request, engine: EngineDep) -> Response:
+async def chat_completions(
+    request: Request, engine: EngineDep, limits: LimitsDep, links: LinksDep
+) -> Response:
     """A cited answer from the knowledge base the model names (OpenAI chat API).
 
     The last user message is the question, earlier turns are history; ``tools`` and sampling
     parameters are accepted and ignored. With ``stream``, an SSE stream of chunks with Open
     WebUI ``status`` and ``source`` events; without, a ``chat.completion`` with ``sources``.
-    Open WebUI's ``### Task:`` requests are answered by the LLM alone.
+    Open WebUI's ``### Task:`` requests are answered by the LLM alone. Past the server's limits,
+    HTTP 429 with ``Retry-After``.
     """
+    address = request.client.host if request.client else None
+    slot = limits.admit(client_id(bearer_token(request), address))
+    response: Response | None = None
+    try:
+        response = await _chat(request, engine, links, slot)
+        return response
+    finally:
+        if not isinstance(response, HeldStream):
+            slot.release()
+
+
+async def _chat(request: Request, engine: Engine, links: DocumentLinks, slot: Slot) -> Response:
     options = engine.options
     chat = ChatCompletionRequest.model_validate(await read_json(request, options.max_body_bytes))
     conversation = Conversation.from_request(chat, max_chars=options.max_message_chars)
@@ -179,7 +214,7 @@ async def chat_completions(request: Request, engine: EngineDep) -> Response:
         await engine.resolve(chat.model)
         text = await engine.run_task(conversation.task_messages)
         if chat.stream:
-            return wire.EventStreamResponse(_plain_sse(text, chat.model, conversation.prompt_text))
+            return HeldStream(_plain_sse(text, chat.model, conversation.prompt_text), slot)
         return JSONResponse(
             wire.plain_completion(text, model=chat.model, prompt_text=conversation.prompt_text)
         )
@@ -188,14 +223,15 @@ async def chat_completions(request: Request, engine: EngineDep) -> Response:
         model=chat.model,
         collection=collection,
         base_url=str(request.base_url),
+        link=lambda collection, doc_id: links.url(str(request.base_url), collection, doc_id),
         source_list=wants_source_list(request, chat, options),
         include_usage=bool(chat.stream_options and chat.stream_options.include_usage),
         prompt_text=conversation.prompt_text,
     )
     if chat.stream:
         events = engine.events(collection, conversation.query, conversation.history)
-        return wire.EventStreamResponse(
-            wire.sse_stream(events, writer, keepalive=options.keepalive_seconds)
+        return HeldStream(
+            wire.sse_stream(events, writer, keepalive=options.keepalive_seconds), slot
         )
     result = await unless_disconnected(
         request, engine.answer(collection, conversation.query, conversation.history)

@@ -28,7 +28,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import quote
 
@@ -143,13 +143,18 @@ def _page(metadata: Mapping[str, Any]) -> int | None:
 
 
 def source_payload(
-    source: NodeWithScore, number: int, *, collection: str, base_url: str = ""
+    source: NodeWithScore,
+    number: int,
+    *,
+    collection: str,
+    base_url: str = "",
+    link: Callable[[str, str], str] | None = None,
 ) -> SourceData:
     """The ``data`` of an Open WebUI ``source`` event for cited source ``number``.
 
     ``metadata[0].source`` (Open WebUI's grouping key) is ``<doc_id>#<number>``: stable for the
     document, unique per number, never a URL. ``source.url`` is the document's original URL when
-    its metadata has one, else citeflow's document endpoint.
+    its metadata has one, else citeflow's document endpoint (``link``'s URL when given).
     """
     node = source.node
     meta = node.metadata
@@ -157,11 +162,10 @@ def source_payload(
     file_name = str(meta.get("file_name") or meta.get("title") or doc_id)
     page_label = meta.get("page_label")
     name = f"{file_name}, page {page_label}" if page_label not in (None, "") else file_name
-    ref: SourceRef = {
-        "id": doc_id,
-        "name": name,
-        "url": _original_url(meta) or document_url(base_url, collection, doc_id),
-    }
+    url = _original_url(meta)
+    if url is None:
+        url = link(collection, doc_id) if link else document_url(base_url, collection, doc_id)
+    ref: SourceRef = {"id": doc_id, "name": name, "url": url}
     metadata: SourceMetadata = {"source": f"{doc_id}#{number}", "name": name}
     page = _page(meta)
     if page is not None:
@@ -203,6 +207,8 @@ class ChatStream:
         model: the model id the client asked for.
         collection: the knowledge base (for document URLs).
         base_url: the server's external base URL (for document URLs); empty: relative URLs.
+        link: ``(collection, doc_id) -> URL`` of a document (signed links), instead of
+            ``base_url`` + the document path.
         source_list: append a Markdown list of the cited sources at the end.
         include_usage: send OpenAI's separate usage chunk (``stream_options.include_usage``).
         prompt_text: the request's message text (for the token estimate).
@@ -214,6 +220,7 @@ class ChatStream:
         model: str,
         collection: str,
         base_url: str = "",
+        link: Callable[[str, str], str] | None = None,
         source_list: bool = False,
         include_usage: bool = False,
         prompt_text: str = "",
@@ -225,6 +232,7 @@ class ChatStream:
         self.model = model
         self.collection = collection
         self.base_url = base_url
+        self.link = link
         self.source_list = source_list
         self.include_usage = include_usage
         self.prompt_text = prompt_text
@@ -296,6 +304,7 @@ class ChatStream:
                 self._numbers.mapping[old],
                 collection=self.collection,
                 base_url=self.base_url,
+                link=self.link,
             )
             self.sources.append(payload)
             chunks.append(self._event("source", payload))

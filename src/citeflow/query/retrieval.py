@@ -25,7 +25,9 @@ from citeflow.store import Hits, Store
 
 
 def _async_native(embed_model: BaseEmbedding) -> bool:
-    """Whether the embedder's async API is really non-blocking (HTTP providers)."""
+    """Whether the embedder's async API is really non-blocking (HTTP providers, batchers)."""
+    if getattr(embed_model, "async_native", False):  # e.g. query.batching.BatchedQueryEmbedding
+        return True
     names = {cls.__name__ for cls in type(embed_model).__mro__}
     return "OpenAIEmbedding" in names
 
@@ -35,10 +37,10 @@ class SearchOptions:
     """How to search: which sides, how to fuse them, how many candidates per side."""
 
     mode: RetrievalMode = "hybrid"
-    fusion: FusionMode = "rrf"
+    fusion: FusionMode = "relative"
     dense_weight: float = 0.5
     rrf_k: int = 60
-    candidates: int = 30
+    candidates: int = 100
     """chunks fetched per side before fusion (at least top_k)"""
 
     @classmethod

@@ -1,0 +1,170 @@
+"""A lean streaming chat for the OpenAI and Azure OpenAI LLMs: SSE lines parsed with ``json``.
+
+llama-index's ``_astream_chat`` lets the OpenAI SDK turn every streamed token into a typed
+``ChatCompletionChunk`` (a recursive, reflective model construction) before it builds its own
+``ChatResponse``; at tens of tokens per answer and tens of answers at once, that is most of the
+server's CPU. `LeanStreamingMixin` sends the same request through the same SDK client (auth,
+headers, Azure deployments, retries of the request and the mapping of HTTP errors are unchanged),
+takes the raw response, and parses each ``data:`` line with ``json.loads``. The ``ChatResponse``
+objects it yields are those of llama-index (role, text and reasoning blocks, tool calls, token
+counts, ``thinking_delta``), except that ``raw`` is the chunk's JSON object, not an SDK model.
+An ``{"error": ...}`` event raises `openai.APIError`, as the SDK does.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import httpx
+from llama_index.core.base.llms.types import (
+    ChatMessage,
+    ChatResponse,
+    ChatResponseAsyncGen,
+    ContentBlock,
+    MessageRole,
+    TextBlock,
+    ThinkingBlock,
+    ToolCallBlock,
+)
+from llama_index.llms.openai.base import llm_retry_decorator
+from llama_index.llms.openai.utils import to_openai_message_dicts, update_tool_calls
+from openai import APIError
+from openai.types.chat.chat_completion_chunk import ChoiceDelta, ChoiceDeltaToolCall
+
+__all__ = ["LeanStreamingMixin", "server_sent_events"]
+
+
+async def server_sent_events(lines: AsyncIterator[str]) -> AsyncIterator[tuple[str | None, str]]:
+    """``(event, data)`` of each server-sent event in ``lines`` (comments and ids skipped)."""
+    event: str | None = None
+    data: list[str] = []
+    async for line in lines:
+        if not line:
+            if data:
+                yield event, "\n".join(data)
+            event, data = None, []
+            continue
+        if line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if name == "data":
+            data.append(value)
+        elif name == "event":
+            event = value
+    if data:
+        yield event, "\n".join(data)
+
+
+def _stream_error(data: Any, request: httpx.Request) -> APIError | None:
+    if not isinstance(data, dict) or not data.get("error"):
+        return None
+    error = data["error"]
+    message = error.get("message") if isinstance(error, dict) else None
+    if not isinstance(message, str) or not message:
+        message = "An error occurred during streaming"
+    return APIError(message=message, request=request, body=error)
+
+
+def _reasoning(delta: dict[str, Any]) -> str:
+    for key in ("reasoning_content", "reasoning"):
+        value = delta.get(key)
+        if isinstance(value, str):
+            return value
+    return ""
+
+
+def _token_counts(chunk: dict[str, Any]) -> dict[str, Any]:
+    usage = chunk.get("usage")
+    if not isinstance(usage, dict):
+        return {}
+    return {
+        "prompt_tokens": usage.get("prompt_tokens", 0),
+        "completion_tokens": usage.get("completion_tokens", 0),
+        "total_tokens": usage.get("total_tokens", 0),
+    }
+
+
+async def chat_responses(response: httpx.Response) -> ChatResponseAsyncGen:
+    """The ``ChatResponse``s of a streamed chat completion (see the module doc); closes it."""
+    content = ""
+    reasoning_content = ""
+    tool_calls: list[ChoiceDeltaToolCall] = []
+    first = True
+    try:
+        async for _, text in server_sent_events(response.aiter_lines()):
+            if text.startswith("[DONE]"):
+                break
+            chunk = json.loads(text)
+            if (error := _stream_error(chunk, response.request)) is not None:
+                raise error
+            if not isinstance(chunk, dict):
+                continue
+            choices = chunk.get("choices") or []
+            delta: dict[str, Any] = (choices[0].get("delta") or {}) if choices else {}
+            if first and choices and delta.get("content") is None and not delta.get("tool_calls"):
+                first = False  # the role-only opening chunk, skipped as llama-index does
+                continue
+            first = False
+            content_delta = delta.get("content") or ""
+            content += content_delta
+            reasoning_delta = _reasoning(delta)
+            reasoning_content += reasoning_delta
+            blocks: list[ContentBlock] = []
+            if reasoning_content:
+                blocks.append(ThinkingBlock(content=reasoning_content))
+            blocks.append(TextBlock(text=content))
+            message_kwargs: dict[str, Any] = {}
+            if delta.get("tool_calls") or tool_calls:
+                tool_calls = update_tool_calls(
+                    tool_calls, ChoiceDelta.model_validate(delta).tool_calls
+                )
+                if tool_calls:
+                    message_kwargs["tool_calls"] = tool_calls
+                for call in tool_calls:
+                    if call.function:
+                        blocks.append(
+                            ToolCallBlock(
+                                tool_call_id=call.id,
+                                tool_kwargs=call.function.arguments or {},
+                                tool_name=call.function.name or "",
+                            )
+                        )
+            response_kwargs = _token_counts(chunk)
+            if reasoning_delta:
+                response_kwargs["thinking_delta"] = reasoning_delta
+            yield ChatResponse(
+                message=ChatMessage(
+                    role=delta.get("role") or MessageRole.ASSISTANT,
+                    blocks=blocks,
+                    additional_kwargs=message_kwargs,
+                ),
+                delta=content_delta,
+                raw=chunk,
+                additional_kwargs=response_kwargs,
+            )
+    finally:
+        await response.aclose()
+
+
+class LeanStreamingMixin:
+    """Overrides ``_astream_chat`` of llama-index's `OpenAI` (and `AzureOpenAI`) LLM.
+
+    Put it first among the bases: ``class CompatOpenAI(LeanStreamingMixin, OpenAI)``.
+    """
+
+    @llm_retry_decorator
+    async def _astream_chat(
+        self, messages: Sequence[ChatMessage], **kwargs: Any
+    ) -> ChatResponseAsyncGen:
+        llm: Any = self
+        if llm.modalities and "audio" in llm.modalities:
+            raise ValueError("Audio is not supported for chat streaming")
+        client = llm._get_aclient()
+        raw = await client.chat.completions.with_raw_response.create(
+            messages=to_openai_message_dicts(messages, model=llm.model),
+            **llm._get_model_kwargs(stream=True, **kwargs),
+        )
+        return chat_responses(raw.http_response)

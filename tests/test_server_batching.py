@@ -1,0 +1,282 @@
+"""Query embedding micro-batching: concurrent questions share encoder calls, results unchanged."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Sequence
+
+import httpx
+import pytest
+from llama_index.core.base.embeddings.base import BaseEmbedding
+
+from citeflow.api.engine import Engine
+from citeflow.knowledge_base import KnowledgeBase
+from citeflow.query.batching import (
+    BatchedQueryEmbedding,
+    QueryBatcher,
+    batch_queries,
+    is_async_native,
+    query_batch_function,
+)
+from citeflow.query.retrieval import Retriever
+from citeflow.server import create_app
+from tests.fakes.embedding import HashEmbedding
+from tests.fakes.llm import ScriptedLLM
+from tests.server_helpers import CountingEmbedding, content_of, make_engine, parse_sse
+
+Vectors = list[list[float]]
+QUESTIONS = [f"Who bought Viaweb, and where do ducks live? ({i})" for i in range(24)]
+
+
+class SlowBatch:
+    """A batch function that records its batches and takes ``delay`` seconds per call."""
+
+    def __init__(self, delay: float = 0.05, fail_on: str | None = None) -> None:
+        self.delay = delay
+        self.fail_on = fail_on
+        self.batches: list[list[str]] = []
+        self.threads: set[str] = set()
+
+    def __call__(self, queries: list[str]) -> list[list[float]]:
+        self.batches.append(list(queries))
+        self.threads.add(threading.current_thread().name)
+        time.sleep(self.delay)
+        if self.fail_on is not None and self.fail_on in queries:
+            raise ValueError(f"cannot embed {self.fail_on!r}")
+        return [[float(len(q)), float(i)] for i, q in enumerate(queries)]
+
+
+# --- the batcher ---------------------------------------------------------------------------------
+async def test_a_lone_query_is_embedded_at_once_alone() -> None:
+    calls = SlowBatch(delay=0.0)
+    batcher = QueryBatcher(calls)
+    try:
+        started = time.perf_counter()
+        assert await batcher.aembed("hello") == [5.0, 0.0]
+        assert time.perf_counter() - started < 0.5
+        assert batcher.embed("hi") == [2.0, 0.0]  # the sync API too
+        assert calls.batches == [["hello"], ["hi"]]
+        assert calls.threads == {"citeflow-embed"}
+    finally:
+        batcher.close()
+
+
+async def test_concurrent_queries_share_calls_and_keep_their_order() -> None:
+    calls = SlowBatch(delay=0.05)
+    batcher = QueryBatcher(calls, max_batch=8)
+    try:
+        vectors = await asyncio.gather(*(batcher.aembed(q) for q in QUESTIONS))
+        # each caller gets the vector of its own query
+        assert [v[0] for v in vectors] == [float(len(q)) for q in QUESTIONS]
+        assert sorted(q for batch in calls.batches for q in batch) == sorted(QUESTIONS)
+        assert max(len(b) for b in calls.batches) == 8  # capped by max_batch
+        assert len(calls.batches) <= 5  # the first alone, then the waiting ones together
+        stats = batcher.stats
+        assert stats.queries == 24 and stats.batches == len(calls.batches) and stats.largest == 8
+    finally:
+        batcher.close()
+
+
+async def test_sync_callers_on_threads_are_batched_too() -> None:
+    calls = SlowBatch(delay=0.05)
+    batcher = QueryBatcher(calls)
+    try:
+        vectors = await asyncio.gather(*(asyncio.to_thread(batcher.embed, q) for q in QUESTIONS))
+        assert [v[0] for v in vectors] == [float(len(q)) for q in QUESTIONS]
+        assert len(calls.batches) < len(QUESTIONS)
+    finally:
+        batcher.close()
+
+
+async def test_a_failing_query_fails_alone() -> None:
+    calls = SlowBatch(delay=0.02, fail_on=QUESTIONS[3])
+    batcher = QueryBatcher(calls)
+    try:
+        results = await asyncio.gather(
+            *(batcher.aembed(q) for q in QUESTIONS), return_exceptions=True
+        )
+        failed = [i for i, r in enumerate(results) if isinstance(r, BaseException)]
+        assert failed == [3]
+        assert isinstance(results[3], ValueError) and "cannot embed" in str(results[3])
+        for i, (result, query) in enumerate(zip(results, QUESTIONS, strict=True)):
+            if i != 3:
+                assert not isinstance(result, BaseException) and result[0] == float(len(query))
+    finally:
+        batcher.close()
+
+
+async def test_wrong_vector_count_is_an_error() -> None:
+    batcher = QueryBatcher(lambda queries: [[1.0]])
+    try:
+        assert await batcher.aembed("one") == [1.0]
+        results = await asyncio.gather(
+            batcher.aembed("a"), batcher.aembed("b"), batcher.aembed("c")
+        )
+        assert results == [[1.0], [1.0], [1.0]]  # retried one by one, each returns one vector
+    finally:
+        batcher.close()
+    broken = QueryBatcher(lambda queries: [])
+    try:
+        with pytest.raises(RuntimeError, match="0 vectors for 1 queries"):
+            await broken.aembed("x")
+    finally:
+        broken.close()
+
+
+async def test_cancelled_callers_are_skipped() -> None:
+    calls = SlowBatch(delay=0.2)
+    batcher = QueryBatcher(calls)
+    try:
+        first = asyncio.create_task(batcher.aembed("first"))
+        await asyncio.sleep(0.05)  # "first" is being embedded
+        gone = asyncio.create_task(batcher.aembed("gone"))
+        kept = asyncio.create_task(batcher.aembed("kept"))
+        await asyncio.sleep(0.01)
+        gone.cancel()
+        assert (await first)[0] == 5.0 and (await kept)[0] == 4.0
+        assert calls.batches == [["first"], ["kept"]]
+    finally:
+        batcher.close()
+
+
+def test_close_finishes_pending_work_then_refuses() -> None:
+    calls = SlowBatch(delay=0.05)
+    batcher = QueryBatcher(calls)
+    futures = [batcher.submit(q) for q in ("a", "b", "c")]
+    batcher.close()
+    assert [f.result(timeout=1)[0] for f in futures] == [1.0, 1.0, 1.0]
+    with pytest.raises(RuntimeError, match="closed"):
+        batcher.submit("d")
+    batcher.close()  # idempotent
+    QueryBatcher(calls).close()  # never started: no thread to stop
+    with pytest.raises(ValueError):
+        QueryBatcher(calls, max_batch=0)
+
+
+# --- the embedding wrapper -----------------------------------------------------------------------
+async def test_batched_embedding_gives_the_same_vectors() -> None:
+    inner = HashEmbedding()
+    batched = BatchedQueryEmbedding(inner)
+    try:
+        for query in QUESTIONS[:3]:
+            expected = inner.get_query_embedding(query)
+            assert batched.get_query_embedding(query) == expected
+            assert await batched.aget_query_embedding(query) == expected
+        texts = ["Ducks live near ponds.", "Yahoo bought Viaweb."]
+        assert batched.get_text_embedding_batch(texts) == inner.get_text_embedding_batch(texts)
+        assert await batched.aget_text_embedding(texts[0]) == inner.get_text_embedding(texts[0])
+        vectors = await asyncio.gather(*(batched.aget_query_embedding(q) for q in QUESTIONS))
+        assert vectors == [inner.get_query_embedding(q) for q in QUESTIONS]
+        assert batched.inner is inner and batched.model_name == inner.model_name
+    finally:
+        batched.close()
+
+
+def test_only_in_process_embedders_are_wrapped() -> None:
+    class OpenAIEmbedding(HashEmbedding):  # named like the HTTP embedder
+        pass
+
+    http = OpenAIEmbedding()
+    assert is_async_native(http) and batch_queries(http) is http
+    local = HashEmbedding()
+    wrapped = batch_queries(local)
+    assert isinstance(wrapped, BatchedQueryEmbedding) and is_async_native(wrapped)
+    assert not is_async_native(local)
+    wrapped.close()
+
+
+def test_batch_function_of_a_plain_embedder_embeds_one_by_one() -> None:
+    counting = CountingEmbedding()
+    batch = query_batch_function(counting)
+    assert batch(["a b", "c d"]) == [counting._vector("a b"), counting._vector("c d")]
+    assert counting.queries == 2
+
+
+def test_batch_function_of_sentence_transformers_uses_one_call() -> None:
+    calls: list[tuple[list[str], str | None]] = []
+
+    class HuggingFaceEmbedding(HashEmbedding):  # the name of llama-index's class
+        def _embed(self, inputs: Sequence[str], prompt_name: str | None = None) -> Vectors:
+            calls.append((list(inputs), prompt_name))
+            return [self._vector(t) for t in inputs]
+
+    model = HuggingFaceEmbedding()
+    batch = query_batch_function(model)
+    assert batch(["x", "y"]) == [model._vector("x"), model._vector("y")]
+    assert calls == [(["x", "y"], "query")]
+
+
+async def test_the_retriever_awaits_a_batched_embedder(kb: KnowledgeBase) -> None:
+    batched = BatchedQueryEmbedding(kb.embed_model)
+    try:
+        retriever = Retriever(kb.store, batched, collection="kb", top_k=3)
+        plain = Retriever(kb.store, kb.embed_model, collection="kb", top_k=3)
+        assert retriever._native and not plain._native
+        for question in QUESTIONS[:2]:
+            ours = await retriever.aretrieve(question)
+            theirs = await plain.aretrieve(question)
+            assert [(n.node.node_id, n.score) for n in ours] == [
+                (n.node.node_id, n.score) for n in theirs
+            ]
+    finally:
+        batched.close()
+
+
+# --- through the server --------------------------------------------------------------------------
+async def test_concurrent_chats_share_query_embeddings(kb: KnowledgeBase) -> None:
+    counting = CountingEmbedding()
+    batched = BatchedQueryEmbedding(counting)
+    engine = make_engine(kb, ScriptedLLM(["Yahoo bought Viaweb in 1998 [1]."]))
+    engine = Engine(
+        engine.settings, store=kb.store, embed_model=batched, llm=engine.llm, options=engine.options
+    )
+    transport = httpx.ASGITransport(app=create_app(engine))
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            answers = await asyncio.gather(
+                *(
+                    client.post(
+                        "/v1/chat/completions",
+                        json={
+                            "model": "citeflow-kb",
+                            "stream": True,
+                            "messages": [{"role": "user", "content": q}],
+                        },
+                    )
+                    for q in QUESTIONS
+                )
+            )
+        assert all(a.status_code == 200 for a in answers)
+        assert all("Yahoo bought Viaweb" in content_of(parse_sse(a.text)) for a in answers)
+        stats = batched.batcher.stats
+        assert stats.queries == counting.queries == len(QUESTIONS)
+        assert stats.batches < len(QUESTIONS)  # some questions were embedded together
+    finally:
+        engine.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        batched.get_query_embedding("after close")
+
+
+def _minilm() -> BaseEmbedding:
+    pytest.importorskip("llama_index.embeddings.huggingface")
+    from citeflow.providers.embeddings import build_embed_model
+    from citeflow.settings import Settings
+
+    return build_embed_model(Settings(_env_file=None))  # type: ignore[call-arg]
+
+
+@pytest.mark.slow
+async def test_minilm_batches_match_single_queries() -> None:
+    model = _minilm()
+    batched = BatchedQueryEmbedding(model)
+    try:
+        alone = [model.get_query_embedding(q) for q in QUESTIONS[:8]]
+        assert await batched.aget_query_embedding(QUESTIONS[0]) == alone[0]  # a batch of one
+        together = await asyncio.gather(*(batched.aget_query_embedding(q) for q in QUESTIONS[:8]))
+        assert batched.batcher.stats.largest > 1
+        for a, b in zip(alone, together, strict=True):  # padding changes the last float bits
+            assert max(abs(x - y) for x, y in zip(a, b, strict=True)) < 1e-5
+    finally:
+        batched.close()

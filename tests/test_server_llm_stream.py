@@ -1,0 +1,162 @@
+"""The lean streaming chat of the OpenAI/Azure LLMs: what llama-index yields, for less CPU."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from llama_index.core.base.llms.types import ThinkingBlock
+from llama_index.core.llms import ChatMessage, ChatResponse
+from llama_index.llms.azure_openai import AzureOpenAI
+from llama_index.llms.openai import OpenAI
+
+from citeflow.errors import UpstreamError
+from citeflow.providers.llm import CompatAzureOpenAI, CompatOpenAI, as_upstream_error, build_llm
+from citeflow.providers.openai_stream import chat_responses, server_sent_events
+from citeflow.settings import Settings
+from tests.fakes.openai_server import FakeOpenAIServer, Reply
+
+USER = [ChatMessage(role="user", content="What did the author work on before college?")]
+ANSWER = "Before college the author wrote short stories [1]. He also programmed an IBM 1401 [2]."
+
+
+@pytest.fixture
+def server() -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer(always_stream_usage=True) as fake:
+        yield fake
+
+
+def _settings(server: FakeOpenAIServer, provider: str = "openai") -> Settings:
+    values: dict[str, Any] = {"llm_provider": provider, "llm_model": "chat-model"}
+    if provider == "openai":
+        values.update(openai_base_url=server.openai_base_url, openai_api_key="k")
+    else:
+        values.update(
+            azure_endpoint=server.azure_endpoint, azure_api_key="k", azure_api_version="2024-06-01"
+        )
+    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+
+
+def _view(response: ChatResponse) -> tuple[Any, ...]:
+    message = response.message
+    return (
+        response.delta,
+        message.role,
+        message.content,
+        [type(b).__name__ for b in message.blocks],
+        message.additional_kwargs,
+        response.additional_kwargs,
+    )
+
+
+async def _collect(stream: AsyncIterator[ChatResponse]) -> list[ChatResponse]:
+    return [chunk async for chunk in stream]
+
+
+@pytest.mark.parametrize("provider", ["openai", "azure"])
+async def test_same_responses_as_llama_index(server: FakeOpenAIServer, provider: str) -> None:
+    server.script([ANSWER, ANSWER])
+    llm = build_llm(_settings(server, provider), max_retries=0)
+    assert isinstance(llm, CompatOpenAI | CompatAzureOpenAI)
+    ours = await _collect(await llm.astream_chat(USER))
+    base = AzureOpenAI if provider == "azure" else OpenAI
+    theirs = await _collect(await base._astream_chat(llm, USER))  # llama-index's own parsing
+    assert [_view(r) for r in ours] == [_view(r) for r in theirs]
+    assert "".join(r.delta or "" for r in ours) == ANSWER
+    assert ours[-1].message.content == ANSWER
+    assert ours[-1].additional_kwargs["completion_tokens"] > 0  # the usage chunk
+    assert isinstance(ours[0].raw, dict) and ours[0].raw["object"] == "chat.completion.chunk"
+    request = server.last_request
+    assert request.stream and request.json["messages"][-1]["content"] == USER[0].content
+
+
+async def test_http_errors_and_dropped_streams_are_upstream_errors(
+    server: FakeOpenAIServer,
+) -> None:
+    llm = build_llm(_settings(server), max_retries=0)
+    server.script([Reply.error(500), Reply.drop(after_tokens=3, text=ANSWER)])
+    with pytest.raises(openai.InternalServerError) as caught:
+        await _collect(await llm.astream_chat(USER))
+    assert isinstance(as_upstream_error(caught.value), UpstreamError)
+    with pytest.raises(Exception) as dropped:
+        await _collect(await llm.astream_chat(USER))
+    assert isinstance(as_upstream_error(dropped.value), UpstreamError)
+
+
+def _response(*events: str) -> httpx.Response:
+    body = "".join(events).encode()
+    return httpx.Response(
+        200,
+        content=body,
+        headers={"content-type": "text/event-stream"},
+        request=httpx.Request("POST", "http://upstream/v1/chat/completions"),
+    )
+
+
+def _chunk(delta: dict[str, Any] | None = None, **extra: Any) -> str:
+    choices = [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": None}]
+    return (
+        f"data: {json.dumps({'object': 'chat.completion.chunk', 'choices': choices, **extra})}\n\n"
+    )
+
+
+async def test_an_error_event_mid_stream_raises_api_error() -> None:
+    response = _response(
+        _chunk({"role": "assistant", "content": ""}),
+        _chunk({"content": "Hello"}),
+        'data: {"error": {"message": "overloaded", "type": "server_error"}}\n\n',
+        _chunk({"content": " never"}),
+    )
+    seen: list[str] = []
+    with pytest.raises(openai.APIError, match="overloaded") as caught:
+        async for chunk in chat_responses(response):
+            seen.append(chunk.delta or "")
+    assert seen == ["", "Hello"]
+    assert caught.value.body == {"message": "overloaded", "type": "server_error"}
+    assert isinstance(as_upstream_error(caught.value), UpstreamError)
+    assert response.is_closed
+
+
+async def test_reasoning_tool_calls_and_usage() -> None:
+    call = {"index": 0, "id": "call_1", "type": "function"}
+    response = _response(
+        _chunk({"role": "assistant", "content": None}),  # skipped, as llama-index does
+        _chunk({"content": None, "reasoning_content": "Think."}),
+        _chunk({"content": "Let me look."}),
+        _chunk({"tool_calls": [{**call, "function": {"name": "search", "arguments": '{"q":'}}]}),
+        _chunk({"tool_calls": [{"index": 0, "function": {"arguments": ' "owls"}'}}]}),
+        _chunk(None, usage={"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}),
+        "data: [DONE]\n\n",
+        _chunk({"content": "after done: ignored"}),
+    )
+    chunks = await _collect(chat_responses(response))
+    first = chunks[0]
+    assert first.additional_kwargs["thinking_delta"] == "Think."
+    assert isinstance(first.message.blocks[0], ThinkingBlock)
+    last = chunks[-1]
+    assert last.message.content == "Let me look."
+    (tool_call,) = last.message.additional_kwargs["tool_calls"]
+    assert tool_call.function.name == "search" and tool_call.function.arguments == '{"q": "owls"}'
+    assert last.additional_kwargs == {
+        "prompt_tokens": 5,
+        "completion_tokens": 7,
+        "total_tokens": 12,
+    }
+
+
+async def test_server_sent_events_framing() -> None:
+    async def lines(*items: str) -> AsyncIterator[str]:
+        for item in items:
+            yield item
+
+    events = [
+        e
+        async for e in server_sent_events(
+            lines(": keep-alive", "", "event: message", "data: a", "data:b", "", "id: 7", "data: c")
+        )
+    ]
+    assert events == [("message", "a\nb"), (None, "c")]
