@@ -134,35 +134,47 @@ def questions(count: int, offset: int = 0) -> list[str]:
 
 
 # --- the upstream (its own process) --------------------------------------------------------------
-def _sentence(text: str, number: int) -> str:
-    words = re.findall(r"[A-Za-z0-9']+", text)[:SENTENCE_WORDS]
+def _sentence(text: str, number: int, part: int = 0) -> str:
+    start = part * SENTENCE_WORDS
+    words = re.findall(r"[A-Za-z0-9']+", text)[start : start + SENTENCE_WORDS]
     words += ["indeed"] * (SENTENCE_WORDS - len(words))
     words[0] = words[0][:1].upper() + words[0][1:]
     return " ".join(words) + f" [{number}]."
 
 
-def answer(prompt: str) -> str:
-    """Three sentences, each quoting the start of one source and citing it."""
+def answer(prompt: str, sentences: int = 3) -> str:
+    """``sentences`` sentences, each quoting words of one source and citing it (in turn)."""
     sources = re.findall(r"^\[(\d+)\][^\n]*\n([^\n]+)", prompt.split("Sources:", 1)[-1], re.M)
-    return " ".join(_sentence(text, int(n)) for n, text in sources[:3])
+    sources = sources[:3]
+    return " ".join(
+        _sentence(sources[i % len(sources)][1], int(sources[i % len(sources)][0]), i // 3)
+        for i in range(sentences)
+    )
 
 
-def respond(request: RecordedRequest) -> str | Reply:
+def respond(request: RecordedRequest, sentences: int = 3) -> str | Reply:
     messages = request.json.get("messages") if isinstance(request.json, dict) else None
     prompt = str(messages[-1].get("content", "")) if messages else ""
     if prompt.startswith("Which passages help answer"):
         return GRADE_REPLY
     if "\nSources:\n" in prompt:
-        return answer(prompt)
+        return answer(prompt, sentences)
     return default_reply(request)
 
 
 def serve_upstream(args: argparse.Namespace) -> None:
     """Run the fake upstream until killed, printing its base URL first."""
-    server = FakeOpenAIServer(respond, ttft=args.ttft, tokens_per_second=args.tps, record=False)
+    stop = {signal.SIGTERM, signal.SIGINT}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop)  # before any thread starts: sigwait gets them
+    server = FakeOpenAIServer(
+        lambda request: respond(request, args.sentences),
+        ttft=args.ttft,
+        tokens_per_second=args.tps,
+        record=False,
+    )
     with server:
         print(server.openai_base_url, flush=True)
-        signal.sigwait({signal.SIGTERM, signal.SIGINT})
+        signal.sigwait(stop)
 
 
 # --- timing reference ----------------------------------------------------------------------------
@@ -178,7 +190,7 @@ def first_sentence_token(text: str) -> int:
 def stream_seconds(args: argparse.Namespace) -> float:
     """Seconds the upstream takes for one whole answer (and grading call)."""
     template = " ".join(["Word"] * SENTENCE_WORDS) + " [1]."
-    seconds = args.ttft + (len(split_tokens(" ".join([template] * 3))) - 1) / args.tps
+    seconds = args.ttft + (len(split_tokens(" ".join([template] * args.sentences))) - 1) / args.tps
     if args.grader == "llm":
         seconds += args.ttft + (len(split_tokens(GRADE_REPLY)) - 1) / args.tps
     return seconds
@@ -464,6 +476,12 @@ def main() -> None:
         "stream's duration, so that requests arrive evenly); latencies are those of the "
         "requests sent after the ramp",
     )
+    parser.add_argument(
+        "--sentences",
+        type=int,
+        default=3,
+        help=f"sentences per answer, {SENTENCE_WORDS + 1} tokens each",
+    )
     parser.add_argument("--serve-upstream", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_upstream:
@@ -477,7 +495,10 @@ def main() -> None:
         tmp = Path(name)
         try:
             upstream = subprocess.Popen(
-                [python, __file__, "--serve-upstream", f"--ttft={args.ttft}", f"--tps={args.tps}"],
+                [
+                    *(python, __file__, "--serve-upstream"),
+                    *(f"--ttft={args.ttft}", f"--tps={args.tps}", f"--sentences={args.sentences}"),
+                ],
                 stdout=subprocess.PIPE,
                 cwd=ROOT,
             )

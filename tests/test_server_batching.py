@@ -280,3 +280,23 @@ async def test_minilm_batches_match_single_queries() -> None:
             assert max(abs(x - y) for x, y in zip(a, b, strict=True)) < 1e-5
     finally:
         batched.close()
+
+
+def test_serve_gives_the_local_embedder_one_thread() -> None:
+    torch = pytest.importorskip("torch")
+    from citeflow.server import use_embed_threads
+    from citeflow.settings import Settings
+
+    before = torch.get_num_threads()
+    try:
+        use_embed_threads(Settings(_env_file=None))  # type: ignore[call-arg]
+        assert torch.get_num_threads() == 1
+        torch.set_num_threads(2)
+        for settings in (
+            Settings(_env_file=None, serve_embed_threads=0),  # type: ignore[call-arg]
+            Settings(_env_file=None, embed_provider="openai"),  # type: ignore[call-arg]
+        ):
+            use_embed_threads(settings)
+            assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
