@@ -238,7 +238,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     from citeflow.evaluation.cli import add_arguments as eval_arguments
 
-    p = sub.add_parser("eval", help="score retrieval on a BEIR-format dataset (nDCG, Recall, MRR)")
+    p = sub.add_parser(
+        "eval", help="score retrieval (nDCG, Recall, MRR) and citations on a BEIR-format dataset"
+    )
     eval_arguments(p)
     p.set_defaults(func=cmd_eval)
     return parser
