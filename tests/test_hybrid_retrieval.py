@@ -45,6 +45,18 @@ def retriever(kb: KnowledgeBase, mode: str, **options: object) -> Retriever:
     )
 
 
+def write_single_vector_collection(store: Store, name: str, embed: HashEmbedding) -> list[TextNode]:
+    """OFFICE in a collection of the old layout (one unnamed dense vector, no BM25)."""
+    nodes = [
+        TextNode(id_=f"00000000-0000-0000-0000-00000000000{i}", text=text)
+        for i, text in enumerate(OFFICE.values())
+    ]
+    for node in nodes:
+        node.embedding = embed.get_text_embedding(node.get_content())
+    QdrantVectorStore(collection_name=name, client=store.client).add(nodes)
+    return nodes
+
+
 async def doc_ids(r: Retriever, query: str, top_k: int = 3) -> list[str]:
     return [h.node.ref_doc_id or "" for h in (await r.asearch(query, top_k)).hits]
 
@@ -119,15 +131,8 @@ async def test_dense_mode_ignores_keywords(settings: Settings, store: Store) -> 
 async def test_a_collection_without_keyword_side_is_searched_dense_only(
     settings: Settings, store: Store
 ) -> None:
-    old = QdrantVectorStore(collection_name="old", client=store.client)  # one unnamed vector
     embed = HashEmbedding(dim=64)
-    nodes = [
-        TextNode(id_=f"00000000-0000-0000-0000-00000000000{i}", text=text)
-        for i, text in enumerate(OFFICE.values())
-    ]
-    for node in nodes:
-        node.embedding = embed.get_text_embedding(node.get_content())
-    old.add(nodes)
+    write_single_vector_collection(store, "old", embed)
     r = Retriever(store, embed, collection="old", top_k=2, options=SearchOptions(mode="hybrid"))
     assert store.layout("old").sparse is None
     hits = await r.aretrieve("order toner through the portal")
@@ -160,15 +165,8 @@ def test_embedded_store_writes_through_sqlite_wal(settings: Settings, tmp_path: 
 async def test_reindex_adds_the_keyword_side_without_re_embedding(
     settings: Settings, store: Store
 ) -> None:
-    old = QdrantVectorStore(collection_name="old", client=store.client)  # one unnamed vector
     embed = HashEmbedding(dim=64)
-    nodes = [
-        TextNode(id_=f"00000000-0000-0000-0000-00000000000{i}", text=text)
-        for i, text in enumerate(OFFICE.values())
-    ]
-    for node in nodes:
-        node.embedding = embed.get_text_embedding(node.get_content())
-    old.add(nodes)
+    nodes = write_single_vector_collection(store, "old", embed)
     before = store.client.retrieve("old", [nodes[1].node_id], with_vectors=True)[0].vector
 
     assert store.add_keyword_index("old", BM25Encoder()) == len(OFFICE)

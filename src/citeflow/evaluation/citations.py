@@ -51,6 +51,7 @@ from citeflow.citations.sources import make_sources, source_text
 from citeflow.citations.support import LexicalSupport
 from citeflow.errors import InvalidRequestError
 from citeflow.evaluation.dataset import BeirDataset
+from citeflow.evaluation.table import text_table
 from citeflow.query.synthesis import CitationSynthesizer, Synthesis
 
 if TYPE_CHECKING:
@@ -774,21 +775,13 @@ class CitationResult:
             ["model (raw)", *(f"{self.model_metrics.get(k, 0.0):.3f}" for k in keys)],
             ["citeflow", *(f"{self.metrics.get(k, 0.0):.3f}" for k in keys)],
         ]
-        widths = [max(len(r[i]) for r in [columns, *rows]) for i in range(len(columns))]
-
-        def fmt(cells: Sequence[str]) -> str:
-            first = cells[0].ljust(widths[0])
-            rest = (c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True))
-            return "  ".join([first, *rest])
-
         title = (
             f"citations: {self.queries} claims with gold evidence (evaluation half), "
             f"{self.info.get('llm', '?')}, threshold {self.info.get('support_threshold', '?')}; "
             f"{self.generated} generated, {self.queries - self.generated} cached, "
             f"{self.seconds_per_answer:.1f} s per answer"
         )
-        rule = "-" * len(fmt(columns))
-        return "\n".join([title, rule, fmt(columns), rule, *(fmt(r) for r in rows), rule])
+        return text_table(title, columns, rows)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -23,7 +23,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -226,14 +226,7 @@ class DenseIndex:
         Hybrid fusion follows the settings (``fusion``, ``dense_weight``, ``rrf_k``), with at
         least as many candidates per side as chunks fetched.
         """
-        options = SearchOptions.from_settings(self.kb.settings)
-        options = SearchOptions(
-            mode=mode,
-            fusion=options.fusion,
-            dense_weight=options.dense_weight,
-            rrf_k=options.rrf_k,
-            candidates=options.candidates,
-        )
+        options = replace(SearchOptions.from_settings(self.kb.settings), mode=mode)
         retriever = Retriever(
             self.kb.store,
             self.kb.embed_model,

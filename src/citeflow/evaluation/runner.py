@@ -31,6 +31,7 @@ from tqdm.auto import tqdm
 from citeflow.errors import InvalidRequestError
 from citeflow.evaluation.dataset import BeirDataset
 from citeflow.evaluation.metrics import evaluate, metric_name, per_query, rank
+from citeflow.evaluation.table import text_table
 
 if TYPE_CHECKING:
     from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -128,13 +129,6 @@ class EvalReport:
             ]
             for name, result in self.retrieval.items()
         ]
-        widths = [max(len(r[i]) for r in [columns, *rows]) for i in range(len(columns))]
-
-        def fmt(cells: Sequence[str]) -> str:
-            first = cells[0].ljust(widths[0])
-            rest = (c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True))
-            return "  ".join([first, *rest])
-
         title = (
             f"{self.dataset.get('name', '?')}/{self.dataset.get('split', '?')}: "
             f"{self.dataset.get('queries', '?')} queries, "
@@ -142,8 +136,7 @@ class EvalReport:
         )
         if not self.dataset.get("full_corpus", True):
             title += " (corpus slice: not comparable with published figures)"
-        rule = "-" * len(fmt(columns))
-        return "\n".join([title, rule, fmt(columns), rule, *(fmt(r) for r in rows), rule])
+        return text_table(title, columns, rows)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON report."""
