@@ -86,7 +86,7 @@ class BeirDataset:
     sentences: dict[str, list[str]] = field(default_factory=dict)
     """Document id → its sentences (only with evidence); ``" ".join`` gives the text."""
     corpus_file: Path | None = None
-    """The corpus file read (its size and mtime key the embedding cache)."""
+    """The corpus file read (its content keys the embedding cache)."""
     full_corpus: bool = True
     """False when a ``corpus_limit`` dropped documents (scores are then not comparable)."""
 

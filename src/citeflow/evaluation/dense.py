@@ -10,7 +10,8 @@ and payloads) into an embedded Qdrant directory in a cache, so the embedding cos
     <cache_dir>/<dataset>-<key>/manifest.json     what the index holds; "complete" once built
     <cache_dir>/<dataset>-<key>/qdrant/            embedded Qdrant, collection "corpus"
 
-``key`` hashes the corpus file's path, size and mtime, the ids of the documents indexed (a
+``key`` hashes the corpus file's content (sha256: a copied, moved or re-provisioned file with the
+same bytes reuses the index; an edited one gets a new index), the ids of the documents indexed (a
 corpus slice gets its own index), the embedder's name and the chunk settings. A complete index is
 reused as is; an incomplete one (an interrupted build) is resumed: documents whose chunks are all
 stored are kept, partly written ones are deleted and written again, and only the rest is embedded.
@@ -67,12 +68,13 @@ def index_key(
 ) -> tuple[str, dict[str, Any]]:
     """The cache key of a dataset's index and the facts it hashes (kept in the manifest)."""
     corpus_file = dataset.corpus_file or dataset.path / "corpus.jsonl"
-    stat = corpus_file.stat()
+    content = hashlib.sha256()
+    with corpus_file.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            content.update(block)
     facts: dict[str, Any] = {
         "format": INDEX_FORMAT,
-        "corpus_file": str(corpus_file.resolve()),
-        "corpus_size": stat.st_size,
-        "corpus_mtime_ns": stat.st_mtime_ns,
+        "corpus_sha256": content.hexdigest(),
         "corpus_digest": dataset.corpus_digest(),
         "documents": len(dataset.corpus),
         "embedder": embedder,
