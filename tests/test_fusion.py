@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import pytest
-from llama_index.core.schema import NodeWithScore, TextNode
 
 from citeflow.query.fusion import fuse, reciprocal_rank_fusion, relative_score_fusion
+from citeflow.store import Candidate
 
 
-def hits(*pairs: tuple[str, float]) -> list[NodeWithScore]:
-    return [NodeWithScore(node=TextNode(id_=i, text=i), score=s) for i, s in pairs]
+def hits(*pairs: tuple[str, float]) -> list[Candidate]:
+    return [Candidate(i, s) for i, s in pairs]
 
 
-def ids(nodes: list[NodeWithScore]) -> list[str]:
-    return [n.node.node_id for n in nodes]
+def ids(fused: list[tuple[str, float]]) -> list[str]:
+    return [key for key, _ in fused]
 
 
 DENSE = hits(("a", 0.9), ("b", 0.8), ("c", 0.7))
@@ -24,7 +24,7 @@ def test_rrf_rewards_agreement_and_keeps_single_side_hits() -> None:
     fused = reciprocal_rank_fusion(DENSE, SPARSE, top_k=10)
     assert ids(fused)[:2] == ["a", "c"]  # found by both
     assert set(ids(fused)) == {"a", "b", "c", "d"}
-    assert fused[0].score == pytest.approx(0.5 / 61 + 0.5 / 63)
+    assert fused[0][1] == pytest.approx(0.5 / 61 + 0.5 / 63)
 
 
 def test_rrf_weights_choose_a_side() -> None:
@@ -41,7 +41,7 @@ def test_top_k_cuts_and_empty_sides_work() -> None:
 
 def test_relative_fusion_normalises_each_side() -> None:
     fused = relative_score_fusion(DENSE, SPARSE, top_k=10)
-    scores = {n.node.node_id: n.score for n in fused}
+    scores = dict(fused)
     # a: dense 1.0, sparse 0.0 → 0.5; c: dense 0.0, sparse 1.0 → 0.5; d: sparse 8/11 → 0.36
     assert scores["a"] == pytest.approx(0.5)
     assert scores["c"] == pytest.approx(0.5)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import uuid
 from pathlib import Path
 
 import pytest
@@ -204,3 +205,25 @@ async def test_reindex_resumes_from_the_staging_collection(
     assert store.add_keyword_index("office", BM25Encoder()) == len(OFFICE)
     assert await doc_ids(retriever(kb, "keyword"), "E4711") == ["error"]
     assert not store.exists("office.reindex")
+
+
+def test_search_returns_candidates_and_nodes_loads_only_the_chosen() -> None:
+    store = Store.open_path(":memory:")
+    encoder = BM25Encoder()
+    nodes = [TextNode(id_=str(uuid.uuid4()), text=t) for t in ("ducks swim", "geese fly", "owls")]
+    for i, node in enumerate(nodes):
+        node.embedding = [1.0, float(i), 0.5]
+    store.add("c", list(nodes), encoder.encode_documents([n.text for n in nodes]))
+    hits = store.search(
+        "c",
+        dense=[1.0, 0.0, 0.5],
+        sparse=encoder.encode_query("geese"),
+        limit=3,
+        sparse_vectors=True,
+    )
+    assert hits.dense[0].id == nodes[0].node_id
+    assert [c.id for c in hits.sparse] == [nodes[1].node_id]
+    assert hits.vectors[nodes[1].node_id] == pytest.approx([2 / 3, 2 / 3, 1 / 3])  # normalised
+    loaded = store.nodes("c", [nodes[2].node_id, str(uuid.uuid4())])
+    assert list(loaded) == [nodes[2].node_id]  # an unknown id is left out
+    assert loaded[nodes[2].node_id].get_content() == "owls"

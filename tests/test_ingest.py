@@ -155,3 +155,30 @@ def test_ingestor_overlaps_writes_with_embedding(settings: Settings, folder: Pat
     report = ingestor.ingest_paths([folder])
     assert report.chunks > 6
     assert store.count("w") == report.chunks
+
+
+def test_ingest_documents_from_python_skips_unchanged_and_replaces_changed() -> None:
+    from llama_index.core.schema import Document
+
+    store = Store.open_path(":memory:")
+    ingestor = Ingestor(store, HashEmbedding(dim=32), collection="py", progress=False)
+    docs = [
+        Document(id_=f"d{i}", text=f"Document {i} is about ducks number {i}.") for i in range(3)
+    ]
+    assert ingestor.ingest_documents(docs) == 3
+    assert store.content_hashes("py", ["d0", "d2", "nope"]).keys() == {"d0", "d2"}
+    before = store.content_hashes("py", ["d1"])["d1"]
+
+    assert ingestor.ingest_documents(docs) == 0  # unchanged: nothing embedded or written
+    changed = Document(id_="d1", text="Document 1 is now about geese.")
+    assert ingestor.ingest_documents([changed]) == 1
+    assert store.content_hashes("py", ["d1"])["d1"] != before
+    points, _ = store.client.scroll("py", limit=100)
+    nodes = store.nodes("py", [str(p.id) for p in points]).values()
+    texts = {str(n.metadata["doc_id"]): n.get_content() for n in nodes}
+    assert texts == {
+        "d0": "Document 0 is about ducks number 0.",
+        "d1": "Document 1 is now about geese.",
+        "d2": "Document 2 is about ducks number 2.",
+    }
+    assert store.count("py") == 3  # the old chunk of d1 is gone

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, TextNode
+from llama_index.core.schema import BaseNode, MetadataMode, TextNode
 from llama_index.core.vector_stores.utils import (
     legacy_metadata_dict_to_node,
     metadata_dict_to_node,
@@ -59,13 +59,26 @@ class Layout:
 
 
 @dataclass(frozen=True, slots=True)
-class Hits:
-    """One search's results per side, best first (either side may be empty)."""
+class Candidate:
+    """One search hit before its payload is loaded: a point id and its score."""
 
-    dense: list[NodeWithScore]
-    sparse: list[NodeWithScore]
+    id: str
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
+class Hits:
+    """One search's candidates per side, best first (either side may be empty).
+
+    Candidates come without payloads: ranking needs ids and scores only, and turning a payload
+    into a LlamaIndex node costs more than the search itself on a small collection. Load the
+    chosen ones with `Store.nodes`.
+    """
+
+    dense: list[Candidate]
+    sparse: list[Candidate]
     vectors: dict[str, list[float]] = field(default_factory=dict)
-    """dense vectors of keyword hits, by node id (when asked for)"""
+    """dense vectors of keyword candidates, by point id (when asked for)"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,17 +289,17 @@ class Store:
         sparse_limit: int | None = None,
         sparse_vectors: bool = False,
     ) -> Hits:
-        """Dense and/or BM25 search in one round trip; each side's ``limit`` best chunks.
+        """Dense and/or BM25 search in one round trip; each side's ``limit`` best candidates.
 
-        ``sparse_vectors`` also returns the dense vectors of the keyword hits (`Hits.vectors`),
-        for scoring them against the query embedding.
+        ``sparse_vectors`` also returns the dense vectors of the keyword candidates
+        (`Hits.vectors`), for scoring them against the query embedding.
         """
         layout = self.layout(collection)
         requests: list[rest.QueryRequest] = []
         if dense is not None:
             requests.append(
                 rest.QueryRequest(
-                    query=dense, using=layout.dense or None, limit=limit, with_payload=True
+                    query=dense, using=layout.dense or None, limit=limit, with_payload=False
                 )
             )
         use_sparse = sparse is not None and bool(sparse.indices) and layout.sparse is not None
@@ -300,7 +313,7 @@ class Store:
                     query=rest.SparseVector(indices=sparse.indices, values=sparse.values),
                     using=layout.sparse,
                     limit=sparse_limit or limit,
-                    with_payload=True,
+                    with_payload=False,
                     with_vector=with_vector,
                 )
             )
@@ -309,7 +322,7 @@ class Store:
         responses = self.call(
             self.client.query_batch_points, collection_name=collection, requests=requests
         )
-        results = [[_to_node(p) for p in r.points] for r in responses]
+        results = [[Candidate(str(p.id), float(p.score)) for p in r.points] for r in responses]
         vectors: dict[str, list[float]] = {}
         if use_sparse and sparse_vectors:
             for point in responses[-1].points:
@@ -317,12 +330,25 @@ class Store:
                 if isinstance(found, dict):
                     found = found.get(layout.dense)
                 if isinstance(found, list):
-                    vectors[str(point.id)] = [float(x) for x in found]
+                    vectors[str(point.id)] = found
         return Hits(
             dense=results[0] if dense is not None else [],
             sparse=results[-1] if use_sparse else [],
             vectors=vectors,
         )
+
+    def nodes(self, collection: str, ids: list[str]) -> dict[str, BaseNode]:
+        """The chunks with these point ids (payloads loaded), by id; missing ids are left out."""
+        if not ids:
+            return {}
+        points = self.call(
+            self.client.retrieve,
+            collection_name=collection,
+            ids=ids,
+            with_payload=True,
+            with_vectors=False,
+        )
+        return {str(p.id): _to_node(p) for p in points}
 
     def add_keyword_index(self, collection: str, encoder: BM25Encoder, *, batch: int = 256) -> int:
         """Give a collection written without BM25 vectors its keyword side; points re-written.
@@ -376,11 +402,7 @@ class Store:
                     dense = dense_of(vector) if dense_of else vector
                     vectors: dict[str, Any] = {DENSE_VECTOR: dense}
                     if encoder is not None:
-                        node = _to_node(
-                            rest.ScoredPoint(
-                                id=point.id, version=0, score=0.0, payload=point.payload
-                            )
-                        ).node
+                        node = _to_node(point)
                         sparse = encoder.encode_document(
                             node.get_content(metadata_mode=MetadataMode.EMBED)
                         )
@@ -429,7 +451,25 @@ class Store:
                 )
         return {k: DocumentRecord(**{**_asdict(v), "chunks": counts[k]}) for k, v in found.items()}
 
-    def _scroll_payloads(self, collection: str, keys: list[str]) -> Iterator[dict[str, Any]]:
+    def content_hashes(self, collection: str, doc_ids: list[str]) -> dict[str, str]:
+        """The stored content hash of each of these documents that the collection holds.
+
+        Reads the chunks of the named documents only, so the cost follows the request, not the
+        collection (on a Qdrant server through the ``doc_id`` payload index).
+        """
+        if not doc_ids or not self.exists(collection):
+            return {}
+        flt = rest.Filter(
+            must=[rest.FieldCondition(key="doc_id", match=rest.MatchAny(any=doc_ids))]
+        )
+        found: dict[str, str] = {}
+        for payload in self._scroll_payloads(collection, ["doc_id", "content_hash"], flt):
+            found[str(payload.get("doc_id", ""))] = str(payload.get("content_hash", ""))
+        return found
+
+    def _scroll_payloads(
+        self, collection: str, keys: list[str], flt: rest.Filter | None = None
+    ) -> Iterator[dict[str, Any]]:
         offset: Any = None
         while True:
             points, offset = self.call(
@@ -437,6 +477,7 @@ class Store:
                 collection_name=collection,
                 limit=1024,
                 offset=offset,
+                scroll_filter=flt,
                 with_payload=rest.PayloadSelectorInclude(include=keys),
                 with_vectors=False,
             )
@@ -446,8 +487,8 @@ class Store:
                 return
 
 
-def _to_node(point: rest.ScoredPoint) -> NodeWithScore:
-    """A search hit as a LlamaIndex node (payload written by citeflow or QdrantVectorStore)."""
+def _to_node(point: rest.Record | rest.ScoredPoint) -> BaseNode:
+    """A point as a LlamaIndex node (payload written by citeflow or QdrantVectorStore)."""
     payload = dict(point.payload or {})
     try:
         node = metadata_dict_to_node(payload)
@@ -461,7 +502,7 @@ def _to_node(point: rest.ScoredPoint) -> NodeWithScore:
             end_char_idx=info.get("end"),
             relationships=relationships,
         )
-    return NodeWithScore(node=node, score=float(point.score))
+    return node
 
 
 def _asdict(record: DocumentRecord) -> dict[str, Any]:

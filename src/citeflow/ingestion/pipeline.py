@@ -93,7 +93,7 @@ class Ingestor:
         collection: str,
         chunk_size: int = 512,
         chunk_overlap: int = 64,
-        window: int = 256,
+        window: int = 64,
         progress: bool = True,
         encoder: BM25Encoder | None = None,
     ) -> None:
@@ -174,13 +174,13 @@ class Ingestor:
     # --- documents from Python -----------------------------------------------------------------
     def ingest_documents(self, documents: Sequence[Document]) -> int:
         """Ingest in-memory documents (keyed by ``doc.doc_id``); unchanged ones are skipped."""
-        existing = self.store.documents(self.collection)
+        existing = self.store.content_hashes(self.collection, [d.doc_id for d in documents])
         todo: list[tuple[str, str, list[Document]]] = []
         replaced: list[tuple[str, str]] = []
         for doc in documents:
             digest = hashlib.sha256(doc.text.encode()).hexdigest()
             old = existing.get(doc.doc_id)
-            if old is not None and old.content_hash == digest:
+            if old == digest:
                 continue
             todo.append((doc.doc_id, digest, [doc]))
             if old is not None:

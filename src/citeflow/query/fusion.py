@@ -6,7 +6,9 @@
   sum (LlamaIndex's "relative score" fusion). Keeps how much better the best hits are.
 
 ``dense_weight`` in [0, 1] weighs the dense side; the keyword side gets ``1 - dense_weight``.
-A node found by one side only gets nothing from the other.
+A candidate found by one side only gets nothing from the other. (Scoring keyword-only
+candidates by their real cosine instead changes nothing in relative fusion: not being among the
+dense candidates, their cosine is below the lowest dense candidate's, i.e. 0 once normalised.)
 
 Measured on SciFact's 809 train claims (MiniLM + BM25, per side 100 candidates), nDCG@10:
 relative 0.736 at dense_weight 0.4-0.5 vs. RRF 0.722-0.727 (k 10-60); hence the defaults
@@ -15,12 +17,20 @@ relative 0.736 at dense_weight 0.4-0.5 vs. RRF 0.722-0.727 (k 10-60); hence the 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Literal
-
-from llama_index.core.schema import NodeWithScore
+from collections.abc import Mapping, Sequence
+from typing import Literal, Protocol
 
 FusionMode = Literal["rrf", "relative"]
+
+
+class Scored(Protocol):
+    """A candidate of one side: an id and that side's score (e.g. `citeflow.store.Candidate`)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def score(self) -> float: ...
 
 
 def _check_weight(dense_weight: float) -> None:
@@ -29,78 +39,75 @@ def _check_weight(dense_weight: float) -> None:
 
 
 def _merge(
-    sides: Sequence[tuple[Sequence[NodeWithScore], Sequence[float], float]], top_k: int
-) -> list[NodeWithScore]:
-    nodes: dict[str, NodeWithScore] = {}
+    sides: Sequence[tuple[Mapping[str, float], float]], top_k: int
+) -> list[tuple[str, float]]:
     fused: dict[str, float] = {}
-    for hits, contributions, weight in sides:
-        for hit, value in zip(hits, contributions, strict=True):
-            node_id = hit.node.node_id
-            nodes.setdefault(node_id, hit)
-            fused[node_id] = fused.get(node_id, 0.0) + weight * value
-    ranked = sorted(fused, key=lambda node_id: fused[node_id], reverse=True)[:top_k]
-    return [NodeWithScore(node=nodes[i].node, score=fused[i]) for i in ranked]
+    for contributions, weight in sides:
+        for key, value in contributions.items():
+            fused[key] = fused.get(key, 0.0) + weight * value
+    ranked = sorted(fused, key=lambda key: fused[key], reverse=True)[:top_k]
+    return [(key, fused[key]) for key in ranked]
 
 
 def reciprocal_rank_fusion(
-    dense: Sequence[NodeWithScore],
-    sparse: Sequence[NodeWithScore],
+    dense: Sequence[Scored],
+    sparse: Sequence[Scored],
     *,
     top_k: int,
     dense_weight: float = 0.5,
     k: int = 60,
-) -> list[NodeWithScore]:
-    """Weighted RRF of two rankings (best first); scores are the fused values."""
+) -> list[tuple[str, float]]:
+    """Weighted RRF of two rankings (best first): (id, fused value) pairs, best first."""
     _check_weight(dense_weight)
     if k < 0:
         raise ValueError(f"the RRF constant must be non-negative, got {k}")
     return _merge(
         [
-            (dense, [1.0 / (k + rank) for rank in range(1, len(dense) + 1)], dense_weight),
-            (sparse, [1.0 / (k + rank) for rank in range(1, len(sparse) + 1)], 1 - dense_weight),
+            ({h.id: 1.0 / (k + rank) for rank, h in enumerate(dense, 1)}, dense_weight),
+            ({h.id: 1.0 / (k + rank) for rank, h in enumerate(sparse, 1)}, 1 - dense_weight),
         ],
         top_k,
     )
 
 
-def _normalised(hits: Sequence[NodeWithScore]) -> list[float]:
-    scores = [float(h.score or 0.0) for h in hits]
+def _normalised(hits: Sequence[Scored]) -> dict[str, float]:
+    """Min-max normalised scores over ``hits``."""
+    scores = {h.id: float(h.score) for h in hits}
     if not scores:
-        return []
-    low, high = min(scores), max(scores)
-    if high == low:
-        return [1.0] * len(scores)
-    return [(s - low) / (high - low) for s in scores]
+        return {}
+    low, high = min(scores.values()), max(scores.values())
+    span = high - low
+    return {key: (value - low) / span if span else 1.0 for key, value in scores.items()}
 
 
 def relative_score_fusion(
-    dense: Sequence[NodeWithScore],
-    sparse: Sequence[NodeWithScore],
+    dense: Sequence[Scored],
+    sparse: Sequence[Scored],
     *,
     top_k: int,
     dense_weight: float = 0.5,
-) -> list[NodeWithScore]:
-    """Weighted sum of min-max normalised scores; scores are the fused values in [0, 1]."""
+) -> list[tuple[str, float]]:
+    """Weighted sum of min-max normalised scores: (id, fused value in [0, 1]), best first."""
     _check_weight(dense_weight)
     return _merge(
         [
-            (dense, _normalised(dense), dense_weight),
-            (sparse, _normalised(sparse), 1 - dense_weight),
+            (_normalised(dense), dense_weight),
+            (_normalised(sparse), 1 - dense_weight),
         ],
         top_k,
     )
 
 
 def fuse(
-    dense: Sequence[NodeWithScore],
-    sparse: Sequence[NodeWithScore],
+    dense: Sequence[Scored],
+    sparse: Sequence[Scored],
     *,
     mode: FusionMode,
     top_k: int,
     dense_weight: float = 0.5,
     rrf_k: int = 60,
-) -> list[NodeWithScore]:
-    """Fuse two rankings with the named method."""
+) -> list[tuple[str, float]]:
+    """Fuse two rankings with the named method: (id, fused value) pairs, best first."""
     if mode == "rrf":
         return reciprocal_rank_fusion(
             dense, sparse, top_k=top_k, dense_weight=dense_weight, k=rrf_k

@@ -11,10 +11,10 @@ whatever the fusion. (In ``keyword`` mode, where nothing is embedded, the score 
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import NodeWithScore
 
@@ -69,10 +69,17 @@ class Ranking:
         ]
 
 
-def _cosine(a: list[float], b: list[float]) -> float:
-    dot = sum(x * y for x, y in zip(a, b, strict=False))
-    norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
-    return dot / norm if norm else 0.0
+def _cosines(query: list[float], vectors: dict[str, list[float]]) -> dict[str, float]:
+    """Cosine similarity of the query embedding with each vector, by id."""
+    if not vectors:
+        return {}
+    keys = list(vectors)
+    matrix = np.asarray([vectors[k] for k in keys], dtype=np.float32)
+    q = np.asarray(query, dtype=np.float32)
+    norms = np.linalg.norm(matrix, axis=1) * float(np.linalg.norm(q))
+    dots = matrix @ q
+    sims = np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
+    return dict(zip(keys, (float(x) for x in sims), strict=True))
 
 
 class Retriever:
@@ -124,26 +131,34 @@ class Retriever:
         return self._rank(hits, embedding, top_k)
 
     def _rank(self, hits: Hits, embedding: list[float] | None, top_k: int) -> Ranking:
+        """Order the candidates, then load the chosen chunks (the only payloads read)."""
+        relevance = {c.id: c.score for c in hits.dense}
         if self.mode == "dense" or (self.mode == "hybrid" and not hits.sparse):
-            ranked = hits.dense[:top_k]
-            return Ranking(ranked, {h.node.node_id: float(h.score or 0.0) for h in ranked})
-        if self.mode == "keyword":
-            ranked = hits.sparse[:top_k]
-            return Ranking(ranked, {h.node.node_id: float(h.score or 0.0) for h in ranked})
-        ranked = fuse(
-            hits.dense,
-            hits.sparse,
-            mode=self.options.fusion,
-            top_k=top_k,
-            dense_weight=self.options.dense_weight,
-            rrf_k=self.options.rrf_k,
+            ranked = [(c.id, c.score) for c in hits.dense[:top_k]]
+        elif self.mode == "keyword":
+            ranked = [(c.id, c.score) for c in hits.sparse[:top_k]]
+            relevance = dict(ranked)
+        else:
+            ranked = fuse(
+                hits.dense,
+                hits.sparse,
+                mode=self.options.fusion,
+                top_k=top_k,
+                dense_weight=self.options.dense_weight,
+                rrf_k=self.options.rrf_k,
+            )
+            keyword_only = {
+                key: hits.vectors[key]
+                for key, _ in ranked
+                if key not in relevance and key in hits.vectors
+            }
+            if embedding is not None:
+                relevance.update(_cosines(embedding, keyword_only))
+        nodes = self.store.nodes(self.collection, [key for key, _ in ranked])
+        return Ranking(
+            [NodeWithScore(node=nodes[key], score=score) for key, score in ranked if key in nodes],
+            {key: relevance[key] for key, _ in ranked if key in relevance},
         )
-        relevance = {h.node.node_id: float(h.score or 0.0) for h in hits.dense}
-        for hit in ranked:
-            node_id = hit.node.node_id
-            if node_id not in relevance and embedding is not None and node_id in hits.vectors:
-                relevance[node_id] = _cosine(embedding, hits.vectors[node_id])
-        return Ranking(ranked, relevance)
 
     def _embed_and_search(self, query: str, top_k: int) -> Ranking:
         started = time.perf_counter()
