@@ -20,6 +20,7 @@ from citeflow.events import AnswerDeltaEvent, StatusEvent
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.prompts import NOT_COVERED_ANSWER
 from citeflow.query.grading import KeepAllGrader, ScoreGrader
+from citeflow.query.rewriting import QUERY_MAX_TOKENS
 from citeflow.result import CitedResponse
 from citeflow.workflows.citation_query import CitationQueryWorkflow, QueryOptions
 from tests.fakes.llm import ScriptedLLM
@@ -118,6 +119,8 @@ async def test_retry_rewrites_query_and_searches_again(kb: KnowledgeBase) -> Non
     assert grader.queries == ["Which startup did he found?", "Viaweb online store software Yahoo"]
     assert "Which startup did he found?" in llm.prompts[0]  # the reformulation prompt
     assert result.rounds == 2 and result.grounded
+    assert llm.call_kwargs[0]["max_tokens"] == QUERY_MAX_TOKENS  # a query is short
+    assert "max_tokens" not in llm.call_kwargs[1]  # the answer keeps the configured budget
 
 
 async def test_all_rounds_fail_answers_from_best_hits(kb: KnowledgeBase) -> None:
@@ -150,6 +153,7 @@ async def test_history_is_condensed_into_a_standalone_query(kb: KnowledgeBase) -
     ]
     result = await _workflow(kb, llm, grader=grader).run(query="Who bought it?", history=history)
     assert "Tell me about Viaweb." in llm.prompts[0]
+    assert llm.call_kwargs[0]["max_tokens"] == QUERY_MAX_TOKENS
     assert result.search_query == "Who bought Viaweb"
     assert grader.queries == ["Who bought Viaweb"]
     assert result.query == "Who bought it?"

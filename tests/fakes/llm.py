@@ -30,6 +30,7 @@ class ScriptedLLM(CustomLLM):
     chunk_words: int = 1
     _replies: list[Reply | BaseException] = PrivateAttr(default_factory=list)
     _prompts: list[str] = PrivateAttr(default_factory=list)
+    _kwargs: list[dict[str, Any]] = PrivateAttr(default_factory=list)
 
     def __init__(self, replies: Sequence[Reply | BaseException] = ("OK",), **kw: Any) -> None:
         super().__init__(**kw)
@@ -40,13 +41,19 @@ class ScriptedLLM(CustomLLM):
         return self._prompts
 
     @property
+    def call_kwargs(self) -> list[dict[str, Any]]:
+        """The keyword arguments of each call (e.g. ``max_tokens``), in order."""
+        return self._kwargs
+
+    @property
     def metadata(self) -> LLMMetadata:
         return LLMMetadata(
             context_window=8192, num_output=256, is_chat_model=False, model_name="scripted"
         )
 
-    def _next(self, prompt: str) -> str:
+    def _next(self, prompt: str, kwargs: dict[str, Any] | None = None) -> str:
         self._prompts.append(prompt)
+        self._kwargs.append(dict(kwargs or {}))
         reply = self._replies[0] if len(self._replies) == 1 else self._replies.pop(0)
         if isinstance(reply, BaseException):
             raise reply
@@ -59,13 +66,13 @@ class ScriptedLLM(CustomLLM):
 
     @llm_completion_callback()
     def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
-        return CompletionResponse(text=self._next(prompt))
+        return CompletionResponse(text=self._next(prompt, kwargs))
 
     @llm_completion_callback()
     def stream_complete(
         self, prompt: str, formatted: bool = False, **kwargs: Any
     ) -> CompletionResponseGen:
-        pieces = self._pieces(self._next(prompt))
+        pieces = self._pieces(self._next(prompt, kwargs))
 
         def gen() -> CompletionResponseGen:
             sofar = ""
@@ -79,7 +86,7 @@ class ScriptedLLM(CustomLLM):
     async def astream_complete(
         self, prompt: str, formatted: bool = False, **kwargs: Any
     ) -> AsyncGenerator[CompletionResponse, None]:
-        text = self._next(prompt)
+        text = self._next(prompt, kwargs)
         delay = self.delay
 
         words = re.findall(r"\S+\s*|\s+", text)

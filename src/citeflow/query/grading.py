@@ -19,6 +19,9 @@ from llama_index.core.schema import MetadataMode, NodeWithScore
 from citeflow.prompts import GRADE_PROMPT
 from citeflow.settings import Settings
 
+#: output cap of a grading call: the reply is a short JSON list of passage numbers
+GRADE_MAX_TOKENS = 96
+
 
 class Grader(Protocol):
     """Picks the relevant chunks among retrieval hits (keeping their order)."""
@@ -66,7 +69,9 @@ class LLMGrader:
             for i, n in enumerate(nodes, start=1)
         )
         prompt = GRADE_PROMPT.format(query_str=query, passages_str=passages)
-        reply = await self.llm.achat([ChatMessage(role="user", content=prompt)])
+        reply = await self.llm.achat(
+            [ChatMessage(role="user", content=prompt)], max_tokens=GRADE_MAX_TOKENS
+        )
         picked = parse_relevant(reply.message.content or "", len(nodes))
         return [nodes[i - 1] for i in picked]
 

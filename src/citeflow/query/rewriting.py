@@ -22,6 +22,12 @@ def _first_line(text: str, fallback: str) -> str:
     return fallback
 
 
+#: output caps of the short calls: a query is one line, a hypothetical answer a short paragraph
+#: (without them a small model that rambles costs seconds per call at ~20 tokens/s)
+QUERY_MAX_TOKENS = 64
+HYPOTHETICAL_MAX_TOKENS = 160
+
+
 async def condense(llm: LLM, query: str, history: Sequence[ChatMessage]) -> str:
     """One standalone search query from the chat history and the last question.
 
@@ -34,7 +40,7 @@ async def condense(llm: LLM, query: str, history: Sequence[ChatMessage]) -> str:
         f"{m.role.value}: {(m.content or '')[:_MAX_TURN_CHARS]}" for m in turns[-6:]
     )
     prompt = REWRITE_PROMPT.format(history_str=history_str, query_str=query)
-    reply = await llm.achat([ChatMessage(role="user", content=prompt)])
+    reply = await llm.achat([ChatMessage(role="user", content=prompt)], max_tokens=QUERY_MAX_TOKENS)
     return _first_line(reply.message.content or "", query)
 
 
@@ -44,7 +50,8 @@ async def reformulate(llm: LLM, query: str, failed_query: str, round_: int) -> s
         prompt = RETRY_KEYWORDS_PROMPT.format(query_str=query, failed_query=failed_query)
     else:
         prompt = RETRY_HYPOTHETICAL_PROMPT.format(query_str=query)
-    reply = await llm.achat([ChatMessage(role="user", content=prompt)])
+    cap = QUERY_MAX_TOKENS if round_ <= 2 else HYPOTHETICAL_MAX_TOKENS
+    reply = await llm.achat([ChatMessage(role="user", content=prompt)], max_tokens=cap)
     text = (reply.message.content or "").strip()
     if round_ <= 2:
         return _first_line(text, query)

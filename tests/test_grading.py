@@ -1,0 +1,85 @@
+"""Graders: the LLM grader's one call and its tolerant parsing, the score grader, the choice."""
+
+from __future__ import annotations
+
+import pytest
+from llama_index.core.schema import NodeWithScore, TextNode
+
+from citeflow.query.grading import (
+    GRADE_MAX_TOKENS,
+    KeepAllGrader,
+    LLMGrader,
+    ScoreGrader,
+    build_grader,
+    parse_relevant,
+)
+from citeflow.query.rewriting import HYPOTHETICAL_MAX_TOKENS, QUERY_MAX_TOKENS, reformulate
+from citeflow.settings import Settings
+from tests.fakes.llm import ScriptedLLM
+
+
+def passages(*scores: float) -> list[NodeWithScore]:
+    return [
+        NodeWithScore(node=TextNode(id_=f"n{i}", text=f"passage {i} about ducks"), score=s)
+        for i, s in enumerate(scores, start=1)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        ('{"relevant": [1, 3]}', [1, 3]),
+        ('```json\n{"relevant": [2]}\n```', [2]),
+        ('Sure! {"relevant": [3, 1, 3]} These mention ducks.', [1, 3]),  # prose, repeats
+        ("[2, 4]", [2, 4]),
+        ("1, 3", [1, 3]),
+        ('{"relevant": 2}', [2]),  # a bare number instead of a list
+        ('{"relevant": ["1", "x", 2]}', [1, 2]),  # strings, junk
+        ('{"relevant": [1, 9, 0, -2]}', [1]),  # out of range dropped
+        ('{"relevant": []}', []),
+        ("None of the passages is relevant.", []),
+        ('{"relevant": [1, 2', [1, 2]),  # cut off mid-JSON (the output cap)
+        ("", []),
+    ],
+)
+def test_parse_relevant_tolerates_what_small_models_write(reply: str, expected: list[int]) -> None:
+    assert parse_relevant(reply, count=4) == expected
+
+
+async def test_llm_grader_judges_all_passages_in_one_capped_call() -> None:
+    llm = ScriptedLLM(['{"relevant": [2, 3]}'])
+    nodes = passages(0.9, 0.8, 0.7)
+    kept = await LLMGrader(llm).grade("where do ducks live?", nodes)
+    assert [n.node.node_id for n in kept] == ["n2", "n3"]
+    assert len(llm.prompts) == 1
+    assert all(f"{i}. passage {i}" in llm.prompts[0] for i in (1, 2, 3))
+    assert llm.call_kwargs[0]["max_tokens"] == GRADE_MAX_TOKENS
+    assert await LLMGrader(llm).grade("q", []) == []
+    assert len(llm.prompts) == 1  # nothing to grade: no call
+
+
+async def test_score_and_keep_all_graders() -> None:
+    nodes = passages(0.6, 0.2, 0.3)
+    assert [n.node.node_id for n in await ScoreGrader(0.25).grade("q", nodes)] == ["n1", "n3"]
+    assert await KeepAllGrader().grade("q", nodes) == nodes
+
+
+def test_auto_grader_follows_the_provider() -> None:
+    llm = ScriptedLLM()
+    local = Settings(_env_file=None, llm_provider="local")  # type: ignore[call-arg]
+    hosted = Settings(_env_file=None, llm_provider="openai")  # type: ignore[call-arg]
+    assert isinstance(build_grader(local, llm), ScoreGrader)
+    assert isinstance(build_grader(hosted, llm), LLMGrader)
+    chosen = Settings(_env_file=None, llm_provider="local", grader="llm")  # type: ignore[call-arg]
+    assert isinstance(build_grader(chosen, llm), LLMGrader)
+
+
+async def test_retry_reformulations_are_capped_by_kind() -> None:
+    llm = ScriptedLLM(["ducks ponds habitat\nextra line", "Ducks live near   ponds and rivers."])
+    assert await reformulate(llm, "where do ducks live", "ducks", 2) == "ducks ponds habitat"
+    hypothetical = await reformulate(llm, "where do ducks live", "ducks", 3)
+    assert hypothetical == "Ducks live near ponds and rivers."
+    assert [k["max_tokens"] for k in llm.call_kwargs] == [
+        QUERY_MAX_TOKENS,
+        HYPOTHETICAL_MAX_TOKENS,
+    ]
