@@ -276,3 +276,49 @@ def test_repair_checks_the_statement_and_drops_uncheckable_markers() -> None:
     assert cits[0].sentence.startswith("Yes, it is true")
     text, cits = repairer.repair("This is stated in [1] and [2].")
     assert "[" not in text and cits == []
+
+
+# --- relevance to the question --------------------------------------------------------------
+RELEVANCE_SOURCES = [
+    "Carriers of the mutation drink less alcohol than non-carriers in both cohorts.",
+    "Heterozygous carriers also have a higher risk of developing renal cell carcinoma.",
+]
+QUESTION = "Is it true that carriers of the mutation drink less alcohol?"
+
+
+def test_support_measures_the_quotes_relevance_to_the_question() -> None:
+    support = LexicalSupport(RELEVANCE_SOURCES, question=QUESTION)
+    on_topic = support.score("Carriers drink less alcohol.", 1)
+    aside = support.score("Carriers have a higher risk of renal cell carcinoma.", 2)
+    assert on_topic.relevance > 0.9
+    assert aside.score > 0.9 and aside.relevance < 0.3
+    # no question, or a question none of whose words is in the sources: no constraint
+    assert LexicalSupport(RELEVANCE_SOURCES).score("Carriers drink less.", 2).relevance == 1.0
+    unrelated = LexicalSupport(RELEVANCE_SOURCES, question="Summarize the essay?")
+    assert unrelated.score("Carriers drink less.", 2).relevance == 1.0
+
+
+def test_repair_drops_citations_of_quotes_beside_the_question() -> None:
+    support = LexicalSupport(RELEVANCE_SOURCES, question=QUESTION)
+    repairer = CitationRepairer(support, threshold=0.5, relevance=0.3)
+    text, cits = repairer.repair("Yes, carriers of the mutation drink less alcohol [2].")
+    assert text == "Yes, carriers of the mutation drink less alcohol [1]."
+    assert [(c.number, c.origin) for c in cits] == [(1, "moved")]
+    # faithful to Source 2, but not evidence for what was asked: no citation
+    text, cits = repairer.repair("This is because carriers risk renal cell carcinoma [2].")
+    assert text == "This is because carriers risk renal cell carcinoma."
+    assert cits == []
+    # with the check off (0), the same citation stays
+    loose = CitationRepairer(support, threshold=0.5, relevance=0.0)
+    assert loose.repair("This is because carriers risk renal cell carcinoma [2].")[1]
+
+
+def test_quote_prefers_one_sentence_and_the_question() -> None:
+    source = (
+        "Mice were fed a high-fat diet. Treated mice gained less weight. "
+        "Treated mice gained less weight and lived longer than controls."
+    )
+    support = LexicalSupport([source], question="Is it true that treated mice lived longer?")
+    found = support.score("Treated mice gained less weight.", 1)
+    # the sentence that also answers the question (lived longer), not the pair of sentences
+    assert found.quote == "Treated mice gained less weight and lived longer than controls."

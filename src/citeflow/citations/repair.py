@@ -13,6 +13,12 @@ are dropped. The model's own marker stays when its source supports the sentence 
 ``keep_ratio`` × threshold *and* ``relative`` × the best source's support; otherwise it moves to
 the best source, if that reaches the threshold. The threshold (``CITEFLOW_SUPPORT_THRESHOLD``) is
 calibrated with ``citeflow eval DATASET --calibrate --citations N`` (see `citeflow.settings`).
+
+Only sources whose quote bears on the question take part: the quote must hold ``relevance`` of
+the question's words (`Support.relevance`, ``CITEFLOW_CITATION_RELEVANCE``). A sentence that only
+restates background from a source ("This is because carriers have a higher risk of X [1]") keeps
+no citation: the source does say it, but it is not evidence for the answer, and a reader checking
+the citation against the question finds it beside the point.
 """
 
 from __future__ import annotations
@@ -24,22 +30,11 @@ from typing import Literal
 from citeflow.citations.markers import find_markers, render, renumber, strip_markers
 from citeflow.citations.stream import SentenceStream
 from citeflow.citations.support import LexicalSupport, Support
-from citeflow.citations.text import content_terms
+from citeflow.citations.text import content_terms, statement_of
 
 Origin = Literal["model", "moved", "added"]
 
 _END_PUNCT = re.compile(r"([.!?:;]+[\"')\]]*)\s*$")
-# How an answer to a yes/no question opens: "Yes,", "No, it is not true that", "According to
-# Source 2,". Framing, not content: it is left out when the sentence is checked against sources.
-_FRAMING = re.compile(
-    r"^\s*(?:(?:yes|no|indeed)\s*[,.;:!]\s*)?"
-    r"(?:(?:is|was|are)\s+it\s+(?:true|correct|the case)\s+that\s+)?"
-    r"(?:(?:it|this|that)\s+(?:is|was)\s+(?:not\s+)?(?:true|correct|false|the case)\s*"
-    r"(?:that\b)?[,\s]*)?"
-    r"(?:(?:according to|as (?:stated|shown|reported) in)\s+(?:the\s+)?"
-    r"(?:sources?|documents?|studies|study|text)(?:\s*\d+)?\s*,\s*)?",
-    re.IGNORECASE,
-)
 #: content words a sentence needs before its citations can be checked at all ("This is stated
 #: in [2]." has one: its marker is dropped rather than trusted)
 MIN_CHECKABLE_TERMS = 2
@@ -73,10 +68,12 @@ class CitationRepairer:
         threshold: float,
         keep_ratio: float = 0.6,
         relative: float = 0.9,
+        relevance: float = 0.0,
         enabled: bool = True,
     ) -> None:
         self._support = support
         self._threshold = threshold
+        self._relevance = relevance
         self._keep = threshold * keep_ratio
         self._relative = relative
         self._enabled = enabled
@@ -100,10 +97,12 @@ class CitationRepairer:
         mapping: dict[int, int] = {}
         citations: list[Citation] = []
         ranking = self._support.rank(statement) if count else []
+        # only quotes that bear on the question can back a citation
+        ranking = [s for s in ranking if s.relevance >= self._relevance - 1e-9]
         best = ranking[0] if ranking else None
         by_number = {s.number: s for s in ranking}
         floor = max(self._keep, self._relative * best.score) if best is not None else self._keep
-        kept = [n for n in cited if by_number[n].score >= floor - 1e-9]
+        kept = [n for n in cited if n in by_number and by_number[n].score >= floor - 1e-9]
         for number in kept:
             mapping[number] = number
             citations.append(self._citation(bare, by_number[number], "model"))
@@ -148,11 +147,6 @@ def repair_text(repairer: CitationRepairer, text: str) -> tuple[str, list[Citati
         citations.extend(found)
         parts.append(piece)
     return "".join(parts).rstrip(), citations
-
-
-def statement_of(sentence: str) -> str:
-    """What a sentence states, without its yes/no framing ("Yes, it is true that X" → "X")."""
-    return sentence[_FRAMING.match(sentence).end() :]  # type: ignore[union-attr]
 
 
 def needs_citation(sentence: str) -> bool:

@@ -8,6 +8,16 @@ under a millisecond per sentence; the best window is the citation's quote.
 Source sentences that only ask or announce something ("We examined whether X", "The aim was to
 test X", "Does X?") do not count as support: they share the words of X without stating it, and
 were the commonest wrong quote when calibrating against SciFact's gold evidence.
+
+Given the ``question``, each quote also gets a *relevance*: the share (IDF-weighted) of the
+question's content words that stand in it, counting only words that occur in some source (a
+question worded unlike every source, "Summarize the essay", constrains nothing: relevance 1). A
+citation should point at evidence that bears on what was asked; a sentence of the answer that
+restates a source's background ("This is because ...") is faithful to that source but is not
+evidence for the answer, and citing it was the commonest wrong citation left after the support
+threshold (see `citeflow.citations.repair`). The quote of a source is the window with the best
+``support + QUESTION_WEIGHT × relevance``, a two-sentence window paying ``WINDOW_PENALTY``: the
+statement's own sentence first, the one that answers the question when several state it.
 """
 
 from __future__ import annotations
@@ -18,7 +28,12 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from citeflow.citations.text import sentence_spans, term_set
+from citeflow.citations.text import sentence_spans, statement_of, term_set
+
+#: weight of the question's relevance when choosing the quote of a source (support comes first)
+QUESTION_WEIGHT = 0.5
+#: what a two-sentence window must gain over one sentence to be the quote
+WINDOW_PENALTY = 0.1
 
 # A sentence that asks, or states what was to be found out, mentions a claim without supporting
 # it: "We examined whether X", "The aim of this study was to test X", "Does X?".
@@ -44,6 +59,8 @@ class Support:
     quote: str
     quote_start: int
     quote_end: int
+    relevance: float = 1.0
+    """share of the question's (known, IDF-weighted) words in the quote; 1 without a question"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,12 +68,21 @@ class _Window:
     start: int
     end: int
     terms: frozenset[str]
+    pair: bool = False
 
 
 class LexicalSupport:
     """Scores answer sentences against a fixed list of source texts (``texts[0]`` is Source 1)."""
 
-    def __init__(self, texts: Sequence[str], *, assertions_only: bool = True) -> None:
+    def __init__(
+        self,
+        texts: Sequence[str],
+        *,
+        assertions_only: bool = True,
+        question: str | None = None,
+        question_weight: float = QUESTION_WEIGHT,
+        window_penalty: float = WINDOW_PENALTY,
+    ) -> None:
         self._texts = list(texts)
         self._assertions_only = assertions_only
         self._windows: list[list[_Window]] = [self._windows_of(t) for t in self._texts]
@@ -66,6 +92,12 @@ class LexicalSupport:
         n = len(self._texts)
         self._idf = {t: math.log(1.0 + (n + 1) / (c + 0.5)) for t, c in df.items()}
         self._idf_unseen = math.log(1.0 + (n + 1) / 0.5)
+        asked = term_set(statement_of(question or "").rstrip(" ?"))
+        # a question none of whose words is in the sources constrains nothing
+        self._question = asked if any(t in self._idf for t in asked) else frozenset()
+        self._question_total = sum(self._idf.get(t, self._idf_unseen) for t in self._question)
+        self._question_weight = question_weight if self._question else 0.0
+        self._window_penalty = window_penalty
 
     def _windows_of(self, text: str) -> list[_Window]:
         spans = sentence_spans(text)
@@ -77,7 +109,7 @@ class LexicalSupport:
         ]
         windows = [_Window(s, e, t) for (s, e), t in zip(spans, terms, strict=True)]
         windows += [
-            _Window(spans[i][0], spans[i + 1][1], terms[i] | terms[i + 1])
+            _Window(spans[i][0], spans[i + 1][1], terms[i] | terms[i + 1], pair=True)
             for i in range(len(spans) - 1)
         ]
         return windows
@@ -85,24 +117,39 @@ class LexicalSupport:
     def __len__(self) -> int:
         return len(self._texts)
 
+    def relevance(self, terms: frozenset[str]) -> float:
+        """Share of the question's known words (IDF-weighted) among ``terms``; 1: no question."""
+        if not self._question:
+            return 1.0
+        shared = self._question & terms
+        return sum(self._idf.get(t, 0.0) for t in shared) / self._question_total if shared else 0.0
+
     def score(self, sentence: str, number: int) -> Support:
-        """Support of ``sentence`` by source ``number`` (1-based)."""
+        """Support of ``sentence`` by source ``number`` (1-based), with its quote."""
         terms = term_set(sentence)
         windows = self._windows[number - 1]
         if not terms or not windows:
-            return Support(number, 0.0, "", 0, 0)
+            return Support(number, 0.0, "", 0, 0, 0.0)
         idf, unseen = self._idf, self._idf_unseen
         total = sum(idf.get(t, unseen) for t in terms)
-        best, best_score = windows[0], -1.0
+        best, best_key, best_support, best_relevance = windows[0], -math.inf, 0.0, 0.0
         for window in windows:
             shared = terms & window.terms
-            got = sum(idf[t] for t in shared) if shared else 0.0
-            # prefer the shorter window on ties: one sentence over two
-            if got > best_score + 1e-9:
-                best, best_score = window, got
+            support = sum(idf[t] for t in shared) / total if shared else 0.0
+            relevance = self.relevance(window.terms)
+            key = support + self._question_weight * relevance
+            key -= self._window_penalty if window.pair else 0.0
+            # strictly better only: on ties the single sentence (listed first) stays
+            if key > best_key + 1e-9:
+                best, best_key, best_support, best_relevance = window, key, support, relevance
         text = self._texts[number - 1]
         return Support(
-            number, best_score / total, text[best.start : best.end], best.start, best.end
+            number,
+            best_support,
+            text[best.start : best.end],
+            best.start,
+            best.end,
+            best_relevance,
         )
 
     def rank(self, sentence: str) -> list[Support]:

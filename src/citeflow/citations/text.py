@@ -26,6 +26,24 @@ STOPWORDS = frozenset(
 )
 
 
+# How an answer to a yes/no question opens ("Yes,", "No, it is not true that", "According to
+# Source 2,"), and how such a question opens ("Is it true that"): framing, not content.
+_FRAMING = re.compile(
+    r"^\s*(?:(?:yes|no|indeed)\s*[,.;:!]\s*)?"
+    r"(?:(?:is|was|are)\s+it\s+(?:true|correct|the case)\s+that\s+)?"
+    r"(?:(?:it|this|that)\s+(?:is|was)\s+(?:not\s+)?(?:true|correct|false|the case)\s*"
+    r"(?:that\b)?[,\s]*)?"
+    r"(?:(?:according to|as (?:stated|shown|reported) in)\s+(?:the\s+)?"
+    r"(?:sources?|documents?|studies|study|text)(?:\s*\d+)?\s*,\s*)?",
+    re.IGNORECASE,
+)
+
+
+def statement_of(sentence: str) -> str:
+    """What a sentence states, without its yes/no framing ("Yes, it is true that X" → "X")."""
+    return sentence[_FRAMING.match(sentence).end() :]  # type: ignore[union-attr]
+
+
 @lru_cache(maxsize=4096)
 def sentence_spans(text: str) -> tuple[tuple[int, int], ...]:
     """Character spans ``(start, end)`` of the sentences of ``text``, whitespace trimmed.

@@ -379,7 +379,7 @@ def pair_scores(
     gold: GoldEvidence, query_id: str, claim: str, sources: Sequence[SourceRecord]
 ) -> list[SupportPair]:
     """Score ``claim`` against each source as the repair would, and check each quote."""
-    support = LexicalSupport([s.text for s in sources])
+    support = LexicalSupport([s.text for s in sources], question=claim)
     golden = gold.gold(query_id)
     pairs = []
     for number, source in enumerate(sources, start=1):
@@ -465,6 +465,8 @@ class CalibrationReport:
     answers: list[dict[str, float]] = field(default_factory=list)
     """the workflow's answers to calibration claims replayed at each threshold (`sweep`)"""
     answer_claims: int = 0
+    relevance: float = 0.0
+    """the repair's minimum question relevance the answers were replayed with"""
 
     def chosen(self, metric: Literal["precision", "doc_precision"] = "precision") -> float | None:
         row = choose_threshold(self.rows, metric=metric)
@@ -519,7 +521,8 @@ class CalibrationReport:
             lines += [
                 "",
                 f"answers: the workflow's answers to {self.answer_claims} calibration claims "
-                f"({self.info.get('llm', '?')}), repair replayed at each threshold",
+                f"({self.info.get('llm', '?')}), repair replayed at each threshold "
+                f"(citation relevance {self.relevance:g})",
                 "-" * len(head),
                 head,
                 "-" * len(head),
@@ -553,6 +556,7 @@ class CalibrationReport:
             "chosen_threshold_doc": self.chosen("doc_precision"),
             "rows": [{k: round(v, 6) for k, v in asdict(r).items()} for r in self.rows],
             "answer_claims": self.answer_claims,
+            "answer_relevance": self.relevance,
             "chosen_threshold_answers": self.chosen_for_answers(),
             "best_f05_threshold_answers": self.best_f05_for_answers(),
             "answers": [{k: round(v, 6) for k, v in r.items()} for r in self.answers],
@@ -777,7 +781,8 @@ class CitationResult:
         ]
         title = (
             f"citations: {self.queries} claims with gold evidence (evaluation half), "
-            f"{self.info.get('llm', '?')}, threshold {self.info.get('support_threshold', '?')}; "
+            f"{self.info.get('llm', '?')}, threshold {self.info.get('support_threshold', '?')}, "
+            f"relevance {self.info.get('citation_relevance', '?')}; "
             f"{self.generated} generated, {self.queries - self.generated} cached, "
             f"{self.seconds_per_answer:.1f} s per answer"
         )
@@ -797,13 +802,26 @@ class CitationResult:
 
 
 def replay(
-    record: Mapping[str, Any], *, threshold: float, enabled: bool = True
+    record: Mapping[str, Any],
+    *,
+    threshold: float,
+    relevance: float = 0.0,
+    enabled: bool = True,
 ) -> tuple[str, list[Citation]]:
-    """The answer and citations the workflow gives for a recorded reply, at ``threshold``."""
+    """The answer and citations the workflow gives for a recorded reply, at ``threshold``.
+
+    ``relevance``: `CitationRepairer`'s minimum question relevance of a quote (the question is
+    the record's).
+    """
     sources = [str(s["text"]) for s in record["sources"]]
     if not sources:
         return str(record.get("answer", "")), []
-    repairer = CitationRepairer(LexicalSupport(sources), threshold=threshold, enabled=enabled)
+    repairer = CitationRepairer(
+        LexicalSupport(sources, question=str(record.get("question") or "")),
+        threshold=threshold,
+        relevance=relevance,
+        enabled=enabled,
+    )
     return repair_text(repairer, str(record["raw_text"]))
 
 
@@ -839,6 +857,7 @@ async def _generate(
         "answer": result.response or "",
         "citations": [asdict(c) for c in result.citations],
         "support_threshold": workflow.options.support_threshold,
+        "citation_relevance": workflow.options.citation_relevance,
         "repair_citations": workflow.options.repair_citations,
         "grounded": result.grounded,
         "rounds": result.rounds,
@@ -866,6 +885,7 @@ def _recording(workflow: CitationQueryWorkflow) -> _Recorder:
         context_budget=base.context_budget,
         support_threshold=base.support_threshold,
         repair=base.repair,
+        relevance=base.relevance,
     )
     workflow.synthesizer = recorder
     return recorder
@@ -930,10 +950,14 @@ def score_records(
     records: Mapping[str, Mapping[str, Any]],
     *,
     threshold: float,
+    relevance: float = 0.0,
     repair: bool = True,
     details: bool = True,
 ) -> Scored:
-    """Replay the repair over each recorded reply at ``threshold`` and score the citations."""
+    """Replay the repair over each recorded reply at ``threshold`` and score the citations.
+
+    ``relevance`` is the repair's minimum question relevance of a quote (`CitationRepairer`).
+    """
     gold = GoldEvidence(dataset)
     per_query: dict[str, dict[str, Any]] = {}
     final_scores: list[dict[str, Any]] = []
@@ -941,9 +965,10 @@ def score_records(
     mismatches = 0
     for qid, record in records.items():
         sources = [SourceRecord(str(s["doc_id"]), str(s["text"])) for s in record["sources"]]
-        answer, citations = replay(record, threshold=threshold, enabled=repair)
+        answer, citations = replay(record, threshold=threshold, relevance=relevance, enabled=repair)
         same_settings = (
             math.isclose(float(record.get("support_threshold", -1)), threshold)
+            and math.isclose(float(record.get("citation_relevance", -1)), relevance)
             and bool(record.get("repair_citations", True)) == repair
         )
         if same_settings and answer != record.get("answer"):
@@ -979,12 +1004,14 @@ def sweep(
     dataset: BeirDataset,
     records: Mapping[str, Mapping[str, Any]],
     thresholds: Sequence[float] = THRESHOLDS,
+    *,
+    relevance: float = 0.0,
 ) -> list[dict[str, float]]:
     """Citation precision, recall and no-citation rate of recorded answers at each threshold."""
     rows = []
     for t in thresholds:
-        m = score_records(dataset, records, threshold=t, details=False).metrics
-        rows.append({"threshold": t, **m})
+        m = score_records(dataset, records, threshold=t, relevance=relevance, details=False)
+        rows.append({"threshold": t, **m.metrics})
     return rows
 
 
@@ -995,6 +1022,7 @@ async def aevaluate_citations(
     *,
     workflow: Callable[[], CitationQueryWorkflow] | None,
     threshold: float,
+    relevance: float = 0.0,
     repair: bool = True,
     template: str = DEFAULT_QUESTION,
     progress: bool = True,
@@ -1009,7 +1037,9 @@ async def aevaluate_citations(
     records, generated = await agenerate(
         dataset, query_ids, cache, workflow=workflow, template=template, progress=progress
     )
-    scored = score_records(dataset, records, threshold=threshold, repair=repair)
+    scored = score_records(
+        dataset, records, threshold=threshold, relevance=relevance, repair=repair
+    )
     times = [float(r.get("seconds") or 0.0) for r in records.values()]
     return CitationResult(
         metrics=scored.metrics,
@@ -1022,6 +1052,7 @@ async def aevaluate_citations(
         info={
             **dict(info or {}),
             "support_threshold": threshold,
+            "citation_relevance": relevance,
             "repair_citations": repair,
             "question_template": template,
             "cache": str(cache.directory),
@@ -1130,6 +1161,7 @@ def citation_section(
             generations.cache,
             workflow=generations.workflow,
             threshold=settings.support_threshold,
+            relevance=settings.citation_relevance,
             repair=settings.repair_citations,
             template=template,
             progress=context.progress,
@@ -1206,7 +1238,8 @@ def calibration_section(
             )
         finally:
             generations.close()
-        report.answers = sweep(dataset, records)
+        report.answers = sweep(dataset, records, relevance=settings.citation_relevance)
+        report.relevance = settings.citation_relevance
         report.answer_claims = len(records)
         report.info["llm"] = generations.name
     return report

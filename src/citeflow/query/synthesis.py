@@ -61,11 +61,13 @@ class CitationSynthesizer:
         context_budget: int,
         support_threshold: float,
         repair: bool = True,
+        relevance: float = 0.0,
     ) -> None:
         self.llm = llm
         self.context_budget = context_budget
         self.support_threshold = support_threshold
         self.repair = repair
+        self.relevance = relevance
 
     def messages(self, prompt: str) -> list[ChatMessage]:
         return [
@@ -104,8 +106,9 @@ class CitationSynthesizer:
                 answer = (reply.message.content or "").strip()
                 calls += 1
         repairer = CitationRepairer(
-            LexicalSupport([source_text(s) for s in sources]),
+            LexicalSupport([source_text(s) for s in sources], question=query),
             threshold=self.support_threshold,
+            relevance=self.relevance,
             enabled=self.repair,
         )
         segments = SentenceStream()

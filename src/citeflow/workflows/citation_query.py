@@ -56,7 +56,8 @@ class QueryOptions:
     citation_chunk_overlap: int = 16
     max_sources: int = 4
     context_budget: int = 900
-    support_threshold: float = 0.55  # Settings.support_threshold (calibrated)
+    support_threshold: float = 0.6  # Settings.support_threshold (calibrated)
+    citation_relevance: float = 0.3  # Settings.citation_relevance (calibrated)
     repair_citations: bool = True
 
     @classmethod
@@ -70,6 +71,7 @@ class QueryOptions:
             max_sources=settings.max_sources,
             context_budget=settings.context_budget,
             support_threshold=settings.support_threshold,
+            citation_relevance=settings.citation_relevance,
             repair_citations=settings.repair_citations,
         )
 
@@ -125,6 +127,7 @@ class CitationQueryWorkflow(Workflow):
             context_budget=self.options.context_budget,
             support_threshold=self.options.support_threshold,
             repair=self.options.repair_citations,
+            relevance=self.options.citation_relevance,
         )
 
     @classmethod
