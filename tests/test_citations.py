@@ -13,11 +13,16 @@ from citeflow.citations.markers import (
     strip_footnotes,
     strip_markers,
 )
-from citeflow.citations.repair import CitationRepairer, insert_marker, needs_citation
+from citeflow.citations.repair import (
+    CitationRepairer,
+    insert_marker,
+    needs_citation,
+    repair_text,
+)
 from citeflow.citations.sources import format_sources, make_sources, source_text, split_spans
 from citeflow.citations.stream import SentenceStream
 from citeflow.citations.support import LexicalSupport
-from citeflow.citations.text import sentence_spans, split_sentences
+from citeflow.citations.text import question_parts, sentence_spans, split_sentences
 
 ESSAY = (
     "Before college the two main things I worked on, outside of school, were writing and "
@@ -322,3 +327,31 @@ def test_quote_prefers_one_sentence_and_the_question() -> None:
     found = support.score("Treated mice gained less weight.", 1)
     # the sentence that also answers the question (lived longer), not the pair of sentences
     assert found.quote == "Treated mice gained less weight and lived longer than controls."
+
+
+def test_question_parts_split_compound_questions_only() -> None:
+    assert question_parts("What did he build, and what did it cost?") == [
+        "What did he build",
+        "what did it cost?",
+    ]
+    assert question_parts("What is Viaweb? Who bought it?") == ["What is Viaweb", "Who bought it?"]
+    assert question_parts("How do ducks and geese migrate?") == ["How do ducks and geese migrate?"]
+    assert question_parts("Is it true that A and B lower C?") == [
+        "Is it true that A and B lower C?"
+    ]
+
+
+def test_each_part_of_a_compound_question_can_be_answered_with_its_own_source() -> None:
+    sources = [
+        "Before college I worked on writing short stories and programming.",
+        "Pet ducks eat leafy greens, peas and small insects.",
+    ]
+    question = "What did the author work on before college, and what do pet ducks eat?"
+    support = LexicalSupport(sources, question=question)
+    repairer = CitationRepairer(support, threshold=0.5, relevance=0.3)
+    answer = "He worked on short stories and programming before college [1]. Ducks eat peas [2]."
+    text, cits = repair_text(repairer, answer)
+    assert text == answer
+    assert [c.number for c in cits] == [1, 2]
+    # a whole-question share would give each quote about half: both below a stricter gate
+    assert support.score("Ducks eat peas.", 2).relevance > 0.9

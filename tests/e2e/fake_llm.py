@@ -3,10 +3,11 @@
 Answer prompts (citeflow's ``CITATION_QA_TEMPLATE``: ``[N] (title)`` blocks under ``Sources:``)
 get one sentence copied from two different sources, each followed by its marker: from the first
 source and from the first source of another document (else the second source), e.g.
-``"<sentence of source 1> [1]. <sentence of source 3> [3]."``. Copied sentences are fully
-supported, so citeflow's citation check keeps both markers, and the sources that were given but
-not used are the ones Open WebUI must not list. Open WebUI's ``### Task:`` requests (title, tags,
-follow-ups) get a small JSON object valid for each of them.
+``"<sentence of source 1> [1]. <sentence of source 3> [3]."``; from each, the plain sentence that
+shares most words with the question, as an answer would. Copied sentences are fully supported and
+bear on the question, so citeflow's citation check keeps both markers, and the sources that were
+given but not used are the ones Open WebUI must not list. Open WebUI's ``### Task:`` requests
+(title, tags, follow-ups) get a small JSON object valid for each of them.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ class CitingLLM:
         blocks = source_blocks(prompt)
         if not blocks:
             return default_reply(request)
-        answer = cite_two(blocks)
+        answer = cite_two(blocks, question_of(prompt))
         with self._lock:
             self.answers.append(answer)
         return answer.text
@@ -99,23 +100,40 @@ def source_blocks(prompt: str) -> list[Block]:
     return blocks
 
 
-def plain_sentence(text: str) -> str | None:
-    """The first sentence of ``text`` that is plain prose of 6 to 40 words, within one line."""
+def question_of(prompt: str) -> str:
+    """The question line of an answer prompt (after the sources)."""
+    at = prompt.rfind("\n\nQuestion:")
+    return prompt[at + len("\n\nQuestion:") :].strip().split("\n", 1)[0] if at >= 0 else ""
+
+
+def _words(text: str) -> set[str]:
+    return {w[:5] for w in re.findall(r"[a-z]{4,}", text.lower())}  # crude stems
+
+
+def plain_sentence(text: str, question: str = "") -> str | None:
+    """The sentence of ``text`` that is plain prose of 6 to 40 words within one line and shares
+    most words with ``question`` (the first of them on a tie)."""
+    asked = _words(question)
+    best: tuple[int, str] | None = None
     for line in text.splitlines():
         for sentence in _SENTENCE_END.split(" ".join(line.split())):
             if _PLAIN.fullmatch(sentence) and 6 <= len(sentence.split()) <= 40:
-                return sentence
-    return None
+                shared = len(asked & _words(sentence))
+                if best is None or shared > best[0]:
+                    best = (shared, sentence)
+    return best[1] if best else None
 
 
-def cite_two(blocks: list[Block]) -> Answer:
-    """Cite the first usable source, then the first usable one of another document (else any
-    other one)."""
-    usable = [(b, s) for b in blocks if (s := plain_sentence(b.text)) is not None]
+def cite_two(blocks: list[Block], question: str = "") -> Answer:
+    """Cite the first usable source, then the usable one of another document (else any other
+    one) whose sentence shares most words with the question."""
+    usable = [(b, s) for b in blocks if (s := plain_sentence(b.text, question)) is not None]
     if not usable:
         return Answer(blocks, [], "The documents do not cover this question.")
     first = usable[0]
     others = [u for u in usable[1:] if u[0].title != first[0].title] or usable[1:2]
+    asked = _words(question)
+    others.sort(key=lambda u: -len(asked & _words(u[1])))  # stable: the first on a tie
     picks = [first, *others[:1]]
     text = " ".join(f"{sentence[:-1]} [{block.number}]." for block, sentence in picks)
     return Answer(blocks, [(block.number, sentence) for block, sentence in picks], text)

@@ -28,7 +28,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from citeflow.citations.text import sentence_spans, statement_of, term_set
+from citeflow.citations.text import question_parts, sentence_spans, statement_of, term_set
 
 #: weight of the question's relevance when choosing the quote of a source (support comes first)
 QUESTION_WEIGHT = 0.5
@@ -92,11 +92,16 @@ class LexicalSupport:
         n = len(self._texts)
         self._idf = {t: math.log(1.0 + (n + 1) / (c + 0.5)) for t, c in df.items()}
         self._idf_unseen = math.log(1.0 + (n + 1) / 0.5)
-        asked = term_set(statement_of(question or "").rstrip(" ?"))
-        # a question none of whose words is in the sources constrains nothing
-        self._question = asked if any(t in self._idf for t in asked) else frozenset()
-        self._question_total = sum(self._idf.get(t, self._idf_unseen) for t in self._question)
-        self._question_weight = question_weight if self._question else 0.0
+        # each part of a compound question ("What did X do, and what do Y eat?") is asked on
+        # its own: a quote bears on the question when it bears on one of its parts; a part none
+        # of whose words is in the sources constrains nothing, nor does a question made of such
+        self._parts: list[tuple[frozenset[str], float]] = []
+        for part in question_parts(question or ""):
+            asked = term_set(statement_of(part).rstrip(" ?"))
+            if any(t in self._idf for t in asked):
+                total = sum(self._idf.get(t, self._idf_unseen) for t in asked)
+                self._parts.append((asked, total))
+        self._question_weight = question_weight if self._parts else 0.0
         self._window_penalty = window_penalty
 
     def _windows_of(self, text: str) -> list[_Window]:
@@ -118,11 +123,16 @@ class LexicalSupport:
         return len(self._texts)
 
     def relevance(self, terms: frozenset[str]) -> float:
-        """Share of the question's known words (IDF-weighted) among ``terms``; 1: no question."""
-        if not self._question:
+        """Share of the question's words (IDF-weighted) among ``terms``, for the question part
+        it covers best; 1 without a question."""
+        if not self._parts:
             return 1.0
-        shared = self._question & terms
-        return sum(self._idf.get(t, 0.0) for t in shared) / self._question_total if shared else 0.0
+        best = 0.0
+        for asked, total in self._parts:
+            shared = asked & terms
+            if shared:
+                best = max(best, sum(self._idf.get(t, 0.0) for t in shared) / total)
+        return best
 
     def score(self, sentence: str, number: int) -> Support:
         """Support of ``sentence`` by source ``number`` (1-based), with its quote."""

@@ -44,6 +44,22 @@ def statement_of(sentence: str) -> str:
     return sentence[_FRAMING.match(sentence).end() :]  # type: ignore[union-attr]
 
 
+_PART_BREAK = re.compile(
+    r"\?\s+(?=\S)"  # several questions in a row
+    r"|[,;]?\s+(?:and|or|also)\s+(?=(?:what|how|why|when|where|who|whom|whose|which|is|are|was"
+    r"|were|do|does|did|can|could|should|would|will)\b)"
+    r"|;\s+",
+    re.IGNORECASE,
+)
+
+
+def question_parts(question: str) -> list[str]:
+    """The parts of a compound question, e.g. "What did he build, and what did it cost?" →
+    ["What did he build", "what did it cost?"]; a simple question is one part."""
+    parts = [p.strip(" ,;") for p in _PART_BREAK.split(question.strip())]
+    return [p for p in parts if p]
+
+
 @lru_cache(maxsize=4096)
 def sentence_spans(text: str) -> tuple[tuple[int, int], ...]:
     """Character spans ``(start, end)`` of the sentences of ``text``, whitespace trimmed.
