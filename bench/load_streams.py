@@ -378,7 +378,7 @@ def report(levels: list[Level], reference: float, args: argparse.Namespace) -> b
     head = (
         f"{'concurrent':>10} {'requests':>8} {'timed':>5} {'errors':>6} {'retried':>7} "
         f"{'TTFT p50':>8} {'p95':>6} {'added p50':>9} {'p95':>6} {'-ttft p50':>9} {'p95':>6} "
-        f"{'req/s':>6} {'CPU s':>6} {'RSS MB':>6} {'peak MB':>7}"
+        f"{'req/s':>6} {'CPU s':>6} {'CPU ms/ans':>10} {'RSS MB':>6} {'peak MB':>7}"
     )
     print(head)
     print("-" * len(head))
@@ -396,6 +396,7 @@ def report(levels: list[Level], reference: float, args: argparse.Namespace) -> b
             f"{p50:>8.0f} {p95:>6.0f} {p50 - ms:>9.0f} {p95 - ms:>6.0f} "
             f"{p50 - upstream_ttft:>9.0f} {p95 - upstream_ttft:>6.0f} "
             f"{len(level.all) / level.wall:>6.1f} {level.cpu:>6.1f} "
+            f"{1000 * level.cpu / max(1, len(level.all)):>10.1f} "
             f"{level.rss_kb / 1024:>6.0f} {level.hwm_kb / 1024:>7.0f}"
         )
         kinds = sorted({o.error for o in level.all if o.error})
@@ -410,8 +411,9 @@ def report(levels: list[Level], reference: float, args: argparse.Namespace) -> b
             )
     print(
         "TTFT: request sent -> first answer text, at the client (ms); added: TTFT - reference; "
-        "-ttft: TTFT - upstream ttft;\nCPU s: the server's CPU time in the level; peak: the "
-        "server's VmHWM since it started"
+        "-ttft: TTFT - upstream ttft;\nCPU s: the server's CPU time in the level (user + system, "
+        "all threads); CPU ms/ans: that per answer (robust to other load on the machine); peak: "
+        "the server's VmHWM since it started"
     )
     print(
         f"targets at {max(lv.concurrency for lv in levels)} concurrent: 0 errors, added p50 <= 100"
@@ -430,14 +432,38 @@ async def bench(args: argparse.Namespace, url: str, pid: int) -> list[Level]:
             outcome = await chat(client, question)
             if outcome.error:
                 raise RuntimeError(f"warm-up request failed: {outcome.error}")
+    profiler = start_profiler(args.profile, pid) if args.profile else None
     levels = []
-    for concurrency in args.concurrency:
-        count = args.requests_per_level or max(16, 3 * concurrency)
-        ramp = stream_seconds(args) if args.ramp is None else args.ramp
-        level, offset = await run_level(url, pid, concurrency, count, offset, ramp)
-        levels.append(level)
-        print(f"  {concurrency} concurrent: {count} requests in {level.wall:.1f} s", flush=True)
+    try:
+        for concurrency in args.concurrency:
+            count = args.requests_per_level or max(16, 3 * concurrency)
+            ramp = stream_seconds(args) if args.ramp is None else args.ramp
+            level, offset = await run_level(url, pid, concurrency, count, offset, ramp)
+            levels.append(level)
+            print(f"  {concurrency} concurrent: {count} requests in {level.wall:.1f} s", flush=True)
+    finally:
+        if profiler is not None:
+            profiler.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+            profiler.wait(60)
+            print(f"  profile of the server over the levels: {args.profile}", flush=True)
     return levels
+
+
+def start_profiler(path: str, pid: int) -> subprocess.Popen[bytes]:
+    """py-spy sampling the server's thread that holds the GIL (``--gil``: the Python work that
+    competes for the one interpreter), without pausing it; the output format follows ``path``'s
+    suffix: ``.svg`` a flame graph, ``.json`` speedscope, anything else py-spy's raw format."""
+    py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    suffix = Path(path).suffix
+    form = {".svg": "flamegraph", ".json": "speedscope"}.get(suffix, "raw")
+    return subprocess.Popen(
+        [
+            *(py_spy, "record", "--pid", str(pid), "--rate", "250", "--nonblocking", "--gil"),
+            *("--format", form, "--output", path),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 PROCESSES: dict[str, subprocess.Popen[bytes]] = {}
@@ -481,6 +507,12 @@ def main() -> None:
         type=int,
         default=3,
         help=f"sentences per answer, {SENTENCE_WORDS + 1} tokens each",
+    )
+    parser.add_argument(
+        "--profile",
+        metavar="PATH",
+        help="record the server's GIL holder with py-spy over the levels (after the warm-up): .svg "
+        "flame graph, .json speedscope, else py-spy's raw (collapsed stacks) format",
     )
     parser.add_argument("--serve-upstream", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
