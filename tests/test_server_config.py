@@ -5,7 +5,9 @@ from __future__ import annotations
 import gc
 import sys
 from collections.abc import Iterator
+from typing import Any
 
+import httpx
 import pytest
 
 from citeflow import server
@@ -67,3 +69,23 @@ def test_tune_gc_freezes_the_heap_and_raises_the_young_threshold() -> None:
     server.tune_gc()
     assert gc.get_freeze_count() > 0
     assert gc.get_threshold() == server.GC_THRESHOLDS
+
+
+def test_the_app_closes_the_llm_http_client_when_it_shuts_down() -> None:
+    from types import SimpleNamespace
+
+    from fastapi.testclient import TestClient
+
+    from citeflow.api.engine import Engine
+    from citeflow.store import Store
+
+    client = httpx.AsyncClient()
+    settings = Settings(_env_file=None)  # type: ignore[call-arg]
+    llm: Any = SimpleNamespace(_async_http_client=client)
+    engine = Engine(settings, store=Store.open_path(":memory:"), embed_model=None, llm=llm)  # type: ignore[arg-type]
+    try:
+        with TestClient(server.create_app(engine)):
+            assert not client.is_closed
+        assert client.is_closed
+    finally:
+        engine.close()

@@ -11,10 +11,12 @@ Open WebUI: add an OpenAI connection to ``http://HOST:PORT/v1`` with one of
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib.util
 import logging
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI
@@ -33,8 +35,16 @@ log = logging.getLogger("citeflow.server")
 
 
 def create_app(engine: Engine) -> FastAPI:
-    """The FastAPI app serving ``engine`` (which the caller owns and closes)."""
+    """The FastAPI app serving ``engine`` (which the caller owns and closes; the app closes the
+    engine's event-loop-bound clients when it shuts down)."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await engine.aclose()
+
     app = FastAPI(
+        lifespan=lifespan,
         title="citeflow",
         version=__version__,
         summary="Answers questions over your documents with numbered, verifiable citations.",
