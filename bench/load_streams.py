@@ -223,9 +223,10 @@ def proc_status(pid: int) -> dict[str, int]:
     return out
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process (all its threads)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def cpu_seconds(pid: int, tid: int | None = None) -> float:
+    """User + system CPU time of a process (all its threads), or of its thread ``tid``."""
+    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
+    fields = Path(path).read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -278,6 +279,7 @@ class Level:
     all: list[Outcome] = field(default_factory=list)
     wall: float = 0.0
     cpu: float = 0.0
+    loop_cpu: float = 0.0  # the main thread's: the event loop (everything under the GIL there)
     rss_kb: int = 0
     hwm_kb: int = 0
 
@@ -343,11 +345,12 @@ async def run_level(
                 outcomes.append(outcome)
 
         outcomes: list[Outcome] = []
-        cpu = cpu_seconds(pid)
+        cpu, loop_cpu = cpu_seconds(pid), cpu_seconds(pid, pid)
         started = time.perf_counter()
         await asyncio.gather(*(worker(i) for i in range(concurrency)))
         level.wall = time.perf_counter() - started
         level.cpu = cpu_seconds(pid) - cpu
+        level.loop_cpu = cpu_seconds(pid, pid) - loop_cpu
         last_start = ramp * (concurrency - 1) / concurrency
         level.outcomes = [o for o in outcomes if o.start >= last_start] if ramp else outcomes
         level.all = outcomes
@@ -378,7 +381,7 @@ def report(levels: list[Level], reference: float, args: argparse.Namespace) -> b
     head = (
         f"{'concurrent':>10} {'requests':>8} {'timed':>5} {'errors':>6} {'retried':>7} "
         f"{'TTFT p50':>8} {'p95':>6} {'added p50':>9} {'p95':>6} {'-ttft p50':>9} {'p95':>6} "
-        f"{'req/s':>6} {'CPU s':>6} {'CPU ms/ans':>10} {'RSS MB':>6} {'peak MB':>7}"
+        f"{'req/s':>6} {'CPU s':>6} {'CPU ms/ans':>10} {'loop':>5} {'RSS MB':>6} {'peak MB':>7}"
     )
     print(head)
     print("-" * len(head))
@@ -397,6 +400,7 @@ def report(levels: list[Level], reference: float, args: argparse.Namespace) -> b
             f"{p50 - upstream_ttft:>9.0f} {p95 - upstream_ttft:>6.0f} "
             f"{len(level.all) / level.wall:>6.1f} {level.cpu:>6.1f} "
             f"{1000 * level.cpu / max(1, len(level.all)):>10.1f} "
+            f"{1000 * level.loop_cpu / max(1, len(level.all)):>5.1f} "
             f"{level.rss_kb / 1024:>6.0f} {level.hwm_kb / 1024:>7.0f}"
         )
         kinds = sorted({o.error for o in level.all if o.error})
@@ -412,8 +416,8 @@ def report(levels: list[Level], reference: float, args: argparse.Namespace) -> b
     print(
         "TTFT: request sent -> first answer text, at the client (ms); added: TTFT - reference; "
         "-ttft: TTFT - upstream ttft;\nCPU s: the server's CPU time in the level (user + system, "
-        "all threads); CPU ms/ans: that per answer (robust to other load on the machine); peak: "
-        "the server's VmHWM since it started"
+        "all threads); CPU ms/ans: that per answer (robust to other load on the machine); loop: "
+        "the event loop's (main thread's) share of it; peak: the server's VmHWM since it started"
     )
     print(
         f"targets at {max(lv.concurrency for lv in levels)} concurrent: 0 errors, added p50 <= 100"
