@@ -436,7 +436,7 @@ async def bench(args: argparse.Namespace, url: str, pid: int) -> list[Level]:
             outcome = await chat(client, question)
             if outcome.error:
                 raise RuntimeError(f"warm-up request failed: {outcome.error}")
-    profiler = start_profiler(args.profile, pid) if args.profile else None
+    profiler = start_profiler(args.profile, pid, args.profile_native) if args.profile else None
     levels = []
     try:
         for concurrency in args.concurrency:
@@ -453,16 +453,20 @@ async def bench(args: argparse.Namespace, url: str, pid: int) -> list[Level]:
     return levels
 
 
-def start_profiler(path: str, pid: int) -> subprocess.Popen[bytes]:
+def start_profiler(path: str, pid: int, native: bool = False) -> subprocess.Popen[bytes]:
     """py-spy sampling the server's thread that holds the GIL (``--gil``: the Python work that
-    competes for the one interpreter), without pausing it; the output format follows ``path``'s
-    suffix: ``.svg`` a flame graph, ``.json`` speedscope, anything else py-spy's raw format."""
+    competes for the one interpreter), without pausing it; or, ``native``, every thread with its
+    C frames (gc, uvloop, aiohttp's parser), pausing the server for each sample (slower, but
+    without the non-blocking mode's bias towards threads sitting in system calls). The output
+    format follows ``path``'s suffix: ``.svg`` a flame graph, ``.json`` speedscope, anything else
+    py-spy's raw format."""
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     suffix = Path(path).suffix
     form = {".svg": "flamegraph", ".json": "speedscope"}.get(suffix, "raw")
+    mode = ("--native", "--rate", "100") if native else ("--nonblocking", "--gil", "--rate", "250")
     return subprocess.Popen(
         [
-            *(py_spy, "record", "--pid", str(pid), "--rate", "250", "--nonblocking", "--gil"),
+            *(py_spy, "record", "--pid", str(pid), *mode),
             *("--format", form, "--output", path),
         ],
         stdout=subprocess.DEVNULL,
@@ -517,6 +521,11 @@ def main() -> None:
         metavar="PATH",
         help="record the server's GIL holder with py-spy over the levels (after the warm-up): .svg "
         "flame graph, .json speedscope, else py-spy's raw (collapsed stacks) format",
+    )
+    parser.add_argument(
+        "--profile-native",
+        action="store_true",
+        help="with --profile: every thread, C frames included (pauses the server per sample)",
     )
     parser.add_argument("--serve-upstream", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()

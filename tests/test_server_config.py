@@ -89,3 +89,36 @@ def test_the_app_closes_the_llm_http_client_when_it_shuts_down() -> None:
         assert client.is_closed
     finally:
         engine.close()
+
+
+def test_no_route_depends_on_a_plain_def() -> None:
+    """FastAPI runs a plain ``def`` dependency (or endpoint) in its thread pool: a worker thread
+    round trip per request. Every route's are ``async def``."""
+    import inspect
+
+    from fastapi.dependencies.models import Dependant
+    from fastapi.routing import APIRoute
+
+    from citeflow.api import documents, routes
+
+    def calls(dependant: Dependant) -> Iterator[Any]:
+        for sub in dependant.dependencies:
+            yield sub.call
+            yield from calls(sub)
+
+    every = [
+        route
+        for router in (routes.health, routes.api, documents.router, documents.files)
+        for route in router.routes
+        if isinstance(route, APIRoute)
+    ]
+    assert any(r.path.endswith("/chat/completions") for r in every)
+    sync = sorted(
+        {
+            f"{route.path}: {getattr(call, '__name__', call)}"
+            for route in every
+            for call in [route.endpoint, *calls(route.dependant)]
+            if call is not None and not inspect.iscoroutinefunction(call)
+        }
+    )
+    assert sync == []
