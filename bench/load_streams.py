@@ -223,9 +223,10 @@ def proc_status(pid: int) -> dict[str, int]:
     return out
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process (all its threads)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def cpu_seconds(pid: int, tid: int | None = None) -> float:
+    """User + system CPU time of a process (all its threads), or of its thread ``tid``."""
+    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
+    fields = Path(path).read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -278,6 +279,7 @@ class Level:
     all: list[Outcome] = field(default_factory=list)
     wall: float = 0.0
     cpu: float = 0.0
+    loop_cpu: float = 0.0  # the main thread's: the event loop (everything under the GIL there)
     rss_kb: int = 0
     hwm_kb: int = 0
 
@@ -343,11 +345,12 @@ async def run_level(
                 outcomes.append(outcome)
 
         outcomes: list[Outcome] = []
-        cpu = cpu_seconds(pid)
+        cpu, loop_cpu = cpu_seconds(pid), cpu_seconds(pid, pid)
         started = time.perf_counter()
         await asyncio.gather(*(worker(i) for i in range(concurrency)))
         level.wall = time.perf_counter() - started
         level.cpu = cpu_seconds(pid) - cpu
+        level.loop_cpu = cpu_seconds(pid, pid) - loop_cpu
         last_start = ramp * (concurrency - 1) / concurrency
         level.outcomes = [o for o in outcomes if o.start >= last_start] if ramp else outcomes
         level.all = outcomes
@@ -378,7 +381,7 @@ def report(levels: list[Level], reference: float, args: argparse.Namespace) -> b
     head = (
         f"{'concurrent':>10} {'requests':>8} {'timed':>5} {'errors':>6} {'retried':>7} "
         f"{'TTFT p50':>8} {'p95':>6} {'added p50':>9} {'p95':>6} {'-ttft p50':>9} {'p95':>6} "
-        f"{'req/s':>6} {'CPU s':>6} {'RSS MB':>6} {'peak MB':>7}"
+        f"{'req/s':>6} {'CPU s':>6} {'CPU ms/ans':>10} {'loop':>5} {'RSS MB':>6} {'peak MB':>7}"
     )
     print(head)
     print("-" * len(head))
@@ -396,6 +399,8 @@ def report(levels: list[Level], reference: float, args: argparse.Namespace) -> b
             f"{p50:>8.0f} {p95:>6.0f} {p50 - ms:>9.0f} {p95 - ms:>6.0f} "
             f"{p50 - upstream_ttft:>9.0f} {p95 - upstream_ttft:>6.0f} "
             f"{len(level.all) / level.wall:>6.1f} {level.cpu:>6.1f} "
+            f"{1000 * level.cpu / max(1, len(level.all)):>10.1f} "
+            f"{1000 * level.loop_cpu / max(1, len(level.all)):>5.1f} "
             f"{level.rss_kb / 1024:>6.0f} {level.hwm_kb / 1024:>7.0f}"
         )
         kinds = sorted({o.error for o in level.all if o.error})
@@ -410,8 +415,9 @@ def report(levels: list[Level], reference: float, args: argparse.Namespace) -> b
             )
     print(
         "TTFT: request sent -> first answer text, at the client (ms); added: TTFT - reference; "
-        "-ttft: TTFT - upstream ttft;\nCPU s: the server's CPU time in the level; peak: the "
-        "server's VmHWM since it started"
+        "-ttft: TTFT - upstream ttft;\nCPU s: the server's CPU time in the level (user + system, "
+        "all threads); CPU ms/ans: that per answer (robust to other load on the machine); loop: "
+        "the event loop's (main thread's) share of it; peak: the server's VmHWM since it started"
     )
     print(
         f"targets at {max(lv.concurrency for lv in levels)} concurrent: 0 errors, added p50 <= 100"
@@ -430,14 +436,42 @@ async def bench(args: argparse.Namespace, url: str, pid: int) -> list[Level]:
             outcome = await chat(client, question)
             if outcome.error:
                 raise RuntimeError(f"warm-up request failed: {outcome.error}")
+    profiler = start_profiler(args.profile, pid, args.profile_native) if args.profile else None
     levels = []
-    for concurrency in args.concurrency:
-        count = args.requests_per_level or max(16, 3 * concurrency)
-        ramp = stream_seconds(args) if args.ramp is None else args.ramp
-        level, offset = await run_level(url, pid, concurrency, count, offset, ramp)
-        levels.append(level)
-        print(f"  {concurrency} concurrent: {count} requests in {level.wall:.1f} s", flush=True)
+    try:
+        for concurrency in args.concurrency:
+            count = args.requests_per_level or max(16, 3 * concurrency)
+            ramp = stream_seconds(args) if args.ramp is None else args.ramp
+            level, offset = await run_level(url, pid, concurrency, count, offset, ramp)
+            levels.append(level)
+            print(f"  {concurrency} concurrent: {count} requests in {level.wall:.1f} s", flush=True)
+    finally:
+        if profiler is not None:
+            profiler.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+            profiler.wait(60)
+            print(f"  profile of the server over the levels: {args.profile}", flush=True)
     return levels
+
+
+def start_profiler(path: str, pid: int, native: bool = False) -> subprocess.Popen[bytes]:
+    """py-spy sampling the server's thread that holds the GIL (``--gil``: the Python work that
+    competes for the one interpreter), without pausing it; or, ``native``, every thread with its
+    C frames (gc, uvloop, aiohttp's parser), pausing the server for each sample (slower, but
+    without the non-blocking mode's bias towards threads sitting in system calls). The output
+    format follows ``path``'s suffix: ``.svg`` a flame graph, ``.json`` speedscope, anything else
+    py-spy's raw format."""
+    py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    suffix = Path(path).suffix
+    form = {".svg": "flamegraph", ".json": "speedscope"}.get(suffix, "raw")
+    mode = ("--native", "--rate", "100") if native else ("--nonblocking", "--gil", "--rate", "250")
+    return subprocess.Popen(
+        [
+            *(py_spy, "record", "--pid", str(pid), *mode),
+            *("--format", form, "--output", path),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 PROCESSES: dict[str, subprocess.Popen[bytes]] = {}
@@ -481,6 +515,17 @@ def main() -> None:
         type=int,
         default=3,
         help=f"sentences per answer, {SENTENCE_WORDS + 1} tokens each",
+    )
+    parser.add_argument(
+        "--profile",
+        metavar="PATH",
+        help="record the server's GIL holder with py-spy over the levels (after the warm-up): .svg "
+        "flame graph, .json speedscope, else py-spy's raw (collapsed stacks) format",
+    )
+    parser.add_argument(
+        "--profile-native",
+        action="store_true",
+        help="with --profile: every thread, C frames included (pauses the server per sample)",
     )
     parser.add_argument("--serve-upstream", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()

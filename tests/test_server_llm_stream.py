@@ -57,10 +57,13 @@ async def _collect(stream: AsyncIterator[ChatResponse]) -> list[ChatResponse]:
     return [chunk async for chunk in stream]
 
 
+@pytest.mark.parametrize("aiohttp", [False, True], ids=["httpx", "aiohttp"])
 @pytest.mark.parametrize("provider", ["openai", "azure"])
-async def test_same_responses_as_llama_index(server: FakeOpenAIServer, provider: str) -> None:
+async def test_same_responses_as_llama_index(
+    server: FakeOpenAIServer, provider: str, aiohttp: bool
+) -> None:
     server.script([ANSWER, ANSWER])
-    llm = build_llm(_settings(server, provider), max_retries=0)
+    llm = build_llm(_settings(server, provider), max_retries=0, aiohttp=aiohttp)
     assert isinstance(llm, CompatOpenAI | CompatAzureOpenAI)
     ours = await _collect(await llm.astream_chat(USER))
     base = AzureOpenAI if provider == "azure" else OpenAI
@@ -72,12 +75,14 @@ async def test_same_responses_as_llama_index(server: FakeOpenAIServer, provider:
     assert isinstance(ours[0].raw, dict) and ours[0].raw["object"] == "chat.completion.chunk"
     request = server.last_request
     assert request.stream and request.json["messages"][-1]["content"] == USER[0].content
+    await llm._get_aclient().close()
 
 
+@pytest.mark.parametrize("aiohttp", [False, True], ids=["httpx", "aiohttp"])
 async def test_http_errors_and_dropped_streams_are_upstream_errors(
-    server: FakeOpenAIServer,
+    server: FakeOpenAIServer, aiohttp: bool
 ) -> None:
-    llm = build_llm(_settings(server), max_retries=0)
+    llm = build_llm(_settings(server), max_retries=0, aiohttp=aiohttp)
     server.script([Reply.error(500), Reply.drop(after_tokens=3, text=ANSWER)])
     with pytest.raises(openai.InternalServerError) as caught:
         await _collect(await llm.astream_chat(USER))
@@ -85,6 +90,8 @@ async def test_http_errors_and_dropped_streams_are_upstream_errors(
     with pytest.raises(Exception) as dropped:
         await _collect(await llm.astream_chat(USER))
     assert isinstance(as_upstream_error(dropped.value), UpstreamError)
+    assert "timed out" not in as_upstream_error(dropped.value).message
+    await llm._get_aclient().close()
 
 
 def _response(*events: str) -> httpx.Response:

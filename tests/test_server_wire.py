@@ -15,7 +15,9 @@ from citeflow.api.wire import (
     KEEPALIVE,
     ChatStream,
     CitationRenumberer,
+    EventStreamResponse,
     document_url,
+    ready_batches,
     source_payload,
     sse_stream,
 )
@@ -323,3 +325,88 @@ def test_extract_json() -> None:
     assert extract_json('Sure! ```json\n{"title": "A {b}"}\n``` done') == '{"title": "A {b}"}'
     assert extract_json('x {broken {"tags": ["a"]} y') == '{"tags": ["a"]}'
     assert extract_json("no json here") == "no json here"
+
+
+# --- batching of ready events into one write -----------------------------------------------------
+async def test_events_ready_together_go_out_in_one_write() -> None:
+    """Events written back to back by the workflow are one SSE string (one socket write); the
+    result's chunks go out with [DONE]."""
+    gate = asyncio.Event()
+
+    async def run() -> AsyncGenerator[Event | CitedResponse, None]:
+        yield _status("citing", "Preparing sources")
+        yield CitationSourcesEvent(query="q", sources=SOURCES)
+        yield _status("writing", "Writing")
+        await gate.wait()
+        yield AnswerDeltaEvent(delta="Ducks [2]. ")
+        await asyncio.sleep(0.01)
+        yield _status("done", "Done")
+        yield _result("Ducks [2].", [2])
+
+    writer = ChatStream(model="citeflow-kb", collection="kb")
+    stream = sse_stream(run(), writer, keepalive=10.0)
+    first = await anext(stream)
+    gate.set()
+    writes = [first] + [line async for line in stream]
+    shapes = [[kind for kind, *_ in _shape(parse_sse(w))] for w in writes]
+    assert shapes == [
+        ["role", "status", "status"],
+        ["source", "text"],
+        ["status", "finish", "DONE"],
+    ]
+
+
+async def test_ready_batches_keepalive_and_error_after_the_items() -> None:
+    async def items() -> AsyncGenerator[int, None]:
+        yield 1
+        yield 2
+        await asyncio.sleep(0.25)
+        yield 3
+        raise RuntimeError("boom")
+
+    got: list[Any] = []
+    try:
+        async for batch in ready_batches(items(), 0.1):
+            got.append(batch)
+    except RuntimeError as exc:
+        got.append(str(exc))
+    assert got[0] == [1, 2]
+    assert got[1:-2] == [None] * (len(got) - 3) and len(got) >= 4  # keep-alives in the pause
+    assert got[-2:] == [[3], "boom"]
+
+
+async def test_closing_ready_batches_cancels_and_closes_the_items() -> None:
+    closed = asyncio.Event()
+
+    async def items() -> AsyncGenerator[int, None]:
+        try:
+            yield 1
+            await asyncio.sleep(30)
+            yield 2
+        finally:
+            closed.set()
+
+    batches = ready_batches(items(), 10.0)
+    assert await anext(batches) == [1]
+    await asyncio.sleep(0.01)  # the pump now waits in the sleep
+    await batches.aclose()
+    assert closed.is_set()
+
+
+async def test_the_done_chunk_ends_the_response_in_the_same_message() -> None:
+    async def lines() -> AsyncGenerator[str, None]:
+        yield "data: {}\n\n"
+        yield "data: {}\n\n" + DONE
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    async def receive() -> Any:
+        await asyncio.sleep(30)
+
+    scope = {"type": "http", "asgi": {"spec_version": "2.3"}}
+    await EventStreamResponse(lines())(scope, receive, send)
+    bodies = [(m["body"], m["more_body"]) for m in sent if m["type"] == "http.response.body"]
+    assert bodies == [(b"data: {}\n\n", True), (("data: {}\n\n" + DONE).encode(), False)]

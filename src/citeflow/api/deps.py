@@ -1,4 +1,8 @@
-"""FastAPI dependencies: the engine, its settings and options, limits, links and auth."""
+"""FastAPI dependencies: the engine, its settings and options, limits, links and auth.
+
+They are ``async def`` although none of them waits: FastAPI runs a plain ``def`` dependency in
+its thread pool, a round trip through a worker thread (and the GIL) per dependency per request.
+"""
 
 from __future__ import annotations
 
@@ -15,27 +19,27 @@ from citeflow.api.options import ServerOptions
 from citeflow.settings import Settings
 
 
-def get_engine(request: Request) -> Engine:
+async def get_engine(request: Request) -> Engine:
     """The engine the app was created with (`citeflow.server.create_app`)."""
     engine: Engine = request.app.state.engine
     return engine
 
 
-def get_settings(engine: Annotated[Engine, Depends(get_engine)]) -> Settings:
+async def get_settings(engine: Annotated[Engine, Depends(get_engine)]) -> Settings:
     return engine.settings
 
 
-def get_options(engine: Annotated[Engine, Depends(get_engine)]) -> ServerOptions:
+async def get_options(engine: Annotated[Engine, Depends(get_engine)]) -> ServerOptions:
     return engine.options
 
 
-def get_limits(request: Request) -> ChatLimits:
+async def get_limits(request: Request) -> ChatLimits:
     """The app's chat completion limits (`citeflow.server.create_app`)."""
     limits: ChatLimits = request.app.state.limits
     return limits
 
 
-def get_links(request: Request) -> DocumentLinks:
+async def get_links(request: Request) -> DocumentLinks:
     """The app's document link signer (`citeflow.server.create_app`)."""
     links: DocumentLinks = request.app.state.links
     return links

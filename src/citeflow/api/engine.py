@@ -9,7 +9,8 @@ Built once at start-up (`Engine.from_settings`) or by a test from fakes::
 Every request path is async: store calls hop to a worker thread, workflow runs are cancelled
 when their client goes away. `Engine.from_settings` wraps an in-process embedder in
 `citeflow.query.batching.BatchedQueryEmbedding`, so that concurrent questions are embedded
-together, in one encoder call, instead of one worker thread each.
+together, in one encoder call, instead of one worker thread each; an OpenAI or Azure LLM sends
+its requests through aiohttp (`citeflow.providers.aiohttp_transport`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.llms import LLM, ChatMessage
 from workflows.events import Event, StopEvent
@@ -81,11 +83,18 @@ class Engine:
         store = Store.open(settings)
         try:
             embed_model = batch_queries(build_embed_model(settings))
-            llm = build_llm(settings)
+            llm = build_llm(settings, aiohttp=True)
         except BaseException:
             store.close()
             raise
         return cls(settings, store=store, embed_model=embed_model, llm=llm, options=options)
+
+    async def aclose(self) -> None:
+        """Close what is bound to the server's event loop: the LLM's async HTTP client (its
+        aiohttp session). Called when the app shuts down, before `close`."""
+        client = getattr(self.llm, "_async_http_client", None)
+        if isinstance(client, httpx.AsyncClient):
+            await client.aclose()
 
     def close(self) -> None:
         """Close the LLM and the embedder when they hold resources (threads), then the store."""

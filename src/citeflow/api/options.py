@@ -8,7 +8,7 @@ them from the settings when a field of the same name exists there, so adding one
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Literal
 
 from citeflow.settings import Settings
 
@@ -32,6 +32,13 @@ class ServerOptions:
         cancel_timeout: seconds to wait for a cancelled workflow run to wind down.
         max_concurrent_chats: chat completions in progress at once; more get HTTP 429 (0: off).
         chats_per_minute: chat completions per minute per client; more get HTTP 429 (0: off).
+        loop: uvicorn's event loop: ``auto`` (uvloop when installed, else asyncio), ``uvloop``
+            or ``asyncio``.
+        http: uvicorn's HTTP/1.1 implementation: ``auto`` (httptools when installed, else h11),
+            ``httptools`` or ``h11``.
+        gc_freeze: after start-up, move the objects alive then (models, libraries: most of the
+            heap) out of the garbage collector's reach and collect the young generation less
+            often (see `citeflow.server.tune_gc`).
     """
 
     max_message_chars: int = 32_000
@@ -42,6 +49,9 @@ class ServerOptions:
     cancel_timeout: float = 2.0
     max_concurrent_chats: int = 128
     chats_per_minute: int = 0
+    loop: Literal["auto", "uvloop", "asyncio"] = "auto"
+    http: Literal["auto", "httptools", "h11"] = "auto"
+    gc_freeze: bool = True
 
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: Any) -> ServerOptions:

@@ -413,36 +413,74 @@ def plain_chunks(text: str, *, model: str, prompt_text: str) -> list[dict[str, A
 
 
 # --- SSE -----------------------------------------------------------------------------------------
-async def with_keepalive(
-    items: AsyncIterable[T], interval: float
-) -> AsyncGenerator[T | None, None]:
-    """``items``, with ``None`` whenever ``interval`` seconds pass without one.
+_ITEM, _END, _ERROR, _TICK = range(4)
 
-    The pending item is never cancelled by a timeout; closing this generator cancels it and
-    closes ``items`` (so that a disconnect cancels the workflow run behind it).
+
+async def ready_batches(
+    items: AsyncIterable[T], interval: float
+) -> AsyncGenerator[list[T] | None, None]:
+    """``items`` in batches of those that are ready together; ``None`` after ``interval`` silent
+    seconds.
+
+    One task pumps ``items`` into a queue for the whole stream (not a task and a wait per item),
+    and whatever has arrived by the time the consumer looks is taken at once: the workflow writes
+    several events in a row (a status, the sources, the next status; the last status and the
+    result), which then go out as one socket write. An exception from ``items`` is raised after
+    the items before it. Closing this generator cancels the pump, which closes ``items`` (so that
+    a disconnect cancels the workflow run behind it).
     """
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
     iterator = aiter(items)
-    pending: asyncio.Future[T] | None = None
+
+    async def pump() -> None:
+        try:
+            while True:
+                try:
+                    item = await anext(iterator)
+                except StopAsyncIteration:
+                    queue.put_nowait((_END, None))
+                    return
+                queue.put_nowait((_ITEM, item))
+        except Exception as exc:
+            queue.put_nowait((_ERROR, exc))
+        except BaseException as exc:  # a cancellation from elsewhere ends the stream too
+            queue.put_nowait((_ERROR, exc))
+            raise
+
+    pumping = asyncio.ensure_future(pump())
     try:
         while True:
-            if pending is None:
-                pending = asyncio.ensure_future(anext(iterator))
-            done, _ = await asyncio.wait({pending}, timeout=interval)
-            if not done:
-                yield None
-                continue
-            finished, pending = pending, None
-            try:
-                item = finished.result()
-            except StopAsyncIteration:
+            if queue.empty():
+                timer = loop.call_later(interval, queue.put_nowait, (_TICK, None))
+                entries = [await queue.get()]
+                timer.cancel()
+            else:
+                entries = []
+            while not queue.empty():
+                entries.append(queue.get_nowait())
+            batch: list[T] = []
+            for kind, value in entries:
+                if kind == _ITEM:
+                    batch.append(value)
+                    continue
+                if kind == _TICK:
+                    continue
+                if batch:
+                    yield batch
+                if kind == _ERROR:
+                    raise value
                 return
-            yield item
+            if batch:
+                yield batch
+            elif any(kind == _TICK for kind, _ in entries):
+                yield None
     finally:
         with anyio.CancelScope(shield=True):
-            if pending is not None and not pending.done():
-                pending.cancel()
+            if not pumping.done():
+                pumping.cancel()
                 with contextlib.suppress(BaseException):  # the run is being abandoned
-                    await pending
+                    await pumping
             closer = getattr(iterator, "aclose", None)
             if closer is not None:
                 await closer()
@@ -457,27 +495,36 @@ async def sse_stream(
     """The SSE lines of a run: chunks, keep-alives, an error line on failure, ``[DONE]`` last.
 
     ``items`` yields the run's stream events, then its `CitedResponse`; an exception from it
-    (e.g. an `UpstreamError`) ends the stream with an error line.
+    (e.g. an `UpstreamError`) ends the stream with an error line. Each yielded string holds the
+    chunks of all the events that were ready together (one socket write); the last one ends
+    with ``[DONE]``.
     """
+    lines = [sse(chunk) for chunk in writer.start()]
     try:
-        for chunk in writer.start():
-            yield sse(chunk)
-        async for item in with_keepalive(items, keepalive):
-            if item is None:
-                yield KEEPALIVE
-                continue
-            chunks = (
-                writer.finish(item) if isinstance(item, CitedResponse) else writer.on_event(item)
-            )
-            for chunk in chunks:
-                yield sse(chunk)
+        async with contextlib.aclosing(ready_batches(items, keepalive)) as batches:
+            async for batch in batches:
+                if batch is None:
+                    lines.append(KEEPALIVE)
+                    finished = False
+                else:
+                    for item in batch:
+                        chunks = (
+                            writer.finish(item)
+                            if isinstance(item, CitedResponse)
+                            else writer.on_event(item)
+                        )
+                        lines.extend(sse(chunk) for chunk in chunks)
+                    finished = isinstance(batch[-1], CitedResponse)
+                if lines and not finished:  # the result's chunks go out with [DONE]
+                    yield "".join(lines)
+                    lines = []
     except Exception as exc:
         status, _ = describe(exc)
         if status >= 500:
             log.warning("stream failed: %s", exc, exc_info=status == 500)
-        for chunk in writer.fail(exc):
-            yield sse(chunk)
-    yield DONE
+        lines.extend(sse(chunk) for chunk in writer.fail(exc))
+    lines.append(DONE)
+    yield "".join(lines)
 
 
 class EventStreamResponse(StreamingResponse):
@@ -495,6 +542,21 @@ class EventStreamResponse(StreamingResponse):
         headers.update(kwargs.pop("headers", None) or {})
         super().__init__(content, headers=headers, **kwargs)
         self._stream = content
+
+    async def stream_response(self, send: Send) -> None:
+        """Starlette's, except that the chunk ending with ``[DONE]`` ends the response too (one
+        write for both instead of an empty last one)."""
+        await send(
+            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+        )
+        async for chunk in self._stream:
+            last = chunk.endswith(DONE)
+            await send(
+                {"type": "http.response.body", "body": chunk.encode(), "more_body": not last}
+            )
+            if last:
+                return
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:

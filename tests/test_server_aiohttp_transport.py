@@ -1,0 +1,117 @@
+"""`AiohttpTransport`: the OpenAI SDK over aiohttp, with httpx's errors, timeouts and loops."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from llama_index.core.llms import ChatMessage
+
+from citeflow.providers.aiohttp_transport import AiohttpTransport, aiohttp_client
+from citeflow.providers.llm import as_upstream_error, build_llm
+from citeflow.settings import Settings
+from tests.fakes.openai_server import FakeOpenAIServer, Reply
+
+USER = [ChatMessage(role="user", content="What did the author work on?")]
+
+
+@pytest.fixture
+def server() -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer() as fake:
+        yield fake
+
+
+def _settings(base_url: str, **extra: Any) -> Settings:
+    return Settings(  # type: ignore[call-arg]
+        _env_file=None,
+        llm_provider="openai",
+        llm_model="chat-model",
+        openai_base_url=base_url,
+        openai_api_key="k",
+        **extra,
+    )
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def test_plain_requests_keep_status_headers_and_body(server: FakeOpenAIServer) -> None:
+    server.script(["Hello there."])
+    async with aiohttp_client(10.0) as client:
+        response = await client.post(
+            f"{server.openai_base_url}/chat/completions",
+            json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+            headers={"Authorization": "Bearer k"},
+        )
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("application/json")
+    assert response.json()["choices"][0]["message"]["content"] == "Hello there."
+    assert server.last_request.bearer_token == "k"
+
+
+@contextlib.asynccontextmanager
+async def _llm(base_url: str, **settings: Any) -> AsyncIterator[Any]:
+    llm = build_llm(_settings(base_url, **settings), max_retries=0, aiohttp=True)
+    try:
+        yield llm
+    finally:
+        await llm._get_aclient().close()
+
+
+async def _collect_text(llm: Any) -> str:
+    return "".join([r.delta or "" async for r in await llm.astream_chat(USER)])
+
+
+async def test_the_llm_uses_the_transport_and_streams(server: FakeOpenAIServer) -> None:
+    server.script(["One two three."])
+    async with _llm(server.openai_base_url) as llm:
+        assert isinstance(llm._get_aclient()._client._transport, AiohttpTransport)
+        assert await _collect_text(llm) == "One two three."
+
+
+async def test_unreachable_upstream_is_a_connection_error() -> None:
+    async with _llm(f"http://127.0.0.1:{_closed_port()}/v1") as llm:
+        with pytest.raises(openai.APIConnectionError) as caught:
+            await llm.achat(USER)
+    assert not isinstance(caught.value, openai.APITimeoutError)
+    assert "cannot reach" in as_upstream_error(caught.value).message
+
+
+async def test_a_slow_upstream_is_a_timeout(server: FakeOpenAIServer) -> None:
+    server.script([Reply(text="late", ttft=2.0)])
+    async with _llm(server.openai_base_url, llm_timeout=0.3) as llm:
+        with pytest.raises((openai.APITimeoutError, httpx.TimeoutException)) as caught:
+            await _collect_text(llm)
+    assert "timed out" in as_upstream_error(caught.value).message
+
+
+def test_each_event_loop_gets_its_own_session(server: FakeOpenAIServer) -> None:
+    """``asyncio.run`` per call: a session made in another (closed) loop is not reused."""
+    server.script(["Second."])
+    transport = AiohttpTransport()
+
+    async def session() -> object:
+        return transport._current_session()
+
+    first = asyncio.run(session())  # a session left open in a loop that is now closed
+
+    async def ask() -> str:
+        async with httpx.AsyncClient(transport=transport) as client:
+            assert transport._current_session() is not first
+            response = await client.post(
+                f"{server.openai_base_url}/chat/completions",
+                json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+            )
+        return str(response.json()["choices"][0]["message"]["content"])
+
+    assert asyncio.run(ask()) == "Second."
+    asyncio.run(first.close())  # type: ignore[attr-defined]

@@ -1,0 +1,124 @@
+"""`citeflow serve`'s process setup: uvicorn's loop and HTTP implementation, the gc tuning."""
+
+from __future__ import annotations
+
+import gc
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from citeflow import server
+from citeflow.api.options import ServerOptions
+from citeflow.errors import ConfigError
+from citeflow.settings import Settings
+
+
+def test_auto_picks_the_c_implementations_when_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(server, "_installed", lambda module: True)
+    assert server.loop_and_http(ServerOptions()) == ("uvloop", "httptools")
+
+
+def test_auto_falls_back_to_the_pure_python_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(server, "_installed", lambda module: False)
+    assert server.loop_and_http(ServerOptions()) == ("asyncio", "h11")
+
+
+def test_explicit_choices_are_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(server, "_installed", lambda module: True)
+    options = ServerOptions(loop="asyncio", http="h11")
+    assert server.loop_and_http(options) == ("asyncio", "h11")
+
+
+def test_asking_for_a_missing_implementation_is_a_config_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(server, "_installed", lambda module: module != "httptools")
+    with pytest.raises(ConfigError, match="httptools"):
+        server.loop_and_http(ServerOptions(http="httptools"))
+
+
+def test_uvicorn_config_carries_the_choices_and_the_address() -> None:
+    settings = Settings(_env_file=None, host="127.0.0.1", port=8123)  # type: ignore[call-arg]
+    config = server.uvicorn_config(object(), settings, ServerOptions(loop="asyncio", http="h11"))
+    assert (config.host, config.port, config.loop, config.http) == (
+        "127.0.0.1",
+        8123,
+        "asyncio",
+        "h11",
+    )
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="uvloop is not installed on Windows")
+def test_the_installed_dependencies_give_the_fast_path() -> None:
+    assert server.loop_and_http(ServerOptions()) == ("uvloop", "httptools")
+
+
+@pytest.fixture
+def restore_gc() -> Iterator[None]:
+    thresholds = gc.get_threshold()
+    yield
+    gc.unfreeze()
+    gc.set_threshold(*thresholds)
+
+
+@pytest.mark.usefixtures("restore_gc")
+def test_tune_gc_freezes_the_heap_and_raises_the_young_threshold() -> None:
+    server.tune_gc()
+    assert gc.get_freeze_count() > 0
+    assert gc.get_threshold() == server.GC_THRESHOLDS
+
+
+def test_the_app_closes_the_llm_http_client_when_it_shuts_down() -> None:
+    from types import SimpleNamespace
+
+    from fastapi.testclient import TestClient
+
+    from citeflow.api.engine import Engine
+    from citeflow.store import Store
+
+    client = httpx.AsyncClient()
+    settings = Settings(_env_file=None)  # type: ignore[call-arg]
+    llm: Any = SimpleNamespace(_async_http_client=client)
+    engine = Engine(settings, store=Store.open_path(":memory:"), embed_model=None, llm=llm)  # type: ignore[arg-type]
+    try:
+        with TestClient(server.create_app(engine)):
+            assert not client.is_closed
+        assert client.is_closed
+    finally:
+        engine.close()
+
+
+def test_no_route_depends_on_a_plain_def() -> None:
+    """FastAPI runs a plain ``def`` dependency (or endpoint) in its thread pool: a worker thread
+    round trip per request. Every route's are ``async def``."""
+    import inspect
+
+    from fastapi.dependencies.models import Dependant
+    from fastapi.routing import APIRoute
+
+    from citeflow.api import documents, routes
+
+    def calls(dependant: Dependant) -> Iterator[Any]:
+        for sub in dependant.dependencies:
+            yield sub.call
+            yield from calls(sub)
+
+    every = [
+        route
+        for router in (routes.health, routes.api, documents.router, documents.files)
+        for route in router.routes
+        if isinstance(route, APIRoute)
+    ]
+    assert any(r.path.endswith("/chat/completions") for r in every)
+    sync = sorted(
+        {
+            f"{route.path}: {getattr(call, '__name__', call)}"
+            for route in every
+            for call in [route.endpoint, *calls(route.dependant)]
+            if call is not None and not inspect.iscoroutinefunction(call)
+        }
+    )
+    assert sync == []
