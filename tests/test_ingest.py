@@ -182,3 +182,19 @@ def test_ingest_documents_from_python_skips_unchanged_and_replaces_changed() -> 
         "d2": "Document 2 is about ducks number 2.",
     }
     assert store.count("py") == 3  # the old chunk of d1 is gone
+
+
+def test_content_hashes_read_in_process_agree_with_the_filtered_query(tmp_path: Path) -> None:
+    from llama_index.core.schema import Document
+
+    store = Store.open_path(tmp_path / "q")
+    ingestor = Ingestor(store, HashEmbedding(dim=16), collection="h", progress=False)
+    ingestor.ingest_documents([Document(id_=f"d{i}", text=f"text {i} of ducks") for i in range(6)])
+    store.delete_document("h", "d3")
+    ingestor.ingest_documents([Document(id_="d4", text="a new text of geese")])
+    asked = ["d0", "d3", "d4", "missing"]
+    fast = store.content_hashes("h", asked)
+    assert store._local_collection("h") is not None  # the embedded store took the fast path
+    assert fast == store._content_hashes_by_filter("h", asked)
+    assert set(fast) == {"d0", "d4"}
+    store.close()

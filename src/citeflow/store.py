@@ -201,6 +201,17 @@ class Store:
                     )
             return self.layout(collection)
 
+    def _local_collection(self, collection: str) -> Any | None:
+        """qdrant-client's in-process collection (embedded store), when its internals are the
+        ones known here (``payload`` list, ``deleted`` flags); else None."""
+        if not self.embedded:
+            return None
+        local = getattr(self.client, "_client", None)
+        found = getattr(local, "collections", {}).get(collection)
+        if found is None or not isinstance(getattr(found, "payload", None), list):
+            return None
+        return found if hasattr(found, "deleted") else None
+
     def _tune_embedded(self, collection: str) -> None:
         """Embedded store: commit writes through SQLite's write-ahead log.
 
@@ -454,11 +465,27 @@ class Store:
     def content_hashes(self, collection: str, doc_ids: list[str]) -> dict[str, str]:
         """The stored content hash of each of these documents that the collection holds.
 
-        Reads the chunks of the named documents only, so the cost follows the request, not the
-        collection (on a Qdrant server through the ``doc_id`` payload index).
+        On a Qdrant server the ``doc_id`` payload index finds the named documents' chunks. The
+        embedded store has no payload index: its filter compares every point's ``doc_id`` with
+        every requested id (214 ms for 250 ids among 4,320 points, growing with both), so there
+        the in-process payloads are read directly, one set lookup per point (about 1 ms).
         """
         if not doc_ids or not self.exists(collection):
             return {}
+        local = self._local_collection(collection)
+        if local is not None:
+            wanted = set(doc_ids)
+            found: dict[str, str] = {}
+            with self._lock:
+                deleted = local.deleted
+                for idx, payload in enumerate(local.payload):
+                    doc_id = payload.get("doc_id")
+                    if doc_id in wanted and not deleted[idx]:
+                        found[str(doc_id)] = str(payload.get("content_hash", ""))
+            return found
+        return self._content_hashes_by_filter(collection, doc_ids)
+
+    def _content_hashes_by_filter(self, collection: str, doc_ids: list[str]) -> dict[str, str]:
         flt = rest.Filter(
             must=[rest.FieldCondition(key="doc_id", match=rest.MatchAny(any=doc_ids))]
         )
