@@ -60,7 +60,8 @@ class Support:
     quote_start: int
     quote_end: int
     relevance: float = 1.0
-    """share of the question's (known, IDF-weighted) words in the quote; 1 without a question"""
+    """IDF-weighted share of the question's words in the quote (words no source contains count
+    in the whole at the highest IDF), for the question part it covers best; 1 without a question"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +99,9 @@ class LexicalSupport:
         self._parts: list[tuple[frozenset[str], float]] = []
         for part in question_parts(question or ""):
             asked = term_set(statement_of(part).rstrip(" ?"))
+            # words no source contains still count in the whole, at the highest IDF: measured
+            # on SciFact, counting only the sources' words gave 0.66 precision instead of 0.70
+            # (0.78 vs 0.955 on the calibration half), with 40% instead of 45% uncited
             if any(t in self._idf for t in asked):
                 total = sum(self._idf.get(t, self._idf_unseen) for t in asked)
                 self._parts.append((asked, total))
