@@ -128,25 +128,51 @@ class CitationRepairer:
         return Citation(s.number, sentence, s.quote, s.quote_start, s.quote_end, s.score, origin)
 
 
-def repair_text(repairer: CitationRepairer, text: str) -> tuple[str, list[Citation]]:
-    """Repair a whole answer as the streaming synthesizer does, sentence by sentence.
-
-    The same segments (`SentenceStream`), the same repair of each, the same joining: replaying a
-    model's raw reply through this gives the answer and citations the workflow returned. The
-    evaluation uses it to score other thresholds without calling the model again.
+class RepairedAnswer:
+    """An answer checked sentence by sentence as its text arrives (`SentenceStream` segments,
+    each repaired by a `CitationRepairer`): what the workflow streams and what a replay rebuilds.
     """
-    stream = SentenceStream()
-    parts: list[str] = []
-    citations: list[Citation] = []
-    for segment in [*stream.feed(text), *stream.flush()]:
+
+    def __init__(self, repairer: CitationRepairer) -> None:
+        self._repairer = repairer
+        self._stream = SentenceStream()
+        self._parts: list[str] = []
+        self.citations: list[Citation] = []
+
+    def feed(self, delta: str) -> list[str]:
+        """The repaired pieces that ``delta`` completes (empty ones left out)."""
+        return [p for segment in self._stream.feed(delta) if (p := self._add(segment))]
+
+    def flush(self) -> list[str]:
+        """The repaired pieces of what is left at the end of the text."""
+        return [p for segment in self._stream.flush() if (p := self._add(segment))]
+
+    @property
+    def text(self) -> str:
+        return "".join(self._parts).rstrip()
+
+    def _add(self, segment: str) -> str:
         core = segment.rstrip()
-        fixed, found = repairer.repair(core)
+        fixed, found = self._repairer.repair(core)
         piece = fixed + segment[len(core) :] if fixed else segment[len(core) :]
-        if not parts and not fixed:
-            continue  # never start the answer with bare whitespace
-        citations.extend(found)
-        parts.append(piece)
-    return "".join(parts).rstrip(), citations
+        if not self._parts and not fixed:
+            return ""  # never start the answer with bare whitespace
+        self.citations.extend(found)
+        self._parts.append(piece)
+        return piece
+
+
+def repair_text(repairer: CitationRepairer, text: str) -> tuple[str, list[Citation]]:
+    """Repair a whole answer text exactly as the workflow repairs it while streaming.
+
+    The same `RepairedAnswer` the workflow feeds token by token: replaying a model's raw reply
+    through this gives the answer and citations the workflow returned. The evaluation uses it to
+    score other thresholds without calling the model again.
+    """
+    answer = RepairedAnswer(repairer)
+    answer.feed(text)
+    answer.flush()
+    return answer.text, answer.citations
 
 
 def needs_citation(sentence: str) -> bool:

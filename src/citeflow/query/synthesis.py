@@ -2,8 +2,9 @@
 
 Compact mode: the numbered sources are packed into as few prompts as fit ``context_budget``
 tokens; the first prompt uses `CITATION_QA_TEMPLATE`, each further one `CITATION_REFINE_TEMPLATE`
-with the answer so far. Only the last call is streamed. Its tokens go through `SentenceStream` and
-`CitationRepairer`, so every streamed piece is final, citation-checked text.
+with the answer so far. Only the last call is streamed. Its tokens go through `RepairedAnswer`
+(`SentenceStream` segments, each checked by `CitationRepairer`), so every streamed piece is final,
+citation-checked text.
 """
 
 from __future__ import annotations
@@ -16,9 +17,8 @@ from llama_index.core.llms import LLM, ChatMessage
 from llama_index.core.schema import NodeWithScore
 
 from citeflow.citations.markers import cited_numbers
-from citeflow.citations.repair import Citation, CitationRepairer
+from citeflow.citations.repair import Citation, CitationRepairer, RepairedAnswer
 from citeflow.citations.sources import format_sources, source_text
-from citeflow.citations.stream import SentenceStream
 from citeflow.citations.support import LexicalSupport
 from citeflow.citations.text import count_tokens
 from citeflow.prompts import CITATION_QA_TEMPLATE, CITATION_REFINE_TEMPLATE, CITATION_SYSTEM_PROMPT
@@ -111,21 +111,13 @@ class CitationSynthesizer:
             relevance=self.relevance,
             enabled=self.repair,
         )
-        segments = SentenceStream()
-        parts: list[str] = []
+        repaired = RepairedAnswer(repairer)
         raw: list[str] = []
-        citations: list[Citation] = []
 
-        def emit(segment: str) -> None:
-            core = segment.rstrip()
-            fixed, found = repairer.repair(core)
-            piece = fixed + segment[len(core) :] if fixed else segment[len(core) :]
-            if not parts and not fixed:
-                return  # never start the answer with bare whitespace
-            citations.extend(found)
-            parts.append(piece)
-            if on_delta is not None and piece:
-                on_delta(piece)
+        def emit(pieces: list[str]) -> None:
+            if on_delta is not None:
+                for piece in pieces:
+                    on_delta(piece)
 
         waited = time.perf_counter()
         stream = await self.llm.astream_chat(self.messages(prompts[-1]))
@@ -140,15 +132,13 @@ class CitationSynthesizer:
                 llm_seconds += time.perf_counter() - waited
             delta = chunk.delta or ""
             raw.append(delta)
-            for segment in segments.feed(delta):
-                emit(segment)
+            emit(repaired.feed(delta))
             waited = time.perf_counter()
-        for segment in segments.flush():
-            emit(segment)
-        text = "".join(parts).rstrip()
+        emit(repaired.flush())
+        text = repaired.text
         return Synthesis(
             text=text,
-            citations=citations,
+            citations=repaired.citations,
             cited=cited_numbers(text),
             llm_calls=calls,
             raw_text="".join(raw),
