@@ -220,10 +220,9 @@ class Store:
         WAL with ``synchronous=NORMAL`` halves the CPU per written point and keeps the database
         consistent after a crash (the last writes may be lost on power failure, not corrupted).
         """
-        if not self.embedded or self.location == ":memory:":
+        if self.location == ":memory:":
             return
-        local = getattr(self.client, "_client", None)
-        persistence = getattr(getattr(local, "collections", {}).get(collection), "storage", None)
+        persistence = getattr(self._local_collection(collection), "storage", None)
         connection = getattr(persistence, "storage", None)
         if connection is None:  # a qdrant-client whose internals differ: keep its defaults
             return

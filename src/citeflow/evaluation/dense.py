@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 
 from citeflow.errors import StoreLockedError
 from citeflow.evaluation.dataset import BeirDataset
+from citeflow.ingestion.pipeline import file_hash
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.query.retrieval import Retriever, SearchOptions
 from citeflow.settings import RetrievalMode, Settings
@@ -68,13 +69,9 @@ def index_key(
 ) -> tuple[str, dict[str, Any]]:
     """The cache key of a dataset's index and the facts it hashes (kept in the manifest)."""
     corpus_file = dataset.corpus_file or dataset.path / "corpus.jsonl"
-    content = hashlib.sha256()
-    with corpus_file.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            content.update(block)
     facts: dict[str, Any] = {
         "format": INDEX_FORMAT,
-        "corpus_sha256": content.hexdigest(),
+        "corpus_sha256": file_hash(corpus_file),
         "corpus_digest": dataset.corpus_digest(),
         "documents": len(dataset.corpus),
         "embedder": embedder,
