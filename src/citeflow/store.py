@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,7 @@ from qdrant_client.http import models as rest
 
 from citeflow.bm25 import BM25Encoder, SparseVector
 from citeflow.errors import CollectionNotFoundError, EmptyCollectionError, StoreLockedError
+from citeflow.local_index import LocalIndex
 from citeflow.settings import Settings
 
 T = TypeVar("T")
@@ -101,6 +103,7 @@ class Store:
         self.location = location
         self._lock = threading.RLock()
         self._layouts: dict[str, Layout] = {}
+        self._indexes: dict[str, LocalIndex | None] = {}
 
     @classmethod
     def open(cls, settings: Settings) -> Store:
@@ -212,6 +215,20 @@ class Store:
             return None
         return found if hasattr(found, "deleted") else None
 
+    def _local_index(self, collection: str) -> LocalIndex | None:
+        """The vectorised search over an embedded collection (`citeflow.local_index`), kept
+        while the collection object lives; None on a server or unknown qdrant-client internals.
+        """
+        local = self._local_collection(collection)
+        if local is None:
+            return None
+        index = self._indexes.get(collection)
+        if index is None or index.local is not local:
+            layout = self.layout(collection)
+            index = LocalIndex.attach(local, dense=layout.dense, sparse=layout.sparse)
+            self._indexes[collection] = index
+        return index
+
     def _tune_embedded(self, collection: str) -> None:
         """Embedded store: commit writes through SQLite's write-ahead log.
 
@@ -260,6 +277,7 @@ class Store:
     def drop(self, collection: str) -> bool:
         with self._lock:
             self._layouts.pop(collection, None)
+            self._indexes.pop(collection, None)
             return self.client.delete_collection(collection)
 
     # --- nodes -------------------------------------------------------------------------------
@@ -287,7 +305,13 @@ class Store:
                 )
             payload = node_to_metadata_dict(node, remove_text=False, flat_metadata=False)
             points.append(rest.PointStruct(id=node.node_id, vector=vector, payload=payload))
-        self.call(self.client.upsert, collection_name=collection, points=points, wait=True)
+        with self._lock:
+            self.client.upsert(collection_name=collection, points=points, wait=True)
+            index = self._indexes.get(collection)
+            if index is not None:  # points overwritten in place get new rows in the index
+                slots = index.local.ids
+                keys = (_point_key(p.id) for p in points)
+                index.touch(slots[k] for k in keys if k in slots)
 
     def search(
         self,
@@ -305,6 +329,10 @@ class Store:
         (`Hits.vectors`), for scoring them against the query embedding.
         """
         layout = self.layout(collection)
+        with self._lock:
+            index = self._local_index(collection)
+            if index is not None:
+                return _local_search(index, dense, sparse, limit, sparse_limit, sparse_vectors)
         requests: list[rest.QueryRequest] = []
         if dense is not None:
             requests.append(
@@ -511,6 +539,39 @@ class Store:
                 yield dict(point.payload or {})
             if offset is None:
                 return
+
+
+def _local_search(
+    index: LocalIndex,
+    dense: list[float] | None,
+    sparse: SparseVector | None,
+    limit: int,
+    sparse_limit: int | None,
+    sparse_vectors: bool,
+) -> Hits:
+    """`Store.search` on the embedded store, through its vectorised index."""
+    dense_hits: list[Candidate] = []
+    sparse_hits: list[Candidate] = []
+    vectors: dict[str, list[float]] = {}
+    if dense is not None:
+        ids, scores, _ = index.dense(dense, limit)
+        dense_hits = [Candidate(i, s) for i, s in zip(ids, scores, strict=True)]
+    if sparse is not None and sparse.indices and index.has_keywords:
+        ids, scores, points = index.sparse(sparse.indices, sparse.values, sparse_limit or limit)
+        sparse_hits = [Candidate(i, s) for i, s in zip(ids, scores, strict=True)]
+        if sparse_vectors:
+            vectors = {i: index.vector(int(p)) for i, p in zip(ids, points, strict=True)}
+    return Hits(dense=dense_hits, sparse=sparse_hits, vectors=vectors)
+
+
+def _point_key(point_id: Any) -> Any:
+    """A point id as qdrant-client's local mode keys it (UUID strings normalised)."""
+    if isinstance(point_id, str):
+        try:
+            return str(uuid.UUID(point_id))
+        except ValueError:
+            return point_id
+    return point_id
 
 
 def _to_node(point: rest.Record | rest.ScoredPoint) -> BaseNode:
