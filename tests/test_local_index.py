@@ -128,4 +128,4 @@ def test_keyword_candidates_carry_their_stored_dense_vectors() -> None:
     own = store.client.retrieve("c", ids=[c.id for c in hits.sparse], with_vectors=True)
     for point in own:
         assert isinstance(point.vector, dict)
-        assert hits.vectors[str(point.id)] == pytest.approx(point.vector[DENSE_VECTOR])
+        assert list(hits.vectors[str(point.id)]) == pytest.approx(point.vector[DENSE_VECTOR])

@@ -10,13 +10,18 @@ import httpx
 import openai
 import pytest
 from llama_index.core.base.llms.types import ThinkingBlock
+from llama_index.core.instrumentation import get_dispatcher
+from llama_index.core.instrumentation.event_handlers import BaseEventHandler
+from llama_index.core.instrumentation.events import BaseEvent
+from llama_index.core.instrumentation.events.llm import LLMChatInProgressEvent
 from llama_index.core.llms import ChatMessage, ChatResponse
 from llama_index.llms.azure_openai import AzureOpenAI
 from llama_index.llms.openai import OpenAI
+from pydantic import Field
 
 from citeflow.errors import UpstreamError
 from citeflow.providers.llm import CompatAzureOpenAI, CompatOpenAI, as_upstream_error, build_llm
-from citeflow.providers.openai_stream import chat_responses, server_sent_events
+from citeflow.providers.openai_stream import chat_responses, observed, server_sent_events
 from citeflow.settings import Settings
 from tests.fakes.openai_server import FakeOpenAIServer, Reply
 
@@ -167,3 +172,49 @@ async def test_server_sent_events_framing() -> None:
         )
     ]
     assert events == [("message", "a\nb"), (None, "c")]
+
+
+class _Recorder(BaseEventHandler):
+    """An instrumentation event handler that keeps the names of the events it sees."""
+
+    seen: list[str] = Field(default_factory=list)
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "Recorder"
+
+    def handle(self, event: BaseEvent, **kwargs: Any) -> None:
+        self.seen.append(event.class_name())
+
+
+async def test_llm_events_reach_an_attached_handler_and_are_skipped_without_one(
+    server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server.script([ANSWER, ANSWER])
+    llm = build_llm(_settings(server), max_retries=0)
+    built: list[str] = []
+    original = LLMChatInProgressEvent.__init__
+
+    def counting_init(self: Any, **data: Any) -> None:
+        built.append("in-progress")
+        original(self, **data)
+
+    monkeypatch.setattr(LLMChatInProgressEvent, "__init__", counting_init)
+    assert not observed(llm)
+    quiet = await _collect(await llm.astream_chat(USER))
+    assert "".join(r.delta or "" for r in quiet) == ANSWER
+    assert built == [], "no per-token event is built when nothing listens"
+
+    recorder = _Recorder(seen=[])
+    root = get_dispatcher()
+    root.add_event_handler(recorder)
+    try:
+        assert observed(llm)
+        heard = await _collect(await llm.astream_chat(USER))
+    finally:
+        root.event_handlers.remove(recorder)
+    assert "".join(r.delta or "" for r in heard) == ANSWER
+    assert recorder.seen[0] == "LLMChatStartEvent" and recorder.seen[-1] == "LLMChatEndEvent"
+    assert recorder.seen.count("LLMChatInProgressEvent") == len(heard) == len(built)
+    assert not observed(llm)
+    await llm._get_aclient().close()

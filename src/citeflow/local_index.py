@@ -209,9 +209,12 @@ class LocalIndex:
                 points,
             )
 
-    def vector(self, point: int) -> list[float]:
-        """The stored (normalised) dense vector of a point, as qdrant-client returns it."""
-        return [float(x) for x in self._local.vectors[self._dense][point]]
+    def vector(self, point: int) -> FloatArray:
+        """The stored (normalised) dense vector of a point (a copy), as qdrant-client returns
+        it; an array, not a list: 100 lists of 384 floats per search were 5% of the server's CPU.
+        """
+        found: FloatArray = self._local.vectors[self._dense][point].copy()
+        return found
 
 
 def _top(scores: npt.NDArray[Any], limit: int) -> IntArray:

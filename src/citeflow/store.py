@@ -19,11 +19,13 @@ import asyncio
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
+import numpy.typing as npt
 from llama_index.core.schema import BaseNode, MetadataMode, TextNode
 from llama_index.core.vector_stores.utils import (
     legacy_metadata_dict_to_node,
@@ -40,6 +42,8 @@ from citeflow.local_index import LocalIndex
 from citeflow.settings import Settings
 
 T = TypeVar("T")
+#: a dense vector: a list from Qdrant, a numpy array from the embedded store's index
+Vector = Sequence[float] | npt.NDArray[np.float32]
 log = logging.getLogger("citeflow.store")
 
 #: vector names of LlamaIndex's hybrid Qdrant layout (QdrantVectorStore's defaults)
@@ -79,8 +83,9 @@ class Hits:
 
     dense: list[Candidate]
     sparse: list[Candidate]
-    vectors: dict[str, list[float]] = field(default_factory=dict)
-    """dense vectors of keyword candidates, by point id (when asked for)"""
+    vectors: dict[str, Vector] = field(default_factory=dict)
+    """dense vectors of keyword candidates, by point id (when asked for; numpy arrays from the
+    embedded store)"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,7 +366,7 @@ class Store:
             self.client.query_batch_points, collection_name=collection, requests=requests
         )
         results = [[Candidate(str(p.id), float(p.score)) for p in r.points] for r in responses]
-        vectors: dict[str, list[float]] = {}
+        vectors: dict[str, Vector] = {}
         if use_sparse and sparse_vectors:
             for point in responses[-1].points:
                 found: Any = point.vector
@@ -552,7 +557,7 @@ def _local_search(
     """`Store.search` on the embedded store, through its vectorised index."""
     dense_hits: list[Candidate] = []
     sparse_hits: list[Candidate] = []
-    vectors: dict[str, list[float]] = {}
+    vectors: dict[str, Vector] = {}
     if dense is not None:
         ids, scores, _ = index.dense(dense, limit)
         dense_hits = [Candidate(i, s) for i, s in zip(ids, scores, strict=True)]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,7 +22,7 @@ from llama_index.core.schema import NodeWithScore
 from citeflow.bm25 import BM25Encoder
 from citeflow.query.fusion import FusionMode, fuse
 from citeflow.settings import RetrievalMode, Settings
-from citeflow.store import Hits, Store
+from citeflow.store import Hits, Store, Vector
 
 
 def _async_native(embed_model: BaseEmbedding) -> bool:
@@ -69,7 +70,7 @@ class Ranking:
         ]
 
 
-def _cosines(query: list[float], vectors: dict[str, list[float]]) -> dict[str, float]:
+def _cosines(query: list[float], vectors: Mapping[str, Vector]) -> dict[str, float]:
     """Cosine similarity of the query embedding with each vector, by id."""
     if not vectors:
         return {}
