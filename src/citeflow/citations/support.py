@@ -27,6 +27,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from citeflow.citations.text import question_parts, sentence_spans, statement_of, term_set
 
@@ -72,6 +73,23 @@ class _Window:
     pair: bool = False
 
 
+@lru_cache(maxsize=4096)
+def _windows_of(text: str, assertions_only: bool) -> tuple[_Window, ...]:
+    """A source's sentences and adjacent pairs with their terms; memoised, as sources repeat
+    from question to question (a server's popular chunks) and this is most of the scoring."""
+    spans = sentence_spans(text)
+    terms = [
+        term_set(text[s:e]) if not assertions_only or asserts(text[s:e]) else frozenset[str]()
+        for s, e in spans
+    ]
+    windows = [_Window(s, e, t) for (s, e), t in zip(spans, terms, strict=True)]
+    windows += [
+        _Window(spans[i][0], spans[i + 1][1], terms[i] | terms[i + 1], pair=True)
+        for i in range(len(spans) - 1)
+    ]
+    return tuple(windows)
+
+
 class LexicalSupport:
     """Scores answer sentences against a fixed list of source texts (``texts[0]`` is Source 1)."""
 
@@ -86,7 +104,7 @@ class LexicalSupport:
     ) -> None:
         self._texts = list(texts)
         self._assertions_only = assertions_only
-        self._windows: list[list[_Window]] = [self._windows_of(t) for t in self._texts]
+        self._windows = [_windows_of(t, assertions_only) for t in self._texts]
         df: Counter[str] = Counter()
         for windows in self._windows:
             df.update(frozenset().union(*(w.terms for w in windows)) if windows else ())
@@ -107,21 +125,6 @@ class LexicalSupport:
                 self._parts.append((asked, total))
         self._question_weight = question_weight if self._parts else 0.0
         self._window_penalty = window_penalty
-
-    def _windows_of(self, text: str) -> list[_Window]:
-        spans = sentence_spans(text)
-        terms = [
-            term_set(text[s:e])
-            if not self._assertions_only or asserts(text[s:e])
-            else frozenset[str]()
-            for s, e in spans
-        ]
-        windows = [_Window(s, e, t) for (s, e), t in zip(spans, terms, strict=True)]
-        windows += [
-            _Window(spans[i][0], spans[i + 1][1], terms[i] | terms[i + 1], pair=True)
-            for i in range(len(spans) - 1)
-        ]
-        return windows
 
     def __len__(self) -> int:
         return len(self._texts)
