@@ -101,6 +101,9 @@ class LocalIndex:
         self._arrays: dict[int, tuple[IntArray, FloatArray]] = {}
         self._seen = 0  # points indexed (qdrant-client appends, never reorders)
         self._touched: set[int] = set()
+        self._rows_alive: tuple[IntArray, npt.NDArray[np.bool_]] | None = (
+            None  # arrays of the above
+        )
 
     def touch(self, points: Iterable[int]) -> None:
         """Points (collection indexes) overwritten in place since the last search."""
@@ -118,6 +121,7 @@ class LocalIndex:
         if not changed and total == self._seen:
             return
         vectors = self._local.sparse_vectors[self._sparse]
+        self._rows_alive = None
         for point in [*changed, *range(self._seen, total)]:
             old = self._row_of.get(point)
             if old is not None:
@@ -149,14 +153,24 @@ class LocalIndex:
             self._arrays[term] = found
         return found
 
+    def _row_arrays(self) -> tuple[IntArray, npt.NDArray[np.bool_]]:
+        """Each row's point, and whether the row is current (not overwritten), as arrays; built
+        once per change of the index, not per query."""
+        if self._rows_alive is None:
+            alive = np.ones(len(self._row_point), dtype=bool)
+            if self._dead:
+                alive[np.fromiter(self._dead, dtype=np.int64)] = False
+            self._rows_alive = (np.asarray(self._row_point, dtype=np.int64), alive)
+        return self._rows_alive
+
     # --- search ------------------------------------------------------------------------------
     def _live(self, vector: str, count: int) -> npt.NDArray[np.bool_]:
         deleted: npt.NDArray[np.bool_] = self._local.deleted[:count].astype(bool)
         gone: npt.NDArray[np.bool_] = self._local.deleted_per_vector[vector][:count].astype(bool)
         return ~(deleted | gone)
 
-    def dense(self, query: Sequence[float], limit: int) -> tuple[list[str], list[float], Any]:
-        """The ``limit`` best points by cosine similarity: ids, scores, and their row indexes."""
+    def dense(self, query: Sequence[float], limit: int) -> tuple[list[str], list[float]]:
+        """The ``limit`` best points by cosine similarity: ids and scores."""
         with self._lock:
             count = len(self._local.ids_inv)
             q = np.asarray(query, dtype=np.float32)
@@ -167,7 +181,7 @@ class LocalIndex:
             scores[~self._live(self._dense, count)] = -np.inf
             picked = _top(scores, limit)
             ids = self._local.ids_inv
-            return [str(ids[i]) for i in picked], [float(scores[i]) for i in picked], picked
+            return [str(ids[i]) for i in picked], [float(scores[i]) for i in picked]
 
     def sparse(
         self, indices: Sequence[int], values: Sequence[float], limit: int
@@ -195,10 +209,8 @@ class LocalIndex:
                 at, weights = posting
                 scores[at] += (float(value) * idf) * weights
                 matched[at] = True
-            row_point = np.asarray(self._row_point, dtype=np.int64)
-            keep = matched & live_points[row_point]
-            if self._dead:
-                keep[np.fromiter(self._dead, dtype=np.int64)] = False
+            row_point, current = self._row_arrays()
+            keep = matched & current & live_points[row_point]
             scores[~keep] = -np.inf
             picked_rows = _top(scores, limit)
             points = row_point[picked_rows]

@@ -310,10 +310,15 @@ class Store:
                 )
             payload = node_to_metadata_dict(node, remove_text=False, flat_metadata=False)
             points.append(rest.PointStruct(id=node.node_id, vector=vector, payload=payload))
+        self._upsert(collection, points)
+
+    def _upsert(self, collection: str, points: list[rest.PointStruct]) -> None:
+        """Every write of points: upsert, and tell the embedded store's index which it
+        overwrote in place (they get new rows there)."""
         with self._lock:
             self.client.upsert(collection_name=collection, points=points, wait=True)
             index = self._indexes.get(collection)
-            if index is not None:  # points overwritten in place get new rows in the index
+            if index is not None:
                 slots = index.local.ids
                 keys = (_point_key(p.id) for p in points)
                 index.touch(slots[k] for k in keys if k in slots)
@@ -454,7 +459,7 @@ class Store:
                                 indices=sparse.indices, values=sparse.values
                             )
                     out.append(rest.PointStruct(id=point.id, vector=vectors, payload=point.payload))
-                self.client.upsert(collection_name=target, points=out, wait=True)
+                self._upsert(target, out)
             if offset is None:
                 return
 
@@ -559,7 +564,7 @@ def _local_search(
     sparse_hits: list[Candidate] = []
     vectors: dict[str, Vector] = {}
     if dense is not None:
-        ids, scores, _ = index.dense(dense, limit)
+        ids, scores = index.dense(dense, limit)
         dense_hits = [Candidate(i, s) for i, s in zip(ids, scores, strict=True)]
     if sparse is not None and sparse.indices and index.has_keywords:
         ids, scores, points = index.sparse(sparse.indices, sparse.values, sparse_limit or limit)

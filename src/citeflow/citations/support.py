@@ -103,7 +103,6 @@ class LexicalSupport:
         window_penalty: float = WINDOW_PENALTY,
     ) -> None:
         self._texts = list(texts)
-        self._assertions_only = assertions_only
         self._windows = [_windows_of(t, assertions_only) for t in self._texts]
         df: Counter[str] = Counter()
         for windows in self._windows:
