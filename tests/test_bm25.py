@@ -66,3 +66,22 @@ def test_bad_parameters_are_rejected() -> None:
         BM25Encoder(b=1.5)
     with pytest.raises(ValueError, match="BM25"):
         BM25Encoder(avg_length=0)
+
+
+def test_document_vectors_are_bm25_of_the_stemmed_terms_seen_again_or_not() -> None:
+    """The word cache changes nothing: a text encoded twice (second time all from the cache)
+    gets the weights BM25 gives its stemmed content terms."""
+    encoder = BM25Encoder(avg_length=20)
+    text = "Running runners ran; the runner runs and RUNS again, with tests of the tested code."
+    terms = encoder.terms(text)
+    counts = {t: terms.count(t) for t in terms}
+    norm = encoder.k1 * (1 - encoder.b + encoder.b * len(terms) / 20)
+    expected = {
+        encoder.encode_query(t).indices[0]: tf * (encoder.k1 + 1) / (tf + norm)
+        for t, tf in counts.items()
+    }
+    for _ in range(2):
+        vector = encoder.encode_document(text)
+        assert vector.indices == sorted(expected)
+        assert vector.values == pytest.approx([expected[i] for i in vector.indices])
+    assert "the" not in terms and len(counts) < len(terms)  # stop words out, repeats counted

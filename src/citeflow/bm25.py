@@ -61,6 +61,7 @@ class BM25Encoder:
         self.avg_length = avg_length
         self._local = threading.local()  # PyStemmer objects are not shared across threads
         self._index_cache: dict[str, int] = {}
+        self._word_cache: dict[str, int] = {}
 
     def _stemmer(self) -> Any:
         stemmer: Any = getattr(self._local, "stemmer", None)
@@ -84,21 +85,42 @@ class BM25Encoder:
                 self._index_cache[term] = index
         return index
 
+    def _word_indices(self, text: str) -> list[int]:
+        """The sparse index of each content word of ``text``, in order, repeats kept.
+
+        The same as ``[self._index(t) for t in self.terms(text)]``, through a cache of word →
+        index (stop words → -1), so that a word seen before costs one dict lookup instead of a
+        stemmer call and a CRC: ingestion encodes every chunk of a corpus, whose words repeat.
+        """
+        cache = self._word_cache
+        out: list[int] = []
+        for word in _TOKEN.findall(text.lower()):
+            index = cache.get(word)
+            if index is None:
+                stop = word in STOP_WORDS
+                index = -1 if stop else self._index(self._stemmer().stemWord(word))
+                if len(cache) < 1_000_000:
+                    cache[word] = index
+            if index >= 0:
+                out.append(index)
+        return out
+
     def _vector(self, weights: dict[int, float]) -> SparseVector:
         indices = sorted(weights)
         return SparseVector(indices=indices, values=[weights[i] for i in indices])
 
     def encode_document(self, text: str) -> SparseVector:
         """A chunk's vector: saturated, length-normalised term frequencies."""
-        counts = Counter(self.terms(text))
+        # two terms with the same CRC-32 (rare) add up, as one term would
+        counts = Counter(self._word_indices(text))
         length = sum(counts.values())
-        norm = self.k1 * (1.0 - self.b + self.b * length / self.avg_length)
-        weights: dict[int, float] = {}
-        for term, tf in counts.items():
-            index = self._index(term)
-            # two terms with the same CRC-32 (rare) add up, as one term would
-            weights[index] = weights.get(index, 0.0) + tf * (self.k1 + 1.0) / (tf + norm)
-        return self._vector(weights)
+        k1 = self.k1
+        norm = k1 * (1.0 - self.b + self.b * length / self.avg_length)
+        indices = sorted(counts)
+        return SparseVector(
+            indices=indices,
+            values=[counts[i] * (k1 + 1.0) / (counts[i] + norm) for i in indices],
+        )
 
     def encode_documents(self, texts: list[str]) -> list[SparseVector]:
         return [self.encode_document(t) for t in texts]
