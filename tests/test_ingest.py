@@ -6,6 +6,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+from llama_index.core.schema import MetadataMode
+from pydantic import Field
 
 from citeflow.errors import StoreLockedError
 from citeflow.ingestion.pipeline import Ingestor, doc_id_for
@@ -140,21 +142,80 @@ def test_mixed_formats_from_shared_docs(disk_kb: KnowledgeBase, tmp_path: Path) 
     assert len(pages) > 1
 
 
-def test_ingestor_overlaps_writes_with_embedding(settings: Settings, folder: Path) -> None:
-    """Small windows force several write batches through the writer thread."""
+class RecordingEmbedding(HashEmbedding):
+    """A `HashEmbedding` that records each batch it embeds and can fail on the n-th batch."""
+
+    batches: list[list[str]] = Field(default_factory=list)
+    fail_on_batch: int | None = None
+
+    def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
+        if self.fail_on_batch is not None and len(self.batches) == self.fail_on_batch:
+            raise RuntimeError("embedder died")
+        self.batches.append(list(texts))
+        return super()._get_text_embeddings(texts)
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_pools_are_embedded_in_length_order_and_every_chunk_keeps_its_own_vector(
+    folder: Path, overlap: bool
+) -> None:
+    """Small pools and windows: several length-sorted pools, written in series or by the writer
+    thread; every stored chunk has the vector of its own text."""
     store = Store.open_path(":memory:")
+    embed = RecordingEmbedding(dim=32, embed_batch_size=2)
     ingestor = Ingestor(
-        store,
-        HashEmbedding(dim=32),
-        collection="w",
-        chunk_size=64,
-        chunk_overlap=8,
-        window=3,
-        progress=False,
-    )
+        store, embed, collection="w", chunk_size=64, chunk_overlap=8, window=2, pool=6,
+        progress=False, overlap_writes=overlap,
+    )  # fmt: skip
     report = ingestor.ingest_paths([folder])
-    assert report.chunks > 6
-    assert store.count("w") == report.chunks
+    assert report.chunks > 12 and store.count("w") == report.chunks
+    assert sum(len(b) for b in embed.batches) == report.chunks
+    for start in range(0, len(embed.batches), 3):  # 3 windows of 2 make a pool of 6
+        pool = [t for b in embed.batches[start : start + 3] for t in b]
+        assert [len(t) for t in pool] == sorted(len(t) for t in pool)
+    points, _ = store.client.scroll("w", limit=1000, with_vectors=True)
+    nodes = store.nodes("w", [str(p.id) for p in points])
+    for point in points:
+        text = nodes[str(point.id)].get_content(metadata_mode=MetadataMode.EMBED)
+        vector = point.vector["text-dense"]  # type: ignore[index]
+        assert vector == pytest.approx(embed.get_text_embedding(text), abs=1e-6)
+
+
+def test_a_document_cut_short_is_written_again_not_taken_as_unchanged(folder: Path) -> None:
+    """An ingestion that dies midway leaves a document with some of its chunks; the next run
+    sees that (each chunk records its document's chunk count) and writes it whole."""
+    store = Store.open_path(":memory:")
+    shutil.rmtree(folder / "nested")
+    (folder / "broken.pdf").unlink()
+    options = {"chunk_size": 64, "chunk_overlap": 8, "window": 2, "pool": 2, "progress": False}
+    dying = RecordingEmbedding(dim=32, embed_batch_size=2, fail_on_batch=2)
+    with pytest.raises(RuntimeError, match="embedder died"):
+        Ingestor(store, dying, collection="c", overlap_writes=False, **options).ingest_paths(
+            [folder]
+        )
+    [record] = store.documents("c").values()
+    assert 0 < record.chunks < record.expected_chunks  # type: ignore[operator]
+    assert not record.complete
+    doc_id = doc_id_for(folder / "a.md")
+    assert store.content_hashes("c", [doc_id]) == {doc_id: ""}
+
+    report = Ingestor(store, HashEmbedding(dim=32), collection="c", **options).ingest_paths(
+        [folder]
+    )
+    assert (report.unchanged, report.replaced) == (0, 1)
+    [record] = store.documents("c").values()
+    assert record.complete and record.chunks == record.expected_chunks == report.chunks
+    again = Ingestor(store, HashEmbedding(dim=32), collection="c", **options).ingest_paths([folder])
+    assert again.unchanged == 1 and again.chunks == 0
+
+
+def test_writes_overlap_embedding_only_for_a_remote_embedder() -> None:
+    from citeflow.providers.embeddings import CompatOpenAIEmbedding
+
+    store = Store.open_path(":memory:")
+    remote = CompatOpenAIEmbedding(model_name="m", api_key="k", api_base="http://127.0.0.1:9")
+    assert Ingestor(store, remote, collection="r").overlap_writes
+    assert not Ingestor(store, HashEmbedding(dim=8), collection="r").overlap_writes
 
 
 def test_ingest_documents_from_python_skips_unchanged_and_replaces_changed() -> None:

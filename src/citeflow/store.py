@@ -16,10 +16,11 @@ goes through one lock, and async callers hop to a worker thread so the event loo
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -50,8 +51,9 @@ log = logging.getLogger("citeflow.store")
 DENSE_VECTOR = "text-dense"
 SPARSE_VECTOR = "text-sparse-new"
 
-#: payload keys kept per document (one copy on each of its chunks)
-DOC_KEYS = ("doc_id", "content_hash", "file_path", "file_name", "title")
+#: payload keys kept per document (one copy on each of its chunks); ``chunk_count`` is how many
+#: chunks the document was written with, so that one cut short (a crash, Ctrl-C) is seen as such
+DOC_KEYS = ("doc_id", "content_hash", "chunk_count", "file_path", "file_name", "title")
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +100,13 @@ class DocumentRecord:
     file_name: str
     title: str
     chunks: int
+    expected_chunks: int | None = None
+    """chunks the document was written with (None: written before this was recorded)"""
+
+    @property
+    def complete(self) -> bool:
+        """Whether every chunk of the document is stored (an interrupted write leaves fewer)."""
+        return self.expected_chunks is None or self.chunks == self.expected_chunks
 
 
 class Store:
@@ -496,11 +505,13 @@ class Store:
                     file_name=str(payload.get("file_name", "")),
                     title=str(payload.get("title", "")),
                     chunks=0,
+                    expected_chunks=_chunk_count(payload),
                 )
-        return {k: DocumentRecord(**{**_asdict(v), "chunks": counts[k]}) for k, v in found.items()}
+        return {k: dataclasses.replace(v, chunks=counts[k]) for k, v in found.items()}
 
     def content_hashes(self, collection: str, doc_ids: list[str]) -> dict[str, str]:
-        """The stored content hash of each of these documents that the collection holds.
+        """The stored content hash of each of these documents that the collection holds ("" for
+        one written only in part, see `DocumentRecord.complete`).
 
         On a Qdrant server the ``doc_id`` payload index finds the named documents' chunks. The
         embedded store has no payload index: its filter compares every point's ``doc_id`` with
@@ -512,24 +523,21 @@ class Store:
         local = self._local_collection(collection)
         if local is not None:
             wanted = set(doc_ids)
-            found: dict[str, str] = {}
+            payloads: list[dict[str, Any]] = []
             with self._lock:
                 deleted = local.deleted
                 for idx, payload in enumerate(local.payload):
-                    doc_id = payload.get("doc_id")
-                    if doc_id in wanted and not deleted[idx]:
-                        found[str(doc_id)] = str(payload.get("content_hash", ""))
-            return found
+                    if payload.get("doc_id") in wanted and not deleted[idx]:
+                        payloads.append(payload)
+            return _complete_hashes(payloads)
         return self._content_hashes_by_filter(collection, doc_ids)
 
     def _content_hashes_by_filter(self, collection: str, doc_ids: list[str]) -> dict[str, str]:
         flt = rest.Filter(
             must=[rest.FieldCondition(key="doc_id", match=rest.MatchAny(any=doc_ids))]
         )
-        found: dict[str, str] = {}
-        for payload in self._scroll_payloads(collection, ["doc_id", "content_hash"], flt):
-            found[str(payload.get("doc_id", ""))] = str(payload.get("content_hash", ""))
-        return found
+        keys = ["doc_id", "content_hash", "chunk_count"]
+        return _complete_hashes(self._scroll_payloads(collection, keys, flt))
 
     def _scroll_payloads(
         self, collection: str, keys: list[str], flt: rest.Filter | None = None
@@ -602,5 +610,23 @@ def _to_node(point: rest.Record | rest.ScoredPoint) -> BaseNode:
     return node
 
 
-def _asdict(record: DocumentRecord) -> dict[str, Any]:
-    return {k: getattr(record, k) for k in DocumentRecord.__slots__}
+def _chunk_count(payload: dict[str, Any]) -> int | None:
+    count = payload.get("chunk_count")
+    return count if isinstance(count, int) else None
+
+
+def _complete_hashes(payloads: Iterable[dict[str, Any]]) -> dict[str, str]:
+    """Each document's content hash, or "" for one with chunks missing (written only in part),
+    so that it is written again rather than taken as unchanged."""
+    hashes: dict[str, str] = {}
+    counts: dict[str, int] = {}
+    expected: dict[str, int | None] = {}
+    for payload in payloads:
+        doc_id = str(payload.get("doc_id", ""))
+        counts[doc_id] = counts.get(doc_id, 0) + 1
+        hashes.setdefault(doc_id, str(payload.get("content_hash", "")))
+        expected.setdefault(doc_id, _chunk_count(payload))
+    return {
+        doc_id: digest if expected[doc_id] in (None, counts[doc_id]) else ""
+        for doc_id, digest in hashes.items()
+    }

@@ -43,6 +43,7 @@ __all__ = [
     "CompatOpenAIEmbedding",
     "build_embed_model",
     "describe_embeddings",
+    "embeds_remotely",
 ]
 
 #: Model used when ``CITEFLOW_EMBED_MODEL`` is empty and the provider is ``openai``.
@@ -224,6 +225,12 @@ def _build_azure(settings: Settings, max_retries: int) -> BaseEmbedding:
     except ValueError as exc:
         raise ConfigError(f"Azure OpenAI embeddings: {first_line(exc)}") from None
     return embed
+
+
+def embeds_remotely(model: BaseEmbedding) -> bool:
+    """Whether the embedder waits on a server (OpenAI, Azure OpenAI) rather than computing on
+    this machine's CPU: ingestion overlaps its writes with a remote embedder's calls only."""
+    return isinstance(model, OpenAIEmbedding)  # Azure's embedder derives from it
 
 
 def describe_embeddings(settings: Settings) -> str:
