@@ -21,8 +21,15 @@ from pydantic import Field
 
 from citeflow.errors import UpstreamError
 from citeflow.providers.llm import CompatAzureOpenAI, CompatOpenAI, as_upstream_error, build_llm
-from citeflow.providers.openai_stream import chat_responses, observed, server_sent_events
+from citeflow.providers.openai_stream import (
+    chat_responses,
+    observed,
+    server_sent_events,
+    stream_text,
+    text_deltas,
+)
 from citeflow.settings import Settings
+from tests.fakes.llm import ScriptedLLM
 from tests.fakes.openai_server import FakeOpenAIServer, Reply
 
 USER = [ChatMessage(role="user", content="What did the author work on before college?")]
@@ -217,4 +224,80 @@ async def test_llm_events_reach_an_attached_handler_and_are_skipped_without_one(
     assert recorder.seen[0] == "LLMChatStartEvent" and recorder.seen[-1] == "LLMChatEndEvent"
     assert recorder.seen.count("LLMChatInProgressEvent") == len(heard) == len(built)
     assert not observed(llm)
+    await llm._get_aclient().close()
+
+
+async def test_text_deltas_are_the_content_of_the_chat_responses_and_raise_the_same_error() -> None:
+    events = (
+        _chunk({"role": "assistant", "content": ""}),
+        _chunk({"content": None, "reasoning_content": "Think."}),
+        _chunk({"content": "Hello"}),
+        _chunk({"content": " world."}),
+        _chunk(None, usage={"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}),
+        "data: [DONE]\n\n",
+        _chunk({"content": "after done: ignored"}),
+    )
+    texts = [t async for t in text_deltas(_response(*events))]
+    responses = await _collect(chat_responses(_response(*events)))
+    assert texts == [r.delta for r in responses if r.delta] == ["Hello", " world."]
+
+    failing = _response(
+        _chunk({"content": "Hello"}),
+        'data: {"error": {"message": "overloaded", "type": "server_error"}}\n\n',
+    )
+    seen: list[str] = []
+    with pytest.raises(openai.APIError, match="overloaded"):
+        async for text in text_deltas(failing):
+            seen.append(text)
+    assert seen == ["Hello"] and failing.is_closed
+
+
+@pytest.mark.parametrize("provider", ["openai", "azure"])
+async def test_stream_text_over_http_and_through_llama_index_when_observed(
+    server: FakeOpenAIServer, provider: str
+) -> None:
+    """`stream_text`: the lean text path for the OpenAI/Azure LLMs (no LLM events), LlamaIndex's
+    ``astream_chat`` (with its events) when a handler listens, and for any other LLM."""
+    server.script([ANSWER, ANSWER])
+    llm = build_llm(_settings(server, provider), max_retries=0)
+    assert "".join([t async for t in await stream_text(llm, USER)]) == ANSWER
+
+    recorder = _Recorder(seen=[])
+    get_dispatcher().add_event_handler(recorder)
+    try:
+        heard = "".join([t async for t in await stream_text(llm, USER)])
+    finally:
+        get_dispatcher().event_handlers.remove(recorder)
+    assert heard == ANSWER
+    assert "LLMChatInProgressEvent" in recorder.seen and recorder.seen[-1] == "LLMChatEndEvent"
+    await llm._get_aclient().close()
+
+    scripted = ScriptedLLM(replies=[ANSWER])
+    assert "".join([t async for t in await stream_text(scripted, USER)]) == ANSWER
+
+
+async def test_sdk_request_options_go_to_the_request_not_into_its_body(
+    server: FakeOpenAIServer,
+) -> None:
+    """``extra_headers``/``extra_query``/``extra_body`` among the LLM's kwargs mean to the SDK
+    what they mean to ``create``: headers, query parameters, fields merged into the body."""
+    server.script([ANSWER])
+    llm = CompatOpenAI(
+        model="chat-model",
+        api_key="k",
+        api_base=server.openai_base_url,
+        additional_kwargs={
+            "extra_headers": {"X-Team": "platform"},
+            "extra_query": {"trace": "on"},
+            "extra_body": {"top_k": 5},
+            "seed": 7,
+        },
+    )
+    assert "".join([t async for t in await llm.astream_text(USER)]) == ANSWER
+    request = server.last_request
+    assert request.headers["x-team"] == "platform" and request.query["trace"] == "on"
+    body = request.json
+    assert body["top_k"] == 5 and body["seed"] == 7 and body["stream"] is True
+    assert not {"extra_headers", "extra_query", "extra_body"} & set(body)
+    assert body["messages"] == [{"role": "user", "content": USER[0].content}]
     await llm._get_aclient().close()

@@ -22,6 +22,7 @@ from citeflow.citations.sources import format_sources, source_text
 from citeflow.citations.support import LexicalSupport
 from citeflow.citations.text import count_tokens
 from citeflow.prompts import CITATION_QA_TEMPLATE, CITATION_REFINE_TEMPLATE, CITATION_SYSTEM_PROMPT
+from citeflow.providers.openai_stream import stream_text
 
 
 @dataclass
@@ -120,17 +121,15 @@ class CitationSynthesizer:
                     on_delta(piece)
 
         waited = time.perf_counter()
-        stream = await self.llm.astream_chat(self.messages(prompts[-1]))
+        chunks = aiter(await stream_text(self.llm, self.messages(prompts[-1])))
         calls += 1
-        chunks = aiter(stream)
         while True:
             try:
-                chunk = await anext(chunks)
+                delta = await anext(chunks)
             except StopAsyncIteration:
                 break
             finally:
                 llm_seconds += time.perf_counter() - waited
-            delta = chunk.delta or ""
             raw.append(delta)
             emit(repaired.feed(delta))
             waited = time.perf_counter()
