@@ -375,6 +375,33 @@ async def test_ready_batches_keepalive_and_error_after_the_items() -> None:
     assert got[-2:] == [[3], "boom"]
 
 
+async def test_items_that_may_wait_linger_for_company_and_text_never_waits() -> None:
+    """Statuses (odd numbers here) a few ms apart share one batch; a text item (even) goes out at
+    once with what was held; a lone status waits the linger, not the keep-alive interval."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+
+    async def items() -> AsyncGenerator[int, None]:
+        for item in (1, 3, 5):
+            yield item
+            await asyncio.sleep(0.005)
+        yield 2
+        await asyncio.sleep(0.05)
+        yield 7  # alone: out after the linger
+        await asyncio.sleep(0.3)
+        yield 4
+
+    got: list[tuple[Any, float]] = []
+    batches = ready_batches(items(), 10.0, hold=lambda i: i % 2 == 1, linger=0.1)
+    async for batch in batches:
+        got.append((batch, loop.time() - started))
+    assert [batch for batch, _ in got] == [[1, 3, 5, 2], [7], [4]]
+    first, lone, last = (at for _, at in got)
+    assert first < 0.09  # the text did not wait for the linger to end
+    assert 0.1 <= lone - first < 0.3  # the lone status waited the linger, not the interval
+    assert last - lone >= 0.15
+
+
 async def test_closing_ready_batches_cancels_and_closes_the_items() -> None:
     closed = asyncio.Event()
 
