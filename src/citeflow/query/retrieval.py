@@ -183,10 +183,11 @@ class Retriever:
         ``feedback_chunks`` chunks' unit vectors. The top of the fused ranking is mostly
         relevant, and chunks near it that the query's wording misses come into the dense
         candidates. SciFact's 809 train claims (MiniLM + BM25, relative fusion): Recall@100
-        0.956 → 0.963, nDCG@10 0.736 → 0.736 with 3 chunks at weight 0.5 (2-5 chunks at 0.4-0.6:
+        0.956 → 0.963, nDCG@10 0.736 → 0.736 with 3 chunks at weight 0.5 (3-5 chunks at 0.4-0.6:
         0.961-0.964); feedback from the dense ranking alone lowered dense retrieval (nDCG@10
-        0.671 → 0.665), hence hybrid only. Costs a second dense search, plus on a Qdrant server
-        one ``retrieve`` of the top chunks' vectors (keyword candidates' come with the search).
+        0.671 → 0.665), hence hybrid only. Costs a second dense search; on a Qdrant server also
+        a ``retrieve`` of the top chunks' vectors (keyword candidates' come with the search) and
+        one of the vectors of chosen chunks only the second search found (for their relevance).
         """
         top = [key for key, _ in self._fuse(hits, self.options.feedback_chunks)]
         vectors = dict(hits.vectors)
