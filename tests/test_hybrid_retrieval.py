@@ -5,9 +5,11 @@ from __future__ import annotations
 import math
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
-from llama_index.core.schema import Document, MetadataMode, TextNode
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.schema import BaseNode, Document, MetadataMode, TextNode
 from llama_index.vector_stores.qdrant import QdrantVectorStore
 from qdrant_client.http import models as rest
 
@@ -227,3 +229,129 @@ def test_search_returns_candidates_and_nodes_loads_only_the_chosen() -> None:
     loaded = store.nodes("c", [nodes[2].node_id, str(uuid.uuid4())])
     assert list(loaded) == [nodes[2].node_id]  # an unknown id is left out
     assert loaded[nodes[2].node_id].get_content() == "owls"
+
+
+# --- pseudo-relevance feedback -----------------------------------------------------------------
+class FixedEmbedding(BaseEmbedding):
+    """Every query embeds to the same vector."""
+
+    vector: list[float]
+
+    def _get_query_embedding(self, query: str) -> list[float]:
+        return list(self.vector)
+
+    async def _aget_query_embedding(self, query: str) -> list[float]:
+        return list(self.vector)
+
+    def _get_text_embedding(self, text: str) -> list[float]:
+        return list(self.vector)
+
+
+QUERY = [1.0, 0.0, 0.0]
+#: "alpha" (both sides' best), "close" (near it, far from the query), "decoy" (the query's
+#: second best by embedding, away from "alpha")
+FEEDBACK_POINTS = {
+    "alpha": ("alpha beta", [0.8, 0.6, 0.0]),
+    "close": ("gamma", [0.3, 0.954, 0.0]),
+    "decoy": ("delta", [0.7, -0.714, 0.0]),
+}
+
+
+def feedback_store(server: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[Store, dict[str, str]]:
+    """The three points in ``:memory:``; ``server``: searched through qdrant-client's API (the
+    server's code path) instead of the embedded store's index."""
+    store = Store.open_path(":memory:")
+    ids = {name: str(uuid.uuid4()) for name in FEEDBACK_POINTS}
+    nodes: list[BaseNode] = []
+    for name, (text, vector) in FEEDBACK_POINTS.items():
+        node = TextNode(id_=ids[name], text=text)
+        node.embedding = vector
+        nodes.append(node)
+    texts = [text for text, _ in FEEDBACK_POINTS.values()]
+    store.add("c", nodes, BM25Encoder().encode_documents(texts))
+    if server:
+        monkeypatch.setattr(store, "_local_index", lambda collection: None)
+    return store, ids
+
+
+def feedback_retriever(store: Store, mode: str = "hybrid", **options: object) -> Retriever:
+    return Retriever(
+        store,
+        FixedEmbedding(vector=QUERY),
+        collection="c",
+        top_k=2,
+        options=SearchOptions(mode=mode, candidates=2, **options),  # type: ignore[arg-type]
+    )
+
+
+def cosine(a: list[float], b: list[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    return dot / (math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b)))
+
+
+@pytest.mark.parametrize("server", [False, True], ids=["embedded", "server-path"])
+async def test_feedback_finds_chunks_near_the_top_hits(
+    server: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, ids = feedback_store(server, monkeypatch)
+    names = {v: k for k, v in ids.items()}
+    off = await feedback_retriever(store, feedback_chunks=0).asearch("alpha")
+    assert [names[h.node.node_id] for h in off.hits] == ["alpha", "decoy"]
+
+    # the query moved towards "alpha" (the fused top 1): "close" overtakes "decoy"
+    on = feedback_retriever(store, feedback_chunks=1, feedback_weight=1.0)
+    ranking = await on.asearch("alpha")
+    assert [names[h.node.node_id] for h in ranking.hits] == ["alpha", "close"]
+    # relevance stays the cosine with the query itself, not with the moved one
+    for hit in ranking.hits:
+        vector = FEEDBACK_POINTS[names[hit.node.node_id]][1]
+        assert ranking.relevance[hit.node.node_id] == pytest.approx(cosine(QUERY, vector), abs=1e-4)
+    scored = await on.aretrieve("alpha")
+    assert scored[1].score == pytest.approx(cosine(QUERY, FEEDBACK_POINTS["close"][1]), abs=1e-4)
+    store.close()
+
+
+async def test_feedback_needs_both_sides_and_hybrid_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    store, ids = feedback_store(False, monkeypatch)
+    searches: list[bool] = []
+    search = store.search
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        searches.append(kwargs.get("sparse") is not None)
+        return search(*args, **kwargs)
+
+    monkeypatch.setattr(store, "search", counting)
+    options: dict[str, Any] = {"feedback_chunks": 1, "feedback_weight": 1.0}
+    await feedback_retriever(store, **options).asearch("alpha")
+    assert searches == [True, False]  # hybrid, then the dense side again
+    searches.clear()
+    dense = await feedback_retriever(store, "dense", **options).asearch("alpha")
+    assert searches == [False]
+    assert [h.node.node_id for h in dense.hits] == [ids["alpha"], ids["decoy"]]
+    searches.clear()
+    await feedback_retriever(store, **options).asearch("omega")  # no keyword matches
+    assert searches == [True]
+    searches.clear()
+    await feedback_retriever(store, feedback_chunks=1, feedback_weight=0.0).asearch("alpha")
+    assert searches == [True]
+    store.close()
+
+
+@pytest.mark.parametrize("server", [False, True], ids=["embedded", "server-path"])
+def test_store_vectors_by_id(server: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    store, ids = feedback_store(server, monkeypatch)
+    found = store.vectors("c", [ids["close"], str(uuid.uuid4())])
+    assert list(found) == [ids["close"]]  # an unknown id is left out
+    expected = FEEDBACK_POINTS["close"][1]
+    norm = math.sqrt(sum(x * x for x in expected))
+    assert list(found[ids["close"]]) == pytest.approx([x / norm for x in expected], abs=1e-6)
+    assert store.vectors("c", []) == {}
+    store.close()
+
+
+def test_feedback_settings_reach_the_search_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert (SearchOptions().feedback_chunks, SearchOptions().feedback_weight) == (3, 0.5)
+    monkeypatch.setenv("CITEFLOW_FEEDBACK_CHUNKS", "0")
+    monkeypatch.setenv("CITEFLOW_FEEDBACK_WEIGHT", "0.8")
+    options = SearchOptions.from_settings(Settings(_env_file=None))  # type: ignore[call-arg]
+    assert (options.feedback_chunks, options.feedback_weight) == (0, 0.8)

@@ -122,6 +122,20 @@ class Settings(BaseSettings):
     hybrid_candidates: int = Field(
         default=100, ge=1, le=1000, description="Hybrid: chunks fetched per side before fusion."
     )
+    feedback_chunks: int = Field(
+        default=3,
+        ge=0,
+        le=50,
+        description="Hybrid: pseudo-relevance feedback: the mean embedding of the fused top N "
+        "chunks is added to the query's and the dense side searched again (one more search). "
+        "0: off.",
+    )
+    feedback_weight: float = Field(
+        default=0.5,
+        ge=0.0,
+        le=10.0,
+        description="Hybrid feedback: weight of the top chunks' mean embedding (the query's: 1).",
+    )
     grader: GraderKind = Field(
         default="auto",
         description="Grading: auto (score for local, llm otherwise) | llm | score | none.",

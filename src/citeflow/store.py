@@ -394,6 +394,39 @@ class Store:
             vectors=vectors,
         )
 
+    def vectors(self, collection: str, ids: Sequence[str]) -> dict[str, Vector]:
+        """The stored dense vectors of these points, by id (normalised, as Qdrant keeps them for
+        cosine); missing ids are left out. Embedded: rows of the in-process array; server: one
+        ``retrieve`` of the dense vector only."""
+        if not ids:
+            return {}
+        layout = self.layout(collection)
+        with self._lock:
+            index = self._local_index(collection)
+            if index is not None:
+                slots = index.local.ids
+                found: dict[str, Vector] = {}
+                for key in ids:
+                    point = slots.get(_point_key(key))
+                    if point is not None and not index.local.deleted[point]:
+                        found[key] = index.vector(int(point))
+                return found
+        points = self.call(
+            self.client.retrieve,
+            collection_name=collection,
+            ids=list(ids),
+            with_payload=False,
+            with_vectors=[layout.dense] if layout.dense else True,
+        )
+        vectors: dict[str, Vector] = {}
+        for point in points:
+            vector: Any = point.vector
+            if isinstance(vector, dict):
+                vector = vector.get(layout.dense)
+            if isinstance(vector, list):
+                vectors[str(point.id)] = vector
+        return vectors
+
     def nodes(self, collection: str, ids: list[str]) -> dict[str, BaseNode]:
         """The chunks with these point ids (payloads loaded), by id; missing ids are left out."""
         if not ids:

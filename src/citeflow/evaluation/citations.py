@@ -119,6 +119,8 @@ GENERATION_SETTINGS: tuple[str, ...] = (
     "dense_weight",
     "rrf_k",
     "hybrid_candidates",
+    "feedback_chunks",
+    "feedback_weight",
     "grader",
     "relevance_threshold",
     "max_rounds",

@@ -222,8 +222,9 @@ class DenseIndex:
     def retriever(self, *, mode: RetrievalMode = "dense", overfetch: float = 2.0) -> DenseSearch:
         """The `RetrieverLike` adapter over this index, searching the given side(s).
 
-        Hybrid fusion follows the settings (``fusion``, ``dense_weight``, ``rrf_k``), with at
-        least as many candidates per side as chunks fetched.
+        Hybrid fusion and feedback follow the settings (``fusion``, ``dense_weight``, ``rrf_k``,
+        ``feedback_chunks``, ``feedback_weight``), with at least as many candidates per side as
+        chunks fetched.
         """
         options = replace(SearchOptions.from_settings(self.kb.settings), mode=mode)
         retriever = Retriever(
@@ -236,7 +237,11 @@ class DenseIndex:
         info = {**asdict(self.info), "mode": mode}
         if mode == "hybrid":
             info.update(
-                fusion=options.fusion, dense_weight=options.dense_weight, rrf_k=options.rrf_k
+                fusion=options.fusion,
+                dense_weight=options.dense_weight,
+                rrf_k=options.rrf_k,
+                feedback_chunks=options.feedback_chunks,
+                feedback_weight=options.feedback_weight,
             )
         return DenseSearch(retriever, overfetch=overfetch, info=info)
 

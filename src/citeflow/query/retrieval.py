@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -43,6 +43,10 @@ class SearchOptions:
     rrf_k: int = 60
     candidates: int = 100
     """chunks fetched per side before fusion (at least top_k)"""
+    feedback_chunks: int = 3
+    """hybrid: fused top chunks whose mean embedding is added to the query's (0: no feedback)"""
+    feedback_weight: float = 0.5
+    """hybrid: weight of that mean embedding (the query's: 1)"""
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SearchOptions:
@@ -52,6 +56,8 @@ class SearchOptions:
             dense_weight=settings.dense_weight,
             rrf_k=settings.rrf_k,
             candidates=settings.hybrid_candidates,
+            feedback_chunks=settings.feedback_chunks,
+            feedback_weight=settings.feedback_weight,
         )
 
 
@@ -81,6 +87,19 @@ def _cosines(query: list[float], vectors: Mapping[str, Vector]) -> dict[str, flo
     dots = matrix @ q
     sims = np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
     return dict(zip(keys, (float(x) for x in sims), strict=True))
+
+
+def _moved_query(query: list[float], vectors: Sequence[Vector], weight: float) -> list[float]:
+    """Rocchio: the unit query embedding plus ``weight`` × the mean of the unit ``vectors``."""
+    q = np.asarray(query, dtype=np.float32)
+    norm = float(np.linalg.norm(q))
+    if norm > 0:
+        q = q / norm
+    rows = np.asarray(vectors, dtype=np.float32)
+    lengths = np.linalg.norm(rows, axis=1, keepdims=True)
+    rows = np.divide(rows, lengths, out=np.zeros_like(rows), where=lengths > 0)
+    moved: list[float] = (q + weight * rows.mean(axis=0)).tolist()
+    return moved
 
 
 class Retriever:
@@ -129,32 +148,82 @@ class Retriever:
             limit=fetch,
             sparse_vectors=self.mode == "hybrid",
         )
-        return self._rank(hits, embedding, top_k)
-
-    def _rank(self, hits: Hits, embedding: list[float] | None, top_k: int) -> Ranking:
-        """Order the candidates, then load the chosen chunks (the only payloads read)."""
         relevance = {c.id: c.score for c in hits.dense}
+        if embedding is not None and self._feeds_back(hits):
+            hits = self._feedback(hits, embedding, fetch)
+        return self._rank(hits, relevance, embedding, top_k)
+
+    def _fuse(self, hits: Hits, top_k: int) -> list[tuple[str, float]]:
+        return fuse(
+            hits.dense,
+            hits.sparse,
+            mode=self.options.fusion,
+            top_k=top_k,
+            dense_weight=self.options.dense_weight,
+            rrf_k=self.options.rrf_k,
+        )
+
+    def _feeds_back(self, hits: Hits) -> bool:
+        """Feedback only from a fused ranking: both sides found something (from the dense
+        ranking alone it lowered dense retrieval on SciFact, see `_feedback`)."""
+        options = self.options
+        return (
+            self.mode == "hybrid"
+            and options.feedback_chunks > 0
+            and options.feedback_weight > 0
+            and bool(hits.dense)
+            and bool(hits.sparse)
+        )
+
+    def _feedback(self, hits: Hits, embedding: list[float], fetch: int) -> Hits:
+        """Pseudo-relevance feedback (Rocchio): the dense side searched again with the query
+        embedding moved towards the fused ranking's top chunks; the keyword side is kept.
+
+        The unit query embedding plus ``feedback_weight`` × the mean of the top
+        ``feedback_chunks`` chunks' unit vectors. The top of the fused ranking is mostly
+        relevant, and chunks near it that the query's wording misses come into the dense
+        candidates. SciFact's 809 train claims (MiniLM + BM25, relative fusion): Recall@100
+        0.956 → 0.963, nDCG@10 0.736 → 0.736 with 3 chunks at weight 0.5 (3-5 chunks at 0.4-0.6:
+        0.961-0.964); feedback from the dense ranking alone lowered dense retrieval (nDCG@10
+        0.671 → 0.665), hence hybrid only. Costs a second dense search; on a Qdrant server also
+        a ``retrieve`` of the top chunks' vectors (keyword candidates' come with the search) and
+        one of the vectors of chosen chunks only the second search found (for their relevance).
+        """
+        top = [key for key, _ in self._fuse(hits, self.options.feedback_chunks)]
+        vectors = dict(hits.vectors)
+        vectors.update(self.store.vectors(self.collection, [k for k in top if k not in vectors]))
+        chosen = [vectors[key] for key in top if key in vectors]
+        if not chosen:
+            return hits
+        moved = _moved_query(embedding, chosen, self.options.feedback_weight)
+        again = self.store.search(self.collection, dense=moved, limit=fetch)
+        return Hits(dense=again.dense, sparse=hits.sparse, vectors=vectors)
+
+    def _rank(
+        self,
+        hits: Hits,
+        relevance: dict[str, float],
+        embedding: list[float] | None,
+        top_k: int,
+    ) -> Ranking:
+        """Order the candidates, then load the chosen chunks (the only payloads read).
+
+        ``relevance``: the query embedding's cosine of the chunks it is known for (the first
+        dense search's candidates); the other chosen chunks get theirs computed here.
+        """
         if self.mode == "dense" or (self.mode == "hybrid" and not hits.sparse):
             ranked = [(c.id, c.score) for c in hits.dense[:top_k]]
         elif self.mode == "keyword":
             ranked = [(c.id, c.score) for c in hits.sparse[:top_k]]
             relevance = dict(ranked)
         else:
-            ranked = fuse(
-                hits.dense,
-                hits.sparse,
-                mode=self.options.fusion,
-                top_k=top_k,
-                dense_weight=self.options.dense_weight,
-                rrf_k=self.options.rrf_k,
-            )
-            keyword_only = {
-                key: hits.vectors[key]
-                for key, _ in ranked
-                if key not in relevance and key in hits.vectors
-            }
+            ranked = self._fuse(hits, top_k)
             if embedding is not None:
-                relevance.update(_cosines(embedding, keyword_only))
+                missing = [key for key, _ in ranked if key not in relevance]
+                vectors = {key: hits.vectors[key] for key in missing if key in hits.vectors}
+                others = [key for key in missing if key not in vectors]  # found by feedback
+                vectors.update(self.store.vectors(self.collection, others))
+                relevance.update(_cosines(embedding, vectors))
         nodes = self.store.nodes(self.collection, [key for key, _ in ranked])
         return Ranking(
             [NodeWithScore(node=nodes[key], score=score) for key, score in ranked if key in nodes],
