@@ -300,3 +300,20 @@ def test_serve_gives_the_local_embedder_one_thread() -> None:
             assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_serve_keeps_numpy_blas_on_one_thread() -> None:
+    from threadpoolctl import threadpool_info
+
+    from citeflow.server import use_one_blas_thread
+
+    def blas_threads() -> set[int]:
+        return {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
+
+    before = blas_threads()
+    limiter = use_one_blas_thread()
+    try:
+        assert blas_threads() == {1}
+    finally:
+        limiter.restore_original_limits()
+    assert blas_threads() == before
