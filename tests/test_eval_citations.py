@@ -284,6 +284,28 @@ def test_command_prints_calibration_and_citations(
         eval_cli.run(bad, settings=settings, embed_model=embed, embedder_name="h")
 
 
+def test_calibration_claims_are_counted_apart_from_evaluation_claims(
+    settings: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--calibration-claims N answers calibration claims without answering evaluation ones."""
+    out = tmp_path / "report.json"
+    argv = [str(MINI), "--retrievers", "none", "--calibrate", "--calibration-claims", "3"]
+    argv += ["--cache-dir", str(tmp_path / "cache"), "--out", str(out), "-q"]
+    args = eval_cli.build_parser().parse_args(argv)
+    llm = ScriptedLLM([DUCKS])
+    assert (
+        eval_cli.run(
+            args, settings=settings, embed_model=HashEmbedding(), embedder_name="h", llm=llm
+        )
+        == 0
+    )
+    data = json.loads(out.read_text())
+    assert data["calibration"]["answer_claims"] == 1  # the mini dataset's one calibration claim
+    assert data["calibration"]["answers"]
+    assert "citations" not in data  # no evaluation-half claim answered
+    assert "citations: " not in capsys.readouterr().out
+
+
 @pytest.mark.skipif(not (SHARED_DATA / "scifact").is_dir(), reason="SciFact not present")
 def test_scifact_halves_split_the_claims_with_evidence() -> None:
     dataset = load_beir(SHARED_DATA / "scifact")
