@@ -12,6 +12,8 @@ adds the citation sections (`citeflow.evaluation.citations`): the support thresh
 precision/recall table on the calibration half of the claims with gold evidence, and citation
 precision, recall, no-citation and broken rates of the workflow's answers (configured LLM) on the
 evaluation half. Answers are cached per claim: an interrupted run resumes, a re-run takes seconds.
+``--calibration-claims N`` sets how many calibration-half claims are answered apart from the
+evaluation half's ``--citations N``.
 """
 
 from __future__ import annotations
@@ -117,6 +119,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--calibrate",
         action="store_true",
         help="also print the support threshold's precision/recall table (calibration claims)",
+    )
+    parser.add_argument(
+        "--calibration-claims",
+        type=_positive,
+        metavar="N",
+        help="with --calibrate: answer the first N calibration-half claims (default: the N of "
+        "--citations), without changing how many evaluation-half claims --citations answers",
     )
     parser.add_argument(
         "--question",
@@ -257,8 +266,9 @@ def _citation_sections(
     template = getattr(args, "question", None) or DEFAULT_QUESTION
     tables = []
     if getattr(args, "calibrate", False):
+        claims = getattr(args, "calibration_claims", None) or getattr(args, "citations", None)
         calibration = citations.calibration_section(
-            dataset, context, template=template, claims=getattr(args, "citations", None), llm=llm
+            dataset, context, template=template, claims=claims, llm=llm
         )
         report.extra["calibration"] = calibration.to_dict()
         tables.append(calibration.table())
