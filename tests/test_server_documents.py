@@ -56,6 +56,7 @@ async def test_upload_list_ask_and_fetch_the_original(
 
     listed = (await client.get("/v1/collections/animals/documents")).json()
     assert [d["file_name"] for d in listed["data"]] == ["bees.md", "owls.txt"]
+    assert all(d["complete"] for d in listed["data"])
     models = (await client.get("/v1/models")).json()
     assert "citeflow-animals" in [m["id"] for m in models["data"]]
 

@@ -83,6 +83,7 @@ def _info(record: DocumentRecord) -> DocumentInfo:
         file_path=record.file_path,
         title=record.title,
         chunks=record.chunks,
+        complete=record.complete,
     )
 
 

@@ -232,6 +232,9 @@ class DocumentInfo(BaseModel):
     file_path: str
     title: str
     chunks: int
+    complete: bool = True
+    """False while (or after) a write of the document was cut short: some chunks are missing;
+    the next ingestion of the file writes it again"""
 
 
 class DocumentList(BaseModel):
