@@ -71,7 +71,7 @@ def main() -> None:
     nodes = Ingestor(scratch, embed, collection="x", progress=False).chunk_documents(docs)
     texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
     embed.get_text_embedding_batch(texts[:512])  # warm-up (the first calls run slower)
-    print(f"{len(docs)} documents, {len(texts)} chunks, embed batch {settings.embed_batch_size}")
+    print(f"{len(docs)} documents, {len(texts)} chunks, embed batch {embed.embed_batch_size}")
 
     # Raw encoding and ingestion alternate slice by slice (which goes first flips every slice).
     size = args.slice or len(docs)

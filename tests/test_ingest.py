@@ -259,3 +259,27 @@ def test_content_hashes_read_in_process_agree_with_the_filtered_query(tmp_path: 
     assert fast == store._content_hashes_by_filter("h", asked)
     assert set(fast) == {"d0", "d4"}
     store.close()
+
+
+def test_the_one_chunk_shortcut_gives_what_the_splitter_gives() -> None:
+    """Documents shorter than a chunk skip the splitter; around the size limit, with short or
+    long metadata, the chunks are the splitter's own."""
+    from llama_index.core.node_parser import SentenceSplitter
+    from llama_index.core.schema import Document
+
+    ingestor = Ingestor(Store.open_path(":memory:"), HashEmbedding(dim=8), collection="s")
+    splitter = SentenceSplitter(chunk_size=512, chunk_overlap=64)
+    sentence = "Barn owls hunt voles at night near the old mill. "
+    counts = set()
+    for words in range(300, 470, 6):
+        text = (sentence * 60).split()[:words]
+        for title in ("Owls", "A much longer title about owls " * 12):
+            doc = Document(text=" ".join(text) + ".", metadata={"title": title})
+            ours = [(n.get_content(), n.start_char_idx) for n in ingestor._split(doc)]
+            theirs = [
+                (n.get_content(), n.start_char_idx)
+                for n in splitter.get_nodes_from_documents([doc])
+            ]
+            assert ours == theirs, (words, len(title))
+            counts.add((len(title) > 4, len(ours)))
+    assert counts == {(False, 1), (False, 2), (True, 1), (True, 2)}  # both sides of the limit

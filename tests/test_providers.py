@@ -156,6 +156,19 @@ async def test_openai_defaults_to_gpt_4o_mini_with_its_known_context_window(
     assert server.last_request.json["model"] == DEFAULT_OPENAI_MODEL
 
 
+def test_embed_batch_size_defaults_per_provider_and_follows_the_setting(
+    server: FakeOpenAIServer,
+) -> None:
+    from citeflow.providers.embeddings import embed_batch_size
+
+    assert embed_batch_size(Settings(_env_file=None)) == 16  # type: ignore[call-arg]
+    remote = openai_settings(server)
+    assert embed_batch_size(remote) == 64
+    assert build_embed_model(remote, max_retries=0).embed_batch_size == 64
+    local = Settings(_env_file=None, embed_batch_size=8)  # type: ignore[call-arg]
+    assert embed_batch_size(local) == 8
+
+
 async def test_openai_embeddings_batch(server: FakeOpenAIServer) -> None:
     settings = openai_settings(server, embed_model="nomic-embed-text", embed_batch_size=2)
     embed = build_embed_model(settings, max_retries=0)

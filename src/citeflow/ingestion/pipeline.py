@@ -103,7 +103,7 @@ class Ingestor:
         collection: str,
         chunk_size: int = 512,
         chunk_overlap: int = 64,
-        window: int = 64,
+        window: int | None = None,
         pool: int = 512,
         progress: bool = True,
         encoder: BM25Encoder | None = None,
@@ -114,8 +114,9 @@ class Ingestor:
         self.collection = collection
         self.splitter = SentenceSplitter(chunk_size=chunk_size, chunk_overlap=chunk_overlap)
         self._tokenizer = get_tokenizer()
-        self.window = window
-        self.pool = max(pool, window)
+        #: chunks per embedding call (None: the embedder's own batch size)
+        self.window = window or embed_model.embed_batch_size
+        self.pool = max(pool, self.window)
         self.progress = progress
         self.encoder = encoder or BM25Encoder()
         #: upsert on a writer thread while the next batch embeds (None: when the embedder is remote)
@@ -213,12 +214,13 @@ class Ingestor:
         text = doc.get_content(metadata_mode=MetadataMode.NONE)
         if len(text) > self.splitter.chunk_size * 8:  # far too long whatever the tokens
             return False
-        meta = max(
-            len(self._tokenizer(doc.get_metadata_str(MetadataMode.EMBED))),
-            len(self._tokenizer(doc.get_metadata_str(MetadataMode.LLM))),
-        )
-        tokens = len(self._tokenizer(text)) + meta
-        return tokens <= self.splitter.chunk_size - 8  # margin for the splitter's separators
+        limit = self.splitter.chunk_size - 8  # margin for the splitter's separators
+        metas = [doc.get_metadata_str(mode) for mode in (MetadataMode.EMBED, MetadataMode.LLM)]
+        tokens = len(self._tokenizer(text))
+        # a token is at least one byte: short metadata need not be tokenized to know it fits
+        if tokens + max(len(m.encode("utf-8")) for m in metas) <= limit:
+            return True
+        return tokens + max(len(self._tokenizer(m)) for m in metas) <= limit
 
     def _split(self, doc: Document) -> list[BaseNode]:
         """The document's chunks; a short document becomes one chunk without the splitter.
