@@ -70,8 +70,9 @@ class Settings(BaseSettings):
         default="local", description="Embeddings: local (all-MiniLM-L6-v2) | openai | azure."
     )
     embed_model: str = Field(default="", description="Embedding model or deployment name.")
-    # The local embedder encodes SciFact's chunks 16% faster in batches of 16 than of 64 on the
-    # 2-core development machine (less padding, smaller activations); an API wants fewer calls.
+    # The local embedder encoded SciFact's chunks faster in batches of 16 than of 64 on the 2-core
+    # development machine (1.2x on the first 600 abstracts; less padding, smaller activations);
+    # an API wants fewer calls.
     embed_batch_size: int | None = Field(
         default=None,
         ge=1,

@@ -10,11 +10,13 @@ the next run instead of being taken as unchanged.
 Writing, measured on SciFact with the local embedder (`bench/ingest_throughput.py`):
 
 * chunks are embedded in pools of ``pool`` chunks sorted by length, so that each batch the
-  embedder pads to its longest text holds texts of about one length;
+  embedder pads to its longest text holds texts of about one length (ingestion measures 1.02 of
+  the embedder's raw encode of the same texts in their own order);
 * with a remote embedder (OpenAI, Azure) the previous batch's BM25 vectors and upsert run on a
   writer thread while the next batch's request is out. With the local one they run between
   batches on the calling thread: torch already keeps every core busy, and a writer thread holding
-  the GIL only made it wait (0.957 of the embedder's raw throughput overlapped, more in series).
+  the GIL made it wait (at batch 64, paired on 2,000 abstracts: 0.968 of raw overlapped, 0.971 in
+  series; 0.977 in series with sorted pools).
 """
 
 from __future__ import annotations
