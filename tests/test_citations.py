@@ -318,6 +318,30 @@ def test_repair_drops_citations_of_quotes_beside_the_question() -> None:
     assert loose.repair("This is because carriers risk renal cell carcinoma [2].")[1]
 
 
+def test_default_relevance_keeps_the_answer_to_a_question_worded_unlike_the_documents() -> None:
+    """The essay never says "author": a question about "the author" still gets its answer cited
+    at the default relevance (0.5 dropped it, which is why the default stays 0.3)."""
+    from citeflow.settings import Settings
+
+    sources = [
+        "Before college the two main things I worked on, outside of school, were writing and "
+        "programming. I wrote short stories.",
+        "Pet ducks eat leafy greens, peas, sweetcorn and small insects every day.",
+        "I'd applied for the BFA program at RISD, which meant I had to go to college again.",
+    ]
+    question = "What did the author work on as a boy, before college?"
+    answer = (
+        "Before college the two main things I worked on, outside of school, were writing and "
+        "programming [1]."
+    )
+    default = Settings(_env_file=None).citation_relevance  # type: ignore[call-arg]
+    support = LexicalSupport(sources, question=question)
+    kept, cits = CitationRepairer(support, threshold=0.6, relevance=default).repair(answer)
+    assert kept == answer and [c.number for c in cits] == [1]
+    strict = CitationRepairer(support, threshold=0.6, relevance=0.5).repair(answer)
+    assert strict[1] == []  # "author" and "boy" are in no source: the quote cannot hold half
+
+
 def test_quote_prefers_one_sentence_and_the_question() -> None:
     source = (
         "Mice were fed a high-fat diet. Treated mice gained less weight. "

@@ -371,7 +371,11 @@ def test_default_threshold_is_what_the_calibration_chooses(scifact: BeirDataset)
     assert chosen == _default_threshold()
 
 
-def test_default_relevance_is_what_the_calibration_chooses(scifact: BeirDataset) -> None:
+#: what the calibration rule picks on SciFact's 80 calibration answers (not the default)
+CALIBRATED_RELEVANCE = 0.5
+
+
+def test_relevance_calibration_on_scifact_and_the_default_below_it(scifact: BeirDataset) -> None:
     """At the default threshold, the lowest citation relevance whose calibration answers reach
     the target precision on enough citations (the rule `chosen_for_answers` applies to the
     threshold); the values below it fall short by a wide margin."""
@@ -384,7 +388,10 @@ def test_default_relevance_is_what_the_calibration_chooses(scifact: BeirDataset)
         ).metrics
         precision[relevance] = (m["precision"], m["citations"])
     reaching = [r for r, (p, n) in precision.items() if p >= TARGET_PRECISION and n >= MIN_KEPT]
-    assert min(reaching) == _default_relevance()
+    assert min(reaching) == CALIBRATED_RELEVANCE
+    # the default stays below it on purpose: see Settings.citation_relevance and
+    # test_citations.py::test_default_relevance_keeps_the_answer_to_a_question_worded_unlike_...
+    assert _default_relevance() < CALIBRATED_RELEVANCE
     assert precision[0.3][0] < 0.8  # the previous default, chosen on the first 40 answers only
 
 
@@ -433,11 +440,12 @@ def test_local_model_answers_keep_their_citation_quality(scifact: BeirDataset) -
     assert final["doc_precision"] > model["doc_precision"] + 0.15
 
 
-# measured (Qwen2.5-Coder-1.5B Q4_K_M, threshold 0.60, citation relevance 0.5): precision 0.824,
-# strict 0.294, doc precision 0.941, recall 0.138, no citation 0.650, broken 0 (the model's own
-# markers: 0.308, 0.596, 0.150). With relevance 0.3: 0.704, 0.333, 0.926, 0.188, 0.450. Before
+# measured (Qwen2.5-Coder-1.5B Q4_K_M, threshold 0.60, citation relevance 0.3, the default):
+# precision 0.704, strict 0.333, doc precision 0.926, recall 0.188, no citation 0.450, broken 0
+# (the model's own markers: 0.308, 0.596, 0.150). With relevance 0.5: 0.824, 0.294, 0.941,
+# 0.138, 0.650. Before
 # the relevance check (threshold 0.55): 0.500, 0.312, 0.844, 0.188, 0.350.
-ANSWERS_PRECISION = 0.80
-ANSWERS_DOC_PRECISION = 0.92
-ANSWERS_RECALL = 0.13
-ANSWERS_NO_CITATION = 0.66
+ANSWERS_PRECISION = 0.68
+ANSWERS_DOC_PRECISION = 0.90
+ANSWERS_RECALL = 0.18
+ANSWERS_NO_CITATION = 0.47

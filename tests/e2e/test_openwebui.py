@@ -54,7 +54,11 @@ DOCUMENTS = [REPO / "data", HERE / "docs"]
 COLLECTION = "e2e"
 MODEL = f"citeflow-{COLLECTION}"
 API_KEY = "e2e-citeflow-key"
-QUESTION = "What did the author work on before college, and what do pet ducks eat?"
+#: a two-part question, so that the answer cites two files; the essay part names what its answer
+#: sentence says ("outside of school"), so that a quote of it bears on the question
+QUESTION = (
+    "What did the author work on outside of school before college, and what do pet ducks eat?"
+)
 #: read at import: the suite's autouse fixture removes CITEFLOW_* variables before each test
 REQUIRED = os.environ.get("CITEFLOW_E2E_REQUIRED") == "1"
 

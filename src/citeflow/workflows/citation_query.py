@@ -57,7 +57,7 @@ class QueryOptions:
     max_sources: int = 4
     context_budget: int = 900
     support_threshold: float = 0.6  # Settings.support_threshold (calibrated)
-    citation_relevance: float = 0.5  # Settings.citation_relevance (calibrated)
+    citation_relevance: float = 0.3  # Settings.citation_relevance (see there)
     repair_citations: bool = True
 
     @classmethod
