@@ -379,3 +379,19 @@ def test_each_part_of_a_compound_question_can_be_answered_with_its_own_source() 
     assert [c.number for c in cits] == [1, 2]
     # a whole-question share would give each quote about half: both below a stricter gate
     assert support.score("Ducks eat peas.", 2).relevance > 0.9
+
+
+def test_markers_opening_a_sentence_move_to_its_end() -> None:
+    """The local model sometimes opens a sentence with its marker ("[1] The two main ...")."""
+    sources = [
+        "Before college the two main things I worked on were writing and programming.",
+        "Pet ducks eat leafy greens, peas and sweetcorn.",
+    ]
+    repairer = CitationRepairer(LexicalSupport(sources), threshold=0.5)
+    opened = "[1] Before college the two main things I worked on were writing and programming."
+    text, cits = repairer.repair(opened)
+    assert text == opened.removeprefix("[1] ").removesuffix(".") + " [1]."
+    assert [(c.number, c.origin) for c in cits] == [(1, "model")]
+    text, _ = repairer.repair("[1], [2] Pet ducks eat leafy greens, peas and sweetcorn.")
+    assert text == "Pet ducks eat leafy greens, peas and sweetcorn [2]."  # [1] does not support it
+    assert repairer.repair("Pet ducks eat peas [2].")[0] == "Pet ducks eat peas [2]."

@@ -112,7 +112,7 @@ class CitationRepairer:
                     mapping[number] = best.number
                     citations.append(self._citation(bare, best, "moved"))
                     break
-        text = renumber(sentence, mapping)
+        text = _markers_last(renumber(sentence, mapping))
         if (
             not mapping
             and best is not None
@@ -181,6 +181,24 @@ def needs_citation(sentence: str) -> bool:
     if stripped.endswith("?") or _NO_ANSWER.search(stripped):
         return False
     return len(content_terms(stripped)) >= 3
+
+
+def _markers_last(sentence: str) -> str:
+    """A sentence the model opened with its markers ("[1] The two main things ...") gets them at
+    its end, where a reader expects them (and where Open WebUI's chips read naturally)."""
+    stripped = sentence.lstrip()
+    markers: list[str] = []
+    end = 0
+    for marker in find_markers(stripped):
+        if stripped[end : marker.start].strip(" ,"):
+            break
+        markers.append(stripped[marker.start : marker.end])
+        end = marker.end
+    rest = stripped[end:].lstrip(" ,")
+    if not markers or not rest.strip():
+        return sentence
+    leading = sentence[: len(sentence) - len(stripped)]
+    return leading + insert_marker(rest, "".join(markers))
 
 
 def insert_marker(sentence: str, marker: str) -> str:
