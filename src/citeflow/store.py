@@ -525,22 +525,7 @@ class Store:
         """Every document of a collection with its content hash and chunk count."""
         if not self.exists(collection):
             return {}
-        found: dict[str, DocumentRecord] = {}
-        counts: dict[str, int] = {}
-        for payload in self._scroll_payloads(collection, list(DOC_KEYS)):
-            doc_id = str(payload.get("doc_id", ""))
-            counts[doc_id] = counts.get(doc_id, 0) + 1
-            if doc_id not in found:
-                found[doc_id] = DocumentRecord(
-                    doc_id=doc_id,
-                    content_hash=str(payload.get("content_hash", "")),
-                    file_path=str(payload.get("file_path", "")),
-                    file_name=str(payload.get("file_name", "")),
-                    title=str(payload.get("title", "")),
-                    chunks=0,
-                    expected_chunks=_chunk_count(payload),
-                )
-        return {k: dataclasses.replace(v, chunks=counts[k]) for k, v in found.items()}
+        return _records(self._scroll_payloads(collection, list(DOC_KEYS)))
 
     def content_hashes(self, collection: str, doc_ids: list[str]) -> dict[str, str]:
         """The stored content hash of each of these documents that the collection holds ("" for
@@ -562,7 +547,7 @@ class Store:
                 for idx, payload in enumerate(local.payload):
                     if payload.get("doc_id") in wanted and not deleted[idx]:
                         payloads.append(payload)
-            return _complete_hashes(payloads)
+            return _complete_hashes(_records(payloads))
         return self._content_hashes_by_filter(collection, doc_ids)
 
     def _content_hashes_by_filter(self, collection: str, doc_ids: list[str]) -> dict[str, str]:
@@ -570,7 +555,7 @@ class Store:
             must=[rest.FieldCondition(key="doc_id", match=rest.MatchAny(any=doc_ids))]
         )
         keys = ["doc_id", "content_hash", "chunk_count"]
-        return _complete_hashes(self._scroll_payloads(collection, keys, flt))
+        return _complete_hashes(_records(self._scroll_payloads(collection, keys, flt)))
 
     def _scroll_payloads(
         self, collection: str, keys: list[str], flt: rest.Filter | None = None
@@ -648,18 +633,27 @@ def _chunk_count(payload: dict[str, Any]) -> int | None:
     return count if isinstance(count, int) else None
 
 
-def _complete_hashes(payloads: Iterable[dict[str, Any]]) -> dict[str, str]:
-    """Each document's content hash, or "" for one with chunks missing (written only in part),
-    so that it is written again rather than taken as unchanged."""
-    hashes: dict[str, str] = {}
+def _records(payloads: Iterable[dict[str, Any]]) -> dict[str, DocumentRecord]:
+    """The documents of these chunk payloads, each with its chunks counted."""
+    found: dict[str, DocumentRecord] = {}
     counts: dict[str, int] = {}
-    expected: dict[str, int | None] = {}
     for payload in payloads:
         doc_id = str(payload.get("doc_id", ""))
         counts[doc_id] = counts.get(doc_id, 0) + 1
-        hashes.setdefault(doc_id, str(payload.get("content_hash", "")))
-        expected.setdefault(doc_id, _chunk_count(payload))
-    return {
-        doc_id: digest if expected[doc_id] in (None, counts[doc_id]) else ""
-        for doc_id, digest in hashes.items()
-    }
+        if doc_id not in found:
+            found[doc_id] = DocumentRecord(
+                doc_id=doc_id,
+                content_hash=str(payload.get("content_hash", "")),
+                file_path=str(payload.get("file_path", "")),
+                file_name=str(payload.get("file_name", "")),
+                title=str(payload.get("title", "")),
+                chunks=0,
+                expected_chunks=_chunk_count(payload),
+            )
+    return {k: dataclasses.replace(v, chunks=counts[k]) for k, v in found.items()}
+
+
+def _complete_hashes(records: dict[str, DocumentRecord]) -> dict[str, str]:
+    """Each document's content hash, or "" for one with chunks missing (written only in part),
+    so that it is written again rather than taken as unchanged."""
+    return {k: r.content_hash if r.complete else "" for k, r in records.items()}
