@@ -75,7 +75,8 @@ async def test_answer_cites_existing_sources(kb: KnowledgeBase) -> None:
 
 
 async def test_stream_events_match_final_answer(kb: KnowledgeBase) -> None:
-    llm = ScriptedLLM(["Yahoo bought Viaweb in 1998 [9]. Ducks live near ponds [1].\nThat is all."])
+    raw = "Yahoo bought Viaweb in 1998 [9]. Ducks live near ponds [1].\nThat is all."
+    llm = ScriptedLLM([raw])
     handler = _workflow(kb, llm).run(query="Who bought Viaweb, and where do ducks live?")
     stages: list[str] = []
     deltas: list[str] = []
@@ -94,6 +95,8 @@ async def test_stream_events_match_final_answer(kb: KnowledgeBase) -> None:
     assert all(1 <= n <= len(result.source_nodes) for n in cited_numbers(result.response))
     assert _source_of(result, "Yahoo bought") in result.cited
     assert _source_of(result, "ponds") in result.cited
+    # what the model wrote stays inspectable
+    assert result.raw_response == raw
 
 
 async def test_document_footnotes_are_not_citations(kb: KnowledgeBase) -> None:

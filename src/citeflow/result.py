@@ -23,6 +23,7 @@ class CitedResponse(Response):
     search_query: str = ""
     cited: list[int] = field(default_factory=list)
     citations: list[Citation] = field(default_factory=list)
+    raw_response: str = ""  # the model's text before citation repair, for inspection
     grounded: bool = True
     rounds: int = 1
     timings: dict[str, float] = field(default_factory=dict)

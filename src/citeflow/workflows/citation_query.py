@@ -273,6 +273,7 @@ class CitationQueryWorkflow(Workflow):
         if not ev.sources:
             ctx.write_event_to_stream(AnswerDeltaEvent(delta=NOT_COVERED_ANSWER))
             text, citations, cited = NOT_COVERED_ANSWER, [], []
+            raw = text
         else:
             self._status(ctx, "writing", f"Writing the answer from {len(ev.sources)} sources")
             with upstream("LLM"):
@@ -282,6 +283,7 @@ class CitationQueryWorkflow(Workflow):
                     on_delta=lambda piece: ctx.write_event_to_stream(AnswerDeltaEvent(delta=piece)),
                 )
             text, citations, cited = synthesis.text, synthesis.citations, synthesis.cited
+            raw = synthesis.raw_text
             trace.timings["llm"] = trace.timings.get("llm", 0.0) + synthesis.llm_seconds
         trace.timed("synthesize", started)
         self._status(ctx, "done", "Done")
@@ -294,6 +296,7 @@ class CitationQueryWorkflow(Workflow):
                 search_query=trace.search_query,
                 cited=cited,
                 citations=citations,
+                raw_response=raw,
                 grounded=trace.grounded,
                 rounds=trace.rounds,
                 timings=dict(trace.timings),
