@@ -2,8 +2,10 @@
 
 Each test claim is searched as the workflow searches (hybrid, top_k chunks, scored by cosine
 relevance); then every grader configuration judges the same hits: none, the score grader at
-thresholds 0.10 to 0.50, and the LLM grader with the local model on an evenly spaced sample of
-claims. A chunk is relevant when its abstract is judged relevant in the qrels. Per configuration:
+thresholds 0.10 to 0.50 and the default ("0.25 or cov 0.6": it also keeps a chunk holding
+``CITEFLOW_RELEVANCE_COVERAGE`` of the question's words), and the LLM grader with the local model
+on an evenly spaced sample of claims. A chunk is relevant when its abstract is judged relevant in
+the qrels. Per configuration:
 
     kept/q      chunks kept per claim
     kept P      precision of the kept chunks (all claims pooled)
@@ -343,6 +345,10 @@ async def run(args: argparse.Namespace) -> None:
     rows = [await bench.row("none", KeepAllGrader(), claims)]
     for t in THRESHOLDS:
         rows.append(await bench.row(score_name(t), ScoreGrader(t), claims))
+    coverage = settings.relevance_coverage
+    if coverage:  # the default: or the chunk holds that much of the question's words
+        name = f"{default:.2f} or cov {coverage:g}"
+        rows.append(await bench.row(name, ScoreGrader(default, coverage), claims))
     print_rows(f"all {len(claims)} claims", rows)
 
     retries: list[tuple[str, dict[str, float] | None]] = []

@@ -64,6 +64,29 @@ async def test_score_and_keep_all_graders() -> None:
     assert await KeepAllGrader().grade("q", nodes) == nodes
 
 
+async def test_score_grader_keeps_a_chunk_holding_the_questions_words() -> None:
+    """The dense similarity misses names: a chunk holding the question's words is relevant at
+    any similarity; an off-topic question covers nothing and keeps nothing."""
+    nodes = [
+        NodeWithScore(
+            node=TextNode(id_="hn", text="To test this new Arc, I wrote Hacker News in it."),
+            score=0.21,
+        ),
+        NodeWithScore(
+            node=TextNode(id_="lisp", text="I gave a talk about Lisp at a conference."),
+            score=0.45,
+        ),
+        NodeWithScore(node=TextNode(id_="art", text="I painted still lives at night."), score=0.1),
+    ]
+    question = "Why did the author write Hacker News?"
+    assert [n.node.node_id for n in await ScoreGrader(0.25).grade(question, nodes)] == ["lisp"]
+    kept = await ScoreGrader(0.25, coverage=0.6).grade(question, nodes)
+    assert [n.node.node_id for n in kept] == ["hn", "lisp"]
+    off_topic = "Is it true that aspirin lowers the risk of colorectal cancer?"
+    low = [NodeWithScore(node=n.node, score=0.1) for n in nodes]
+    assert await ScoreGrader(0.25, coverage=0.6).grade(off_topic, low) == []
+
+
 def test_auto_grader_follows_the_provider() -> None:
     llm = ScriptedLLM()
     local = Settings(_env_file=None, llm_provider="local")  # type: ignore[call-arg]

@@ -3,8 +3,8 @@
 Like LlamaIndex's `CitationQueryEngine`, each relevant node is split into smaller pieces and each
 piece becomes a node whose text starts with ``Source N:``. Unlike the notebook version, every
 piece is a new `TextNode` (never the parent mutated or shared), carries its own id and its
-character offsets in the parent, and only the pieces that best match the query are kept, up to
-``max_sources``, so that the prompt stays short enough for a small local model.
+character offsets in the parent, and only the pieces that cover most of the question are kept,
+up to ``max_sources``, so that the prompt stays short enough for a small local model.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from functools import lru_cache
 from llama_index.core.schema import MetadataMode, NodeRelationship, NodeWithScore, TextNode
 
 from citeflow.citations.markers import strip_footnotes
-from citeflow.citations.text import content_terms, count_tokens, sentence_spans, term_set
+from citeflow.citations.support import QuestionCoverage
+from citeflow.citations.text import count_tokens, sentence_spans, term_set
 
 SOURCE_PREFIX = "Source {number}:\n"
 
@@ -75,11 +76,11 @@ def _cut_long(text: str, start: int, end: int, limit: int) -> list[tuple[int, in
     return out
 
 
-def _overlap(query_terms: frozenset[str], text: str) -> float:
-    terms = term_set(text)
-    if not query_terms or not terms:
-        return 0.0
-    return len(query_terms & terms) / len(query_terms)
+#: how much a piece's question coverage must exceed that of a piece one parent further down the
+#: ranking to be chosen before it (`make_sources`)
+RANK_PRIOR = 0.15
+#: bump when `make_sources` would choose other pieces for the same input (cached sources key on it)
+SELECTION_VERSION = 2
 
 
 def make_sources(
@@ -89,37 +90,30 @@ def make_sources(
     chunk_tokens: int,
     overlap_tokens: int,
     max_sources: int,
+    rank_prior: float = RANK_PRIOR,
 ) -> list[NodeWithScore]:
     """Numbered citation chunks for ``nodes`` (best first), at most ``max_sources`` of them.
 
-    Pieces are picked round-robin over the parents in rank order, each parent's pieces by their
-    word overlap with the query, so the sources span several retrieved chunks instead of
-    exhausting the first; pieces sharing no word with the query come last. The chosen pieces
-    are numbered in the parents' order and their position in each parent.
+    Every piece of every parent is scored by how much of the question it covers
+    (`QuestionCoverage`: IDF-weighted over the pieces, so a rare word such as a name counts more
+    than a common one) minus ``rank_prior`` per place of its parent in the ranking; the best
+    ``max_sources`` are kept and numbered in the parents' order and their position in each
+    parent. Measured on SciFact's 188 claims with gold evidence sentences (`citeflow eval`'s
+    calibration half, 101 claims): the sources held 63% of the gold sentences, against 39% for
+    picking pieces round-robin over the parents by plain word overlap, and 78% of the claims had
+    at least one (64%). A prior of 0.05 held 60%; 0.15 to 0.5, 63%.
     """
-    query_terms = frozenset(content_terms(query))
-    per_parent: list[list[tuple[float, int, NodeWithScore, Piece]]] = []
-    for hit in nodes:
+    candidates: list[tuple[int, int, NodeWithScore, Piece, frozenset[str]]] = []
+    for rank, hit in enumerate(nodes):
         text = hit.node.get_content(metadata_mode=MetadataMode.NONE)
-        pieces = [
-            (_overlap(query_terms, text[p.start : p.end]), pos, hit, p)
-            for pos, p in enumerate(split_spans(text, chunk_tokens, overlap_tokens))
-        ]
-        per_parent.append(sorted(pieces, key=lambda c: (-c[0], c[1])))
-    chosen: list[tuple[int, int, NodeWithScore, Piece]] = []
-    for matching in (True, False):
-        level = 0
-        while len(chosen) < max_sources and any(level < len(p) for p in per_parent):
-            for rank, pieces in enumerate(per_parent):
-                if level < len(pieces) and len(chosen) < max_sources:
-                    overlap, pos, hit, piece = pieces[level]
-                    if (overlap > 0) == matching:
-                        chosen.append((rank, pos, hit, piece))
-            level += 1
-    chosen.sort(key=lambda c: (c[0], c[1]))
+        for pos, piece in enumerate(split_spans(text, chunk_tokens, overlap_tokens)):
+            candidates.append((rank, pos, hit, piece, term_set(text[piece.start : piece.end])))
+    coverage = QuestionCoverage.over(query, [c[4] for c in candidates])
+    ranked = sorted(candidates, key=lambda c: (-(coverage(c[4]) - rank_prior * c[0]), c[0], c[1]))
+    chosen = sorted(ranked[:max_sources], key=lambda c: (c[0], c[1]))
     return [
         _source_node(number, hit, piece)
-        for number, (_, _, hit, piece) in enumerate(chosen, start=1)
+        for number, (_, _, hit, piece, _) in enumerate(chosen, start=1)
     ]
 
 

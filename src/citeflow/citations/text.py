@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import re
+import threading
 from functools import lru_cache
+
+import Stemmer
 
 # A sentence ends at . ! ? (optionally followed by closing quotes/brackets) before whitespace,
 # or at a line break. Decimal points and "e.g." mid-sentence are left alone because the next
@@ -22,6 +25,9 @@ STOPWORDS = frozenset(
         "up very was we were what when where which while who whom why will with would you your "
         "yours yourself yourselves said says one two may might must shall us upon within without "
         "via per like well much many however therefore thus yet still even though although"
+        # how a question names a document's writer, who calls themself "I": "What did the
+        # author do?" must meet "I worked on ...", so the word carries no content of its own
+        " author authors narrator"
     ).split()
 )
 
@@ -103,24 +109,72 @@ def count_tokens(text: str) -> int:
     return max(1, round(max(len(text) * 0.25, (text.count(" ") + 1) * 1.34)))
 
 
+# Irregular past forms, so that an answer's "bought" meets its source's "buy" (a stemmer cannot).
+_IRREGULAR = {
+    past: base
+    for base, forms in {
+        "become": "became",
+        "begin": "began begun",
+        "bring": "brought",
+        "build": "built",
+        "buy": "bought",
+        "choose": "chose chosen",
+        "come": "came",
+        "draw": "drew drawn",
+        "drive": "drove driven",
+        "eat": "ate eaten",
+        "fall": "fell fallen",
+        "feel": "felt",
+        "fight": "fought",
+        "find": "found",
+        "fly": "flew flown",
+        "forget": "forgot forgotten",
+        "get": "got gotten",
+        "give": "gave given",
+        "go": "went gone",
+        "grow": "grew grown",
+        "hold": "held",
+        "keep": "kept",
+        "know": "knew known",
+        "lead": "led",
+        "leave": "left",
+        "lose": "lost",
+        "make": "made",
+        "mean": "meant",
+        "meet": "met",
+        "pay": "paid",
+        "rise": "rose risen",
+        "run": "ran",
+        "see": "saw seen",
+        "sell": "sold",
+        "send": "sent",
+        "show": "shown",
+        "sit": "sat",
+        "speak": "spoke spoken",
+        "spend": "spent",
+        "stand": "stood",
+        "take": "took taken",
+        "teach": "taught",
+        "tell": "told",
+        "think": "thought",
+        "throw": "threw thrown",
+        "understand": "understood",
+        "win": "won",
+        "write": "wrote written",
+    }.items()
+    for past in forms.split()
+}
+_local = threading.local()  # a PyStemmer stemmer is not to be shared between threads
+
+
 @lru_cache(maxsize=65536)
 def _stem(word: str) -> str:
-    for suffix in (
-        "ations",
-        "ation",
-        "ingly",
-        "ings",
-        "ing",
-        "edly",
-        "ies",
-        "ied",
-        "es",
-        "ed",
-        "s",
-    ):
-        if len(word) > len(suffix) + 2 and word.endswith(suffix):
-            return word[: -len(suffix)] + ("y" if suffix in ("ies", "ied") else "")
-    return word
+    """Snowball (Porter 2) stem, irregular past forms first mapped to their base."""
+    stemmer = getattr(_local, "stemmer", None)
+    if stemmer is None:
+        stemmer = _local.stemmer = Stemmer.Stemmer("english")
+    stem: str = stemmer.stemWord(_IRREGULAR.get(word, word))
+    return stem
 
 
 def content_terms(text: str) -> list[str]:

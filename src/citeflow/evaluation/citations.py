@@ -47,7 +47,7 @@ from tqdm.auto import tqdm
 
 from citeflow.citations.markers import find_markers
 from citeflow.citations.repair import Citation, CitationRepairer, repair_text
-from citeflow.citations.sources import make_sources, source_text
+from citeflow.citations.sources import SELECTION_VERSION, make_sources, source_text
 from citeflow.citations.support import LexicalSupport
 from citeflow.errors import InvalidRequestError
 from citeflow.evaluation.dataset import BeirDataset
@@ -123,6 +123,7 @@ GENERATION_SETTINGS: tuple[str, ...] = (
     "feedback_weight",
     "grader",
     "relevance_threshold",
+    "relevance_coverage",
     "max_rounds",
     "on_no_relevant",
     "citation_chunk_size",
@@ -573,7 +574,7 @@ async def workflow_sources(
     from citeflow.query.grading import ScoreGrader
 
     nodes = await retriever.aretrieve(question)
-    relevant = await ScoreGrader(settings.relevance_threshold).grade(question, nodes)
+    relevant = await ScoreGrader.from_settings(settings).grade(question, nodes)
     if not relevant and settings.on_no_relevant == "best":
         relevant = sorted(nodes, key=lambda n: -(n.score or 0.0))[:3]
     return make_sources(
@@ -703,6 +704,7 @@ def generation_facts(settings: Settings, *, index_key: str, llm: str) -> dict[st
     return {
         "format": CACHE_FORMAT,
         "index": index_key,
+        "sources": SELECTION_VERSION,
         "llm": llm,
         "prompts": hashlib.sha256(prompts.encode()).hexdigest()[:16],
         "settings": knobs,

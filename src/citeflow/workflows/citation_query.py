@@ -52,12 +52,13 @@ class QueryOptions:
     on_no_relevant: str = "best"
     fallback_nodes: int = 3
     relevance_threshold: float = 0.25
+    relevance_coverage: float = 0.6
     citation_chunk_size: int = 160
     citation_chunk_overlap: int = 16
     max_sources: int = 4
     context_budget: int = 900
-    support_threshold: float = 0.6  # Settings.support_threshold (calibrated)
-    citation_relevance: float = 0.3  # Settings.citation_relevance (see there)
+    support_threshold: float = 0.55  # Settings.support_threshold (calibrated)
+    citation_relevance: float = 0.5  # Settings.citation_relevance (see there)
     repair_citations: bool = True
 
     @classmethod
@@ -66,6 +67,7 @@ class QueryOptions:
             max_rounds=settings.max_rounds,
             on_no_relevant=settings.on_no_relevant,
             relevance_threshold=settings.relevance_threshold,
+            relevance_coverage=settings.relevance_coverage,
             citation_chunk_size=settings.citation_chunk_size,
             citation_chunk_overlap=settings.citation_chunk_overlap,
             max_sources=settings.max_sources,
@@ -121,7 +123,9 @@ class CitationQueryWorkflow(Workflow):
         self.retriever = retriever
         self.llm = llm
         self.options = options or QueryOptions()
-        self.grader = grader or ScoreGrader(self.options.relevance_threshold)
+        self.grader = grader or ScoreGrader(
+            self.options.relevance_threshold, self.options.relevance_coverage
+        )
         self.synthesizer = CitationSynthesizer(
             llm,
             context_budget=self.options.context_budget,

@@ -1,0 +1,72 @@
+"""Freeze the regression slice's inputs from `citeflow eval`'s caches (see README.md here).
+
+Run after ``citeflow eval ../shared/data/scifact --retrievers none --calibrate
+--calibration-claims 80 --citations 40`` with the default settings; takes the newest generation
+and calibration caches (or the directories given) and rewrites the three JSONL files:
+
+    .venv/bin/python tests/data/scifact_citations/freeze.py [--generations DIR] [--calibration DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from citeflow.evaluation.citations import (
+    compact_record,
+    evidence_queries,
+    question_for,
+    split_of,
+)
+from citeflow.evaluation.dataset import load_beir
+
+HERE = Path(__file__).resolve().parent
+SCIFACT = HERE.parents[2].parent / "shared" / "data" / "scifact"
+CACHE = Path.home() / ".cache" / "citeflow" / "eval"
+
+
+def newest(directory: Path) -> Path:
+    return max(directory.glob("scifact-*"), key=lambda p: p.stat().st_mtime)
+
+
+def write(name: str, rows: list[dict[str, object]]) -> None:
+    lines = [json.dumps(r, ensure_ascii=False) for r in rows]
+    (HERE / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(f"{name}: {len(rows)} rows")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--generations", type=Path, default=None)
+    parser.add_argument("--calibration", type=Path, default=None)
+    args = parser.parse_args()
+    generations = args.generations or newest(CACHE / "citations")
+    calibration = args.calibration or newest(CACHE / "calibration")
+    dataset = load_beir(SCIFACT)
+    known = json.loads((calibration / "sources.json").read_text(encoding="utf-8"))
+    rows = []
+    for qid in evidence_queries(dataset, "calibration"):
+        question = question_for(dataset.queries[qid])
+        record = {"query_id": qid, "question": question, "sources": known[question]}
+        rows.append(compact_record(record, dataset))
+    write("calibration_sources.jsonl", rows)
+    by_id: dict[str, dict[str, object]] = {}
+    for path in generations.glob("*.json"):
+        if path.name == "config.json":
+            continue
+        record = json.loads(path.read_text(encoding="utf-8"))
+        by_id[record["query_id"]] = record
+    for name, split, count in (
+        ("calibration_answers.jsonl", "calibration", 80),
+        ("answers.jsonl", "evaluation", 40),
+    ):
+        ids = [q for q in evidence_queries(dataset, split) if q in by_id][:count]
+        assert all(split_of(q) == split for q in ids)
+        assert ids == evidence_queries(dataset, split)[:count], f"{name}: claims missing"
+        write(name, [compact_record(by_id[q], dataset) for q in ids])
+    print(f"from {generations} and {calibration}")
+
+
+if __name__ == "__main__":
+    main()
