@@ -281,6 +281,22 @@ def test_support_backs_what_the_sentence_adds_to_the_question() -> None:
     assert CitationRepairer(even, threshold=0.6).repair(answer)[0] == answer
 
 
+def test_a_denial_is_not_supported_by_a_source_that_states_the_opposite() -> None:
+    sources = [
+        "In 2005 we started Y Combinator, and I worked on it for nine years.",
+        "I did not like painting still lives. Jessica was in charge of marketing.",
+    ]
+    question = "What did the author do at Y Combinator?"
+    support = LexicalSupport(sources, question=question)
+    repairer = CitationRepairer(support, threshold=0.55, relevance=0.5)
+    denial = "The author did not work at Y Combinator."
+    assert repairer.repair(denial) == (denial, [])  # "not" is in no quote about Y Combinator
+    statement = "The author worked on Y Combinator for nine years."
+    assert [c.number for c in repairer.repair(statement)[1]] == [1]
+    affirmed = support.score("The author did work at Y Combinator.", 1).score
+    assert abs(support.score(denial, 1).score - affirmed / 2) < 1e-9
+
+
 def test_inflected_and_irregular_forms_meet_their_base() -> None:
     assert content_terms("He bought it") == content_terms("He buys it") == ["buy"]
     assert content_terms("wrote writing writes") == ["write"] * 3

@@ -184,12 +184,12 @@ class Settings(BaseSettings):
     # `citeflow eval ../shared/data/scifact --retrievers none --calibrate --calibration-claims 80`
     # prints precision/recall by threshold for claims and for the local model's answers (repair
     # replayed). No (threshold, relevance) pair reaches 0.9 precision on >= 20 of the 80 answers'
-    # citations; the best reach 0.83-0.87, and the held-out answers disagree with the calibration
-    # answers by +-0.1 at every pair (20-30 citations each). The two defaults are the fixed point
-    # of two rules, both checked by tests/test_eval_citations.py: at the default relevance, the
-    # threshold with the best precision on >= 20 citations (0.55: 0.833 on 24; 0.60: 0.826 on 23;
-    # 0.50: 0.778 on 27; 0.65: 0.810 on 21); at that threshold, the lowest relevance reaching 0.8
-    # on >= 20 citations (0.5; 0.45: 0.786, 0.3: 0.659 on 41).
+    # citations; the best reach 0.87, and the held-out answers differ from the calibration
+    # answers by up to 0.1 at a pair (20-30 citations each). The two defaults are the fixed point
+    # of one rule applied to each, checked by tests/test_eval_citations.py: the value with the
+    # best precision on >= 20 citations, the other held at its default (the lowest on ties). At
+    # relevance 0.5, threshold 0.55 gives 0.870 on 23 (0.50: 0.808, 0.60: 0.864, 0.65: 0.850); at
+    # threshold 0.55, relevance 0.5 and 0.55 give 0.870 (0.45: 0.815, 0.3: 0.692 on 39).
     support_threshold: float = Field(
         default=0.55,
         ge=0.0,

@@ -35,6 +35,15 @@ from citeflow.citations.text import question_parts, sentence_spans, statement_of
 QUESTION_WEIGHT = 0.5
 #: what a two-sentence window must gain over one sentence to be the quote
 WINDOW_PENALTY = 0.1
+#: what a window's support is multiplied by when the sentence denies something and the window
+#: does not ("The author did not work at Y Combinator" against "... started Y Combinator"): the
+#: words match, the statement does not
+NEGATION_PENALTY = 0.5
+_NEGATION = re.compile(
+    r"\b(?:not|no|never|neither|nor|none|nothing|cannot|without|fails?|failed)\b|n't\b",
+    re.IGNORECASE,
+)
+
 #: weight of an answer sentence's words that repeat the question, against its other words: the
 #: citation must back what the sentence adds ("The author used Fortran on the IBM 1401" cites the
 #: source saying "Fortran", not the one saying "IBM 1401" most often)
@@ -48,6 +57,11 @@ _NOT_ASSERTED = re.compile(
     r"|\bwe\s+(?:sought|aimed|set out|asked)\b",
     re.IGNORECASE,
 )
+
+
+def negates(sentence: str) -> bool:
+    """Whether a sentence denies something ("not", "never", "no", "n't", ...)."""
+    return _NEGATION.search(sentence) is not None
 
 
 def asserts(sentence: str) -> bool:
@@ -75,6 +89,7 @@ class _Window:
     end: int
     terms: frozenset[str]
     pair: bool = False
+    negated: bool = False
 
 
 @lru_cache(maxsize=4096)
@@ -86,9 +101,18 @@ def _windows_of(text: str, assertions_only: bool) -> tuple[_Window, ...]:
         term_set(text[s:e]) if not assertions_only or asserts(text[s:e]) else frozenset[str]()
         for s, e in spans
     ]
-    windows = [_Window(s, e, t) for (s, e), t in zip(spans, terms, strict=True)]
+    negated = [negates(text[s:e]) for s, e in spans]
+    windows = [
+        _Window(s, e, t, negated=n) for (s, e), t, n in zip(spans, terms, negated, strict=True)
+    ]
     windows += [
-        _Window(spans[i][0], spans[i + 1][1], terms[i] | terms[i + 1], pair=True)
+        _Window(
+            spans[i][0],
+            spans[i + 1][1],
+            terms[i] | terms[i + 1],
+            pair=True,
+            negated=negated[i] or negated[i + 1],
+        )
         for i in range(len(spans) - 1)
     ]
     return tuple(windows)
@@ -189,10 +213,13 @@ class LexicalSupport:
             return Support(number, 0.0, "", 0, 0, 0.0)
         weight = self._weights(terms)
         total = sum(weight.values())
+        denies = negates(sentence)
         best, best_key, best_support, best_relevance = windows[0], -math.inf, 0.0, 0.0
         for window in windows:
             shared = terms & window.terms
             support = sum(weight[t] for t in shared) / total if shared else 0.0
+            if denies and not window.negated:
+                support *= NEGATION_PENALTY
             relevance = self.relevance(window.terms)
             key = support + self._question_weight * relevance
             key -= self._window_penalty if window.pair else 0.0
