@@ -150,10 +150,12 @@ class QuestionCoverage:
 
     @classmethod
     def over(cls, question: str, texts: Sequence[frozenset[str]]) -> QuestionCoverage:
-        """Coverage with the IDF of ``texts`` (each given by its term set)."""
+        """Coverage with the IDF of ``texts`` (each given by its term set); only the question's
+        words are counted, so this costs a few set lookups per text."""
+        asked = term_set(statement_of(question).rstrip(" ?"))
         df: Counter[str] = Counter()
         for terms in texts:
-            df.update(terms)
+            df.update(asked & terms)
         return cls(question, idf_of(df, len(texts)), unseen_idf(len(texts)))
 
     def __bool__(self) -> bool:
@@ -169,6 +171,14 @@ class QuestionCoverage:
             if shared:
                 best = max(best, sum(self._idf.get(t, 0.0) for t in shared) / total)
         return best
+
+
+@dataclass(frozen=True, slots=True)
+class _Weighed:
+    terms: frozenset[str]
+    weight: dict[str, float]
+    total: float
+    denies: bool
 
 
 class LexicalSupport:
@@ -196,6 +206,7 @@ class LexicalSupport:
         self._window_penalty = window_penalty
         self._asked = term_set(statement_of(question or "").rstrip(" ?"))
         self._asked_weight = asked_weight
+        self._relevances: list[list[float] | None] = [None] * len(self._texts)
 
     def __len__(self) -> int:
         return len(self._texts)
@@ -207,20 +218,41 @@ class LexicalSupport:
 
     def score(self, sentence: str, number: int) -> Support:
         """Support of ``sentence`` by source ``number`` (1-based), with its quote."""
+        return self._score(self._weighed(sentence), number)
+
+    def rank(self, sentence: str) -> list[Support]:
+        """Support of ``sentence`` by every source, best first."""
+        weighed = self._weighed(sentence)
+        scored = [self._score(weighed, n) for n in range(1, len(self._texts) + 1)]
+        return sorted(scored, key=lambda s: (-s.score, s.number))
+
+    def _weighed(self, sentence: str) -> _Weighed:
+        """A sentence's words with their share in its support: the IDF, less for a word of the
+        question; and whether it denies something."""
         terms = term_set(sentence)
+        idf, unseen, asked, less = self._idf, self._idf_unseen, self._asked, self._asked_weight
+        weight = {t: idf.get(t, unseen) * (less if t in asked else 1.0) for t in terms}
+        return _Weighed(terms, weight, sum(weight.values()), negates(sentence))
+
+    def _window_relevance(self, number: int) -> list[float]:
+        """The question relevance of each window of source ``number`` (computed once)."""
+        known = self._relevances[number - 1]
+        if known is None:
+            known = [self.relevance(w.terms) for w in self._windows[number - 1]]
+            self._relevances[number - 1] = known
+        return known
+
+    def _score(self, sentence: _Weighed, number: int) -> Support:
         windows = self._windows[number - 1]
-        if not terms or not windows:
+        if not sentence.terms or not windows:
             return Support(number, 0.0, "", 0, 0, 0.0)
-        weight = self._weights(terms)
-        total = sum(weight.values())
-        denies = negates(sentence)
+        terms, weight, total = sentence.terms, sentence.weight, sentence.total
         best, best_key, best_support, best_relevance = windows[0], -math.inf, 0.0, 0.0
-        for window in windows:
+        for window, relevance in zip(windows, self._window_relevance(number), strict=True):
             shared = terms & window.terms
             support = sum(weight[t] for t in shared) / total if shared else 0.0
-            if denies and not window.negated:
+            if sentence.denies and not window.negated:
                 support *= NEGATION_PENALTY
-            relevance = self.relevance(window.terms)
             key = support + self._question_weight * relevance
             key -= self._window_penalty if window.pair else 0.0
             # strictly better only: on ties the single sentence (listed first) stays
@@ -235,13 +267,3 @@ class LexicalSupport:
             best.end,
             best_relevance,
         )
-
-    def _weights(self, terms: frozenset[str]) -> dict[str, float]:
-        """Each word's share in a sentence's support: its IDF, less for a word of the question."""
-        idf, unseen, asked = self._idf, self._idf_unseen, self._asked
-        return {t: idf.get(t, unseen) * (self._asked_weight if t in asked else 1.0) for t in terms}
-
-    def rank(self, sentence: str) -> list[Support]:
-        """Support of ``sentence`` by every source, best first."""
-        scored = [self.score(sentence, n) for n in range(1, len(self._texts) + 1)]
-        return sorted(scored, key=lambda s: (-s.score, s.number))
