@@ -32,9 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from citeflow.citations.repair import CitationRepairer, repair_text  # noqa: E402
 from citeflow.citations.sources import source_text  # noqa: E402
-from citeflow.citations.support import LexicalSupport  # noqa: E402
+from citeflow.evaluation.citations import replay as replay_record  # noqa: E402
 from citeflow.knowledge_base import KnowledgeBase  # noqa: E402
 from citeflow.providers.local_llm import LocalLlamaCppLLM  # noqa: E402
 from citeflow.settings import load_settings  # noqa: E402
@@ -107,13 +106,17 @@ def replay(path: Path) -> list[Answer]:
     answers = []
     for item in json.loads(path.read_text()):
         question = next(q for q in QUESTIONS if q.text == item["question"])
-        repairer = CitationRepairer(
-            LexicalSupport(item["sources"], question=question.text),
+        record = {
+            "question": question.text,
+            "sources": [{"text": t} for t in item["sources"]],
+            "raw_text": item["raw"],
+        }
+        text, found = replay_record(
+            record,
             threshold=settings.support_threshold,
             relevance=settings.citation_relevance,
             enabled=settings.repair_citations,
         )
-        text, found = repair_text(repairer, item["raw"])
         cited = list(dict.fromkeys(c.number for c in found))
         answers.append(Answer(question, item["sources"], item["raw"], text, cited))
     return answers

@@ -15,9 +15,8 @@ from typing import Any
 
 import pytest
 
-from citeflow.citations.repair import CitationRepairer, repair_text
 from citeflow.citations.sources import source_text
-from citeflow.citations.support import LexicalSupport
+from citeflow.evaluation.citations import replay
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.settings import Settings
 from tests.conftest import REPO
@@ -71,12 +70,15 @@ def test_recorded_local_model_answers_keep_correct_citations() -> None:
     assert [r["question"] for r in recorded] == list(gold)
     cited = correct = citations = 0
     for record in recorded:
-        repairer = CitationRepairer(
-            LexicalSupport(record["sources"], question=record["question"]),
+        _, found = replay(
+            {
+                "question": record["question"],
+                "sources": [{"text": t} for t in record["sources"]],
+                "raw_text": record["raw"],
+            },
             threshold=settings.support_threshold,
             relevance=settings.citation_relevance,
         )
-        _, found = repair_text(repairer, record["raw"])
         numbers = list(dict.fromkeys(c.number for c in found))
         cited += bool(numbers)
         citations += len(numbers)

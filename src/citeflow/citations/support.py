@@ -118,6 +118,11 @@ def _windows_of(text: str, assertions_only: bool) -> tuple[_Window, ...]:
     return tuple(windows)
 
 
+def asked_terms(question: str) -> frozenset[str]:
+    """The content words a question asks about, without its framing ("Is it true that")."""
+    return term_set(statement_of(question).rstrip(" ?"))
+
+
 def idf_of(df: Counter[str], n: int) -> dict[str, float]:
     """Inverse document frequency of each term of ``df`` (term → how many of ``n`` texts)."""
     return {t: math.log(1.0 + (n + 1) / (c + 0.5)) for t, c in df.items()}
@@ -144,7 +149,7 @@ class QuestionCoverage:
         self._idf = idf
         self._parts: list[tuple[frozenset[str], float]] = []
         for part in question_parts(question):
-            asked = term_set(statement_of(part).rstrip(" ?"))
+            asked = asked_terms(part)
             if any(t in idf for t in asked):
                 self._parts.append((asked, sum(idf.get(t, unseen) for t in asked)))
 
@@ -152,7 +157,7 @@ class QuestionCoverage:
     def over(cls, question: str, texts: Sequence[frozenset[str]]) -> QuestionCoverage:
         """Coverage with the IDF of ``texts`` (each given by its term set); only the question's
         words are counted, so this costs a few set lookups per text."""
-        asked = term_set(statement_of(question).rstrip(" ?"))
+        asked = asked_terms(question)
         df: Counter[str] = Counter()
         for terms in texts:
             df.update(asked & terms)
@@ -204,7 +209,7 @@ class LexicalSupport:
         self._question = QuestionCoverage(question or "", self._idf, self._idf_unseen)
         self._question_weight = question_weight if self._question else 0.0
         self._window_penalty = window_penalty
-        self._asked = term_set(statement_of(question or "").rstrip(" ?"))
+        self._asked = asked_terms(question or "")
         self._asked_weight = asked_weight
         self._relevances: list[list[float] | None] = [None] * len(self._texts)
 

@@ -67,14 +67,15 @@ class ScoreGrader:
         return cls(settings.relevance_threshold, settings.relevance_coverage)
 
     async def grade(self, query: str, nodes: Sequence[NodeWithScore]) -> list[NodeWithScore]:
-        if not self.coverage or all((n.score or 0.0) >= self.threshold for n in nodes):
-            return [n for n in nodes if (n.score or 0.0) >= self.threshold]
+        similar = [(n.score or 0.0) >= self.threshold for n in nodes]
+        if not self.coverage or all(similar):
+            return [n for n, ok in zip(nodes, similar, strict=True) if ok]
         terms = [term_set(n.node.get_content(metadata_mode=MetadataMode.NONE)) for n in nodes]
         covers = QuestionCoverage.over(query, terms)
         return [
             n
-            for n, t in zip(nodes, terms, strict=True)
-            if (n.score or 0.0) >= self.threshold or (covers and covers(t) >= self.coverage)
+            for n, ok, t in zip(nodes, similar, terms, strict=True)
+            if ok or (covers and covers(t) >= self.coverage)
         ]
 
 
