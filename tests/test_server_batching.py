@@ -289,12 +289,13 @@ def test_serve_gives_the_local_embedder_one_thread() -> None:
 
     before = torch.get_num_threads()
     try:
-        use_embed_threads(Settings(_env_file=None))  # type: ignore[call-arg]
+        use_embed_threads(Settings(_env_file=None, embed_backend="torch"))  # type: ignore[call-arg]
         assert torch.get_num_threads() == 1
         torch.set_num_threads(2)
         for settings in (
-            Settings(_env_file=None, serve_embed_threads=0),  # type: ignore[call-arg]
+            Settings(_env_file=None, embed_backend="torch", serve_embed_threads=0),  # type: ignore[call-arg]
             Settings(_env_file=None, embed_provider="openai"),  # type: ignore[call-arg]
+            Settings(_env_file=None),  # type: ignore[call-arg]  # ONNX: threads set per session
         ):
             use_embed_threads(settings)
             assert torch.get_num_threads() == 2

