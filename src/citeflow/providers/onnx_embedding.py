@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import threading
 import warnings
@@ -30,6 +31,8 @@ from pydantic import Field, PrivateAttr
 from citeflow.errors import ModelError
 
 __all__ = ["OnnxEmbedding", "export_onnx", "onnx_supported"]
+
+log = logging.getLogger("citeflow.models")
 
 #: Bumped when the export itself changes, so that older exports are not reused.
 EXPORT_VERSION = 1
@@ -122,6 +125,7 @@ def export_onnx(model_dir: Path, cache_dir: Path) -> Path:
             "pip install 'citeflow[local]', or set CITEFLOW_EMBED_BACKEND=torch"
         ) from None
     cache_dir.mkdir(parents=True, exist_ok=True)
+    log.info("exporting the local embedder %s to ONNX, once: %s", model_dir.name, target)
     partial = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         with warnings.catch_warnings():
