@@ -66,6 +66,7 @@ class Answer:
     text: str
     cited: list[int]  # source numbers the citations point to, first-cited first
     seconds: float = 0.0
+    scores: list[float | None] | None = None  # the retriever's score of each source's chunk
 
 
 async def answer_all(args: argparse.Namespace) -> list[Answer]:
@@ -93,6 +94,7 @@ async def answer_all(args: argparse.Namespace) -> list[Answer]:
                     result.response,
                     list(dict.fromkeys(c.number for c in result.citations)),
                     time.perf_counter() - started,
+                    [s.score for s in result.source_nodes],
                 )
             )
         kb.close()
@@ -106,9 +108,12 @@ def replay(path: Path) -> list[Answer]:
     answers = []
     for item in json.loads(path.read_text()):
         question = next(q for q in QUESTIONS if q.text == item["question"])
+        scores = item.get("scores") or [None] * len(item["sources"])
         record = {
             "question": question.text,
-            "sources": [{"text": t} for t in item["sources"]],
+            "sources": [
+                {"text": t, "score": s} for t, s in zip(item["sources"], scores, strict=True)
+            ],
             "raw_text": item["raw"],
         }
         text, found = replay_record(
@@ -116,6 +121,8 @@ def replay(path: Path) -> list[Answer]:
             threshold=settings.support_threshold,
             relevance=settings.citation_relevance,
             enabled=settings.repair_citations,
+            score_gap=settings.citation_score_gap,
+            keyword_below=settings.relevance_threshold,
         )
         cited = list(dict.fromkeys(c.number for c in found))
         answers.append(Answer(question, item["sources"], item["raw"], text, cited))
@@ -155,7 +162,13 @@ def dump(answers: list[Answer], path: Path) -> None:
     path.write_text(
         json.dumps(
             [
-                {"question": a.question.text, "sources": a.sources, "raw": a.raw, "answer": a.text}
+                {
+                    "question": a.question.text,
+                    "sources": a.sources,
+                    "scores": a.scores,
+                    "raw": a.raw,
+                    "answer": a.text,
+                }
                 for a in answers
             ],
             indent=1,

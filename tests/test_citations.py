@@ -470,3 +470,34 @@ def test_markers_opening_a_sentence_move_to_its_end() -> None:
     text, _ = repairer.repair("[1], [2] Pet ducks eat leafy greens, peas and sweetcorn.")
     assert text == "Pet ducks eat leafy greens, peas and sweetcorn [2]."  # [1] does not support it
     assert repairer.repair("Pet ducks eat peas [2].")[0] == "Pet ducks eat peas [2]."
+
+
+def test_moves_and_additions_only_go_to_sources_the_retriever_ranks_near_the_best() -> None:
+    support = LexicalSupport(SOURCES)
+    moved, added = "Yahoo bought Viaweb in 1998 [3].", "Ducks are waterfowl that live near ponds."
+
+    def repair(
+        sentence: str, scores: list[float | None], gap: float | None, keyword: float = 0.0
+    ) -> str:
+        repairer = CitationRepairer(
+            support, threshold=0.35, source_scores=scores, score_gap=gap, keyword_below=keyword
+        )
+        return repairer.repair(sentence)[0]
+
+    near = [0.60, 0.30, 0.58]  # Source 1 (Viaweb) and 3 (ducks) near the best
+    assert repair(moved, near, 0.05) == "Yahoo bought Viaweb in 1998 [1]."
+    assert repair(added, near, 0.05) == "Ducks are waterfowl that live near ponds [3]."
+    far = [0.40, 0.70, 0.50]  # both scored well below Source 2
+    assert repair(moved, far, 0.05) == "Yahoo bought Viaweb in 1998."  # dropped, not moved
+    assert repair(added, far, 0.05) == added
+    assert repair(moved, far, 0.30) == "Yahoo bought Viaweb in 1998 [1]."  # a wider gap
+    # without the gap, or with an unknown score, any source may take the marker
+    assert repair(moved, far, None) == "Yahoo bought Viaweb in 1998 [1]."
+    assert repair(moved, [0.40, None, 0.50], 0.05) == "Yahoo bought Viaweb in 1998 [1]."
+    # a chunk scored under the grader's threshold was kept for the question's words (found by
+    # the keyword side): its low cosine is no verdict on it
+    keyword_found = [0.20, 0.70, 0.50]
+    assert repair(moved, keyword_found, 0.05) == "Yahoo bought Viaweb in 1998."
+    assert repair(moved, keyword_found, 0.05, keyword=0.25) == "Yahoo bought Viaweb in 1998 [1]."
+    # the model's own supported marker stays whatever its source's score
+    assert repair("Yahoo bought Viaweb in 1998 [1].", far, 0.05).endswith("[1].")

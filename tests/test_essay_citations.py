@@ -70,14 +70,19 @@ def test_recorded_local_model_answers_keep_correct_citations() -> None:
     assert [r["question"] for r in recorded] == list(gold)
     cited = correct = citations = 0
     for record in recorded:
+        scores = record.get("scores") or [None] * len(record["sources"])
         _, found = replay(
             {
                 "question": record["question"],
-                "sources": [{"text": t} for t in record["sources"]],
+                "sources": [
+                    {"text": t, "score": x} for t, x in zip(record["sources"], scores, strict=True)
+                ],
                 "raw_text": record["raw"],
             },
             threshold=settings.support_threshold,
             relevance=settings.citation_relevance,
+            score_gap=settings.citation_score_gap,
+            keyword_below=settings.relevance_threshold,
         )
         numbers = list(dict.fromkeys(c.number for c in found))
         cited += bool(numbers)

@@ -14,6 +14,18 @@ are dropped. The model's own marker stays when its source supports the sentence 
 the best source, if that reaches the threshold. The threshold (``CITEFLOW_SUPPORT_THRESHOLD``) is
 calibrated with ``citeflow eval DATASET --calibrate --citations N`` (see `citeflow.settings`).
 
+A marker is moved, or a marker added, to the source that supports the sentence best only when
+the retriever found that source about as relevant to the question as the best source
+(``score_gap``, ``CITEFLOW_CITATION_SCORE_GAP``: its chunk's cosine similarity to the question
+within that much of the best source's, when the scores are known); otherwise the marker is
+dropped. Chunks scored under the grader's threshold (``keyword_below``,
+``CITEFLOW_RELEVANCE_THRESHOLD``) are exempt: the grader kept them for holding the question's
+words, which the embedder missed, so their cosine is no verdict on them (the essay's answers
+about Yahoo and Sam Altman are in such chunks). Word overlap alone moved citations to passages
+that share the sentence's words without being about it ("ALDH1 ... breast cancer outcomes" to a
+passage on PD-L1 in breast cancer). The model's own choice is not second-guessed this way, only
+the repair's.
+
 Only sources whose quote bears on the question take part: the quote must hold ``relevance`` of
 the question's words (`Support.relevance`, ``CITEFLOW_CITATION_RELEVANCE``). A sentence that only
 restates background from a source ("This is because carriers have a higher risk of X [1]") keeps
@@ -24,6 +36,7 @@ the citation against the question finds it beside the point.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -70,6 +83,9 @@ class CitationRepairer:
         relative: float = 0.9,
         relevance: float = 0.0,
         enabled: bool = True,
+        source_scores: Sequence[float | None] | None = None,
+        score_gap: float | None = None,
+        keyword_below: float = 0.0,
     ) -> None:
         self._support = support
         self._threshold = threshold
@@ -77,6 +93,7 @@ class CitationRepairer:
         self._keep = threshold * keep_ratio
         self._relative = relative
         self._enabled = enabled
+        self._targets = _move_targets(source_scores, score_gap, len(support), keyword_below)
 
     def repair(self, sentence: str) -> tuple[str, list[Citation]]:
         """The sentence with valid, supported markers, and its citations."""
@@ -106,26 +123,48 @@ class CitationRepairer:
         for number in kept:
             mapping[number] = number
             citations.append(self._citation(bare, by_number[number], "model"))
-        if best is not None and best.score >= self._threshold and best.number not in mapping:
+        # where the repair may move or add a marker: the best-supporting source, if the
+        # retriever found it about as relevant as the best one (else the marker is dropped)
+        target = best if best is not None and best.number in self._targets else None
+        if target is not None and target.score >= self._threshold and target.number not in mapping:
             for number in cited:
                 if number not in mapping:  # unsupported: moved to the source that supports it
-                    mapping[number] = best.number
-                    citations.append(self._citation(bare, best, "moved"))
+                    mapping[number] = target.number
+                    citations.append(self._citation(bare, target, "moved"))
                     break
         text = _markers_last(renumber(sentence, mapping))
         if (
             not mapping
-            and best is not None
-            and best.score >= self._threshold
+            and target is not None
+            and target.score >= self._threshold
             and needs_citation(bare)
         ):
-            text = insert_marker(text, render([best.number]))
-            citations.append(self._citation(bare, best, "added"))
+            text = insert_marker(text, render([target.number]))
+            citations.append(self._citation(bare, target, "added"))
         return text, citations
 
     @staticmethod
     def _citation(sentence: str, s: Support, origin: Origin) -> Citation:
         return Citation(s.number, sentence, s.quote, s.quote_start, s.quote_end, s.score, origin)
+
+
+def _move_targets(
+    scores: Sequence[float | None] | None, gap: float | None, count: int, keyword_below: float
+) -> frozenset[int]:
+    """The source numbers the repair may move or add a marker to: those whose retrieval score is
+    within ``gap`` of the best one's, and those scored under ``keyword_below`` (chunks the grader
+    kept for holding the question's words, not for their embedding: their cosine says nothing);
+    every source when the gap or any score is unknown."""
+    every = frozenset(range(1, count + 1))
+    if gap is None or scores is None or len(scores) != count:
+        return every
+    known = [s for s in scores if s is not None]
+    if len(known) != count or not known:
+        return every
+    best = max(known)
+    return frozenset(
+        n for n, s in enumerate(known, start=1) if s >= best - gap - 1e-9 or s < keyword_below
+    )
 
 
 class RepairedAnswer:

@@ -37,7 +37,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -228,10 +228,12 @@ class GoldEvidence:
 
 @dataclass(frozen=True, slots=True)
 class SourceRecord:
-    """One numbered source of an answer: its document and its text."""
+    """One numbered source of an answer: its document, its text, and the retriever's score of
+    its chunk (the cosine similarity to the question; None when not recorded)."""
 
     doc_id: str
     text: str
+    score: float | None = None
 
 
 def _doc_id(source: NodeWithScore) -> str:
@@ -723,16 +725,32 @@ def compact_record(record: Mapping[str, Any], dataset: BeirDataset) -> dict[str,
         start = doc.text.find(str(source["text"])) if doc else -1
         if start < 0:
             raise InvalidRequestError(f"a source of {record['query_id']} is not in the corpus")
-        spans.append([source["doc_id"], start, start + len(str(source["text"]))])
-    keep = ("query_id", "question", "raw_text", "answer", "support_threshold", "seconds")
+        span = [source["doc_id"], start, start + len(str(source["text"]))]
+        if source.get("score") is not None:
+            span.append(round(float(source["score"]), 6))
+        spans.append(span)
+    keep = (
+        "query_id",
+        "question",
+        "raw_text",
+        "answer",
+        "support_threshold",
+        "citation_relevance",
+        "citation_score_gap",
+        "seconds",
+    )
     return {**{k: record[k] for k in keep if k in record}, "sources": spans}
 
 
 def expand_record(compact: Mapping[str, Any], dataset: BeirDataset) -> dict[str, Any]:
     """The generation `compact_record` shortened, with its sources' text."""
     sources = [
-        {"doc_id": doc, "text": dataset.corpus[doc].text[start:end]}
-        for doc, start, end in compact["sources"]
+        {
+            "doc_id": span[0],
+            "text": dataset.corpus[span[0]].text[span[1] : span[2]],
+            "score": span[3] if len(span) > 3 else None,
+        }
+        for span in compact["sources"]
     ]
     return {"format": CACHE_FORMAT, "repair_citations": True, **compact, "sources": sources}
 
@@ -811,11 +829,15 @@ def replay(
     threshold: float,
     relevance: float = 0.0,
     enabled: bool = True,
+    score_gap: float | None = None,
+    keyword_below: float = 0.0,
 ) -> tuple[str, list[Citation]]:
     """The answer and citations the workflow gives for a recorded reply, at ``threshold``.
 
     ``relevance``: `CitationRepairer`'s minimum question relevance of a quote (the question is
-    the record's).
+    the record's); ``score_gap`` and ``keyword_below``: its limit on moves by the sources'
+    retrieval scores (applied when the record has them; ``keyword_below`` is the workflow's
+    ``relevance_threshold``).
     """
     sources = [str(s["text"]) for s in record["sources"]]
     if not sources:
@@ -825,6 +847,9 @@ def replay(
         threshold=threshold,
         relevance=relevance,
         enabled=enabled,
+        source_scores=[s.get("score") for s in record["sources"]],
+        score_gap=score_gap,
+        keyword_below=keyword_below,
     )
     return repair_text(repairer, str(record["raw_text"]))
 
@@ -856,12 +881,15 @@ async def _generate(
         "query_id": query_id,
         "claim": claim,
         "question": question,
-        "sources": [asdict(SourceRecord(_doc_id(s), source_text(s))) for s in result.source_nodes],
+        "sources": [
+            asdict(SourceRecord(_doc_id(s), source_text(s), s.score)) for s in result.source_nodes
+        ],
         "raw_text": synthesis.raw_text if synthesis else "",
         "answer": result.response or "",
         "citations": [asdict(c) for c in result.citations],
         "support_threshold": workflow.options.support_threshold,
         "citation_relevance": workflow.options.citation_relevance,
+        "citation_score_gap": workflow.options.citation_score_gap,
         "repair_citations": workflow.options.repair_citations,
         "grounded": result.grounded,
         "rounds": result.rounds,
@@ -890,6 +918,8 @@ def _recording(workflow: CitationQueryWorkflow) -> _Recorder:
         support_threshold=base.support_threshold,
         repair=base.repair,
         relevance=base.relevance,
+        score_gap=base.score_gap,
+        keyword_below=base.keyword_below,
     )
     workflow.synthesizer = recorder
     return recorder
@@ -904,6 +934,7 @@ async def agenerate(
     template: str = DEFAULT_QUESTION,
     progress: bool = True,
     desc: str = "citations",
+    rescore: Callable[[str], Awaitable[list[NodeWithScore]]] | None = None,
 ) -> tuple[dict[str, dict[str, Any]], int]:
     """Each claim's recorded generation, from the cache or by running the workflow now.
 
@@ -911,6 +942,11 @@ async def agenerate(
     None means the cache must hold every claim. Each generation is written to the cache as soon
     as it is done, so an interrupted run loses at most the answer in progress. Returns the
     records by query id and how many were generated.
+
+    ``rescore(question)`` gives the sources round one of the workflow builds (`workflow_sources`):
+    a cached generation recorded without its sources' retrieval scores gets them from it, when
+    the sources are the same (they are: retrieval is deterministic over the same index), and is
+    written back, so that the replay applies the repair's score rule as the workflow does.
     """
     live: tuple[CitationQueryWorkflow, _Recorder] | None = None
     records: dict[str, dict[str, Any]] = {}
@@ -921,6 +957,13 @@ async def agenerate(
             claim = dataset.queries[qid]
             question = question_for(claim, template)
             record = cache.get(qid, question)
+            if (
+                record is not None
+                and rescore is not None
+                and _unscored(record)
+                and _add_scores(record, await rescore(question))
+            ):
+                cache.put(record)
             if record is None:
                 if workflow is None:
                     raise InvalidRequestError(f"claim {qid} is not in the citation cache")
@@ -936,6 +979,23 @@ async def agenerate(
     finally:
         bar.close()
     return records, generated
+
+
+def _unscored(record: Mapping[str, Any]) -> bool:
+    return any(s.get("score") is None for s in record["sources"])
+
+
+def _add_scores(record: dict[str, Any], nodes: Sequence[NodeWithScore]) -> bool:
+    """Put the scores of ``nodes`` on the record's sources if they are the same sources."""
+    sources = record["sources"]
+    same = len(nodes) == len(sources) and all(
+        _doc_id(n) == s["doc_id"] and source_text(n) == s["text"]
+        for n, s in zip(nodes, sources, strict=True)
+    )
+    if same:
+        for node, source in zip(nodes, sources, strict=True):
+            source["score"] = node.score
+    return same
 
 
 @dataclass
@@ -957,10 +1017,13 @@ def score_records(
     relevance: float = 0.0,
     repair: bool = True,
     details: bool = True,
+    score_gap: float | None = None,
+    keyword_below: float = 0.0,
 ) -> Scored:
     """Replay the repair over each recorded reply at ``threshold`` and score the citations.
 
-    ``relevance`` is the repair's minimum question relevance of a quote (`CitationRepairer`).
+    ``relevance`` is the repair's minimum question relevance of a quote, ``score_gap`` its limit
+    on moves by retrieval score (`CitationRepairer`).
     """
     gold = GoldEvidence(dataset)
     per_query: dict[str, dict[str, Any]] = {}
@@ -969,10 +1032,20 @@ def score_records(
     mismatches = 0
     for qid, record in records.items():
         sources = [SourceRecord(str(s["doc_id"]), str(s["text"])) for s in record["sources"]]
-        answer, citations = replay(record, threshold=threshold, relevance=relevance, enabled=repair)
+        answer, citations = replay(
+            record,
+            threshold=threshold,
+            relevance=relevance,
+            enabled=repair,
+            score_gap=score_gap,
+            keyword_below=keyword_below,
+        )
+        recorded_gap = record.get("citation_score_gap")
         same_settings = (
             math.isclose(float(record.get("support_threshold", -1)), threshold)
             and math.isclose(float(record.get("citation_relevance", -1)), relevance)
+            and (recorded_gap is None) == (score_gap is None)
+            and (score_gap is None or math.isclose(float(recorded_gap or 0.0), score_gap))
             and bool(record.get("repair_citations", True)) == repair
         )
         if same_settings and answer != record.get("answer"):
@@ -1010,11 +1083,21 @@ def sweep(
     thresholds: Sequence[float] = THRESHOLDS,
     *,
     relevance: float = 0.0,
+    score_gap: float | None = None,
+    keyword_below: float = 0.0,
 ) -> list[dict[str, float]]:
     """Citation precision, recall and no-citation rate of recorded answers at each threshold."""
     rows = []
     for t in thresholds:
-        m = score_records(dataset, records, threshold=t, relevance=relevance, details=False)
+        m = score_records(
+            dataset,
+            records,
+            threshold=t,
+            relevance=relevance,
+            details=False,
+            score_gap=score_gap,
+            keyword_below=keyword_below,
+        )
         rows.append({"threshold": t, **m.metrics})
     return rows
 
@@ -1028,9 +1111,12 @@ async def aevaluate_citations(
     threshold: float,
     relevance: float = 0.0,
     repair: bool = True,
+    score_gap: float | None = None,
+    keyword_below: float = 0.0,
     template: str = DEFAULT_QUESTION,
     progress: bool = True,
     info: Mapping[str, Any] | None = None,
+    rescore: Callable[[str], Awaitable[list[NodeWithScore]]] | None = None,
 ) -> CitationResult:
     """Answer each claim's question with the workflow (or take it from the cache) and score it.
 
@@ -1039,10 +1125,22 @@ async def aevaluate_citations(
     """
     started = time.perf_counter()
     records, generated = await agenerate(
-        dataset, query_ids, cache, workflow=workflow, template=template, progress=progress
+        dataset,
+        query_ids,
+        cache,
+        workflow=workflow,
+        template=template,
+        progress=progress,
+        rescore=rescore,
     )
     scored = score_records(
-        dataset, records, threshold=threshold, relevance=relevance, repair=repair
+        dataset,
+        records,
+        threshold=threshold,
+        relevance=relevance,
+        repair=repair,
+        score_gap=score_gap,
+        keyword_below=keyword_below,
     )
     times = [float(r.get("seconds") or 0.0) for r in records.values()]
     return CitationResult(
@@ -1057,6 +1155,7 @@ async def aevaluate_citations(
             **dict(info or {}),
             "support_threshold": threshold,
             "citation_relevance": relevance,
+            "citation_score_gap": score_gap,
             "repair_citations": repair,
             "question_template": template,
             "cache": str(cache.directory),
@@ -1113,6 +1212,7 @@ class _Generations:
         )
         self._owned: list[Any] = []
         self._workflow: CitationQueryWorkflow | None = None
+        self._retriever: Retriever | None = None
 
     def workflow(self) -> CitationQueryWorkflow:
         """The workflow over the cached corpus index (one per evaluation, built on first use)."""
@@ -1127,6 +1227,14 @@ class _Generations:
                 self._owned.append(model)
             self._workflow = corpus_index(self.dataset, self.context).kb.workflow(model)
         return self._workflow
+
+    async def sources(self, question: str) -> list[NodeWithScore]:
+        """The sources round one of the workflow builds for ``question``, without the LLM."""
+        if self._retriever is None:
+            from citeflow.evaluation.runner import corpus_index
+
+            self._retriever = corpus_index(self.dataset, self.context).kb.retriever()
+        return await workflow_sources(self._retriever, self.context.settings, question)
 
     def close(self) -> None:
         for model in self._owned:
@@ -1167,9 +1275,12 @@ def citation_section(
             threshold=settings.support_threshold,
             relevance=settings.citation_relevance,
             repair=settings.repair_citations,
+            score_gap=settings.citation_score_gap,
+            keyword_below=settings.relevance_threshold,
             template=template,
             progress=context.progress,
             info={"llm": generations.name, "split": "evaluation", "available": len(ids)},
+            rescore=generations.sources,
         )
     finally:
         generations.close()
@@ -1238,11 +1349,18 @@ def calibration_section(
                     template=template,
                     progress=context.progress,
                     desc="calibration answers",
+                    rescore=generations.sources,
                 )
             )
         finally:
             generations.close()
-        report.answers = sweep(dataset, records, relevance=settings.citation_relevance)
+        report.answers = sweep(
+            dataset,
+            records,
+            relevance=settings.citation_relevance,
+            score_gap=settings.citation_score_gap,
+            keyword_below=settings.relevance_threshold,
+        )
         report.relevance = settings.citation_relevance
         report.answer_claims = len(records)
         report.info["llm"] = generations.name

@@ -63,12 +63,16 @@ class CitationSynthesizer:
         support_threshold: float,
         repair: bool = True,
         relevance: float = 0.0,
+        score_gap: float | None = None,
+        keyword_below: float = 0.0,
     ) -> None:
         self.llm = llm
         self.context_budget = context_budget
         self.support_threshold = support_threshold
         self.repair = repair
         self.relevance = relevance
+        self.score_gap = score_gap
+        self.keyword_below = keyword_below
 
     def messages(self, prompt: str) -> list[ChatMessage]:
         return [
@@ -111,6 +115,9 @@ class CitationSynthesizer:
             threshold=self.support_threshold,
             relevance=self.relevance,
             enabled=self.repair,
+            source_scores=[s.score for s in sources],
+            score_gap=self.score_gap,
+            keyword_below=self.keyword_below,
         )
         repaired = RepairedAnswer(repairer)
         raw: list[str] = []

@@ -59,6 +59,7 @@ class QueryOptions:
     context_budget: int = 900
     support_threshold: float = 0.55  # Settings.support_threshold (calibrated)
     citation_relevance: float = 0.5  # Settings.citation_relevance (see there)
+    citation_score_gap: float = 0.04  # Settings.citation_score_gap (see there)
     repair_citations: bool = True
 
     @classmethod
@@ -74,6 +75,7 @@ class QueryOptions:
             context_budget=settings.context_budget,
             support_threshold=settings.support_threshold,
             citation_relevance=settings.citation_relevance,
+            citation_score_gap=settings.citation_score_gap,
             repair_citations=settings.repair_citations,
         )
 
@@ -132,6 +134,8 @@ class CitationQueryWorkflow(Workflow):
             support_threshold=self.options.support_threshold,
             repair=self.options.repair_citations,
             relevance=self.options.citation_relevance,
+            score_gap=self.options.citation_score_gap,
+            keyword_below=self.options.relevance_threshold,
         )
 
     @classmethod
