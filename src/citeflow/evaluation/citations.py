@@ -804,7 +804,8 @@ class CitationResult:
         title = (
             f"citations: {self.queries} claims with gold evidence (evaluation half), "
             f"{self.info.get('llm', '?')}, threshold {self.info.get('support_threshold', '?')}, "
-            f"relevance {self.info.get('citation_relevance', '?')}; "
+            f"relevance {self.info.get('citation_relevance', '?')}, "
+            f"score gap {self.info.get('citation_score_gap', '?')}; "
             f"{self.generated} generated, {self.queries - self.generated} cached, "
             f"{self.seconds_per_answer:.1f} s per answer"
         )
