@@ -29,6 +29,7 @@ from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 from pydantic import Field, PrivateAttr
 
 from citeflow.errors import ModelError
+from citeflow.providers.llm import first_line
 
 __all__ = ["OnnxEmbedding", "export_onnx", "onnx_supported"]
 
@@ -116,14 +117,6 @@ def export_onnx(model_dir: Path, cache_dir: Path) -> Path:
     target = cache_dir / f"{model_dir.name}-{_export_key(model_dir)}.onnx"
     if target.is_file():
         return target
-    try:
-        import torch  # noqa: F401
-        import transformers  # noqa: F401
-    except ImportError:
-        raise ModelError(
-            "exporting the local embedder to ONNX needs torch and transformers: "
-            "pip install 'citeflow[local]', or set CITEFLOW_EMBED_BACKEND=torch"
-        ) from None
     cache_dir.mkdir(parents=True, exist_ok=True)
     log.info("exporting the local embedder %s to ONNX, once: %s", model_dir.name, target)
     partial = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
@@ -132,10 +125,14 @@ def export_onnx(model_dir: Path, cache_dir: Path) -> Path:
             warnings.simplefilter("ignore")  # the tracer's notes on shapes are not for users
             _export(model_dir, partial)
         partial.replace(target)
-    except Exception as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    except ImportError:
         raise ModelError(
-            f"cannot export the local embedder in {model_dir} to ONNX: {reason} "
+            "exporting the local embedder to ONNX needs torch and transformers: "
+            "pip install 'citeflow[local]', or set CITEFLOW_EMBED_BACKEND=torch"
+        ) from None
+    except Exception as exc:
+        raise ModelError(
+            f"cannot export the local embedder in {model_dir} to ONNX: {first_line(exc)} "
             "(CITEFLOW_EMBED_BACKEND=torch runs it without ONNX)"
         ) from exc
     finally:
@@ -176,6 +173,24 @@ def _export(model_dir: Path, target: Path) -> None:
             opset_version=OPSET,
             dynamo=False,
         )
+
+
+def _open_session(model_dir: Path, cache_dir: Path, options: Any) -> Any:
+    """An ONNX Runtime session on the cached export; a damaged cache file is exported again,
+    once."""
+    import onnxruntime
+
+    for attempt in (1, 2):
+        onnx_file = export_onnx(model_dir, cache_dir)
+        try:
+            return onnxruntime.InferenceSession(
+                str(onnx_file), options, providers=["CPUExecutionProvider"]
+            )
+        except Exception as exc:
+            onnx_file.unlink(missing_ok=True)
+            if attempt == 2:
+                raise ModelError(f"cannot load {onnx_file}: {first_line(exc)}") from exc
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 class OnnxEmbedding(BaseEmbedding):
@@ -220,24 +235,11 @@ class OnnxEmbedding(BaseEmbedding):
             normalize=_normalizes(model_dir),
         )
         super().__init__(**kwargs)
-        onnx_file = export_onnx(model_dir, cache_dir)
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
-        try:
-            self._session = onnxruntime.InferenceSession(
-                str(onnx_file), options, providers=["CPUExecutionProvider"]
-            )
-        except Exception as exc:  # a damaged cache file: export again once
-            onnx_file.unlink(missing_ok=True)
-            try:
-                onnx_file = export_onnx(model_dir, cache_dir)
-                self._session = onnxruntime.InferenceSession(
-                    str(onnx_file), options, providers=["CPUExecutionProvider"]
-                )
-            except Exception:
-                raise ModelError(f"cannot load {onnx_file}: {exc}") from exc
+        self._session = _open_session(model_dir, cache_dir, options)
         tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
         tokenizer.enable_truncation(max_length=self.max_length)
         tokenizer.enable_padding(pad_id=tokenizer.token_to_id("[PAD]") or 0)
