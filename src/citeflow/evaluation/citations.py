@@ -982,6 +982,13 @@ async def agenerate(
     return records, generated
 
 
+def _same(recorded: Any, setting: float | None) -> bool:
+    """Whether a setting a record was generated with (None: not recorded) is ``setting``."""
+    if recorded is None or setting is None:
+        return recorded is None and setting is None
+    return math.isclose(float(recorded), setting)
+
+
 def _unscored(record: Mapping[str, Any]) -> bool:
     return any(s.get("score") is None for s in record["sources"])
 
@@ -1041,12 +1048,10 @@ def score_records(
             score_gap=score_gap,
             keyword_below=keyword_below,
         )
-        recorded_gap = record.get("citation_score_gap")
         same_settings = (
-            math.isclose(float(record.get("support_threshold", -1)), threshold)
-            and math.isclose(float(record.get("citation_relevance", -1)), relevance)
-            and (recorded_gap is None) == (score_gap is None)
-            and (score_gap is None or math.isclose(float(recorded_gap or 0.0), score_gap))
+            _same(record.get("support_threshold"), threshold)
+            and _same(record.get("citation_relevance"), relevance)
+            and _same(record.get("citation_score_gap"), score_gap)
             and bool(record.get("repair_citations", True)) == repair
         )
         if same_settings and answer != record.get("answer"):
@@ -1192,6 +1197,23 @@ def _index_key(dataset: BeirDataset, context: EvalContext) -> str:
     return key
 
 
+class _RoundOne:
+    """The sources round one of the workflow builds for a question, without the LLM
+    (`workflow_sources` over the cached corpus index, opened on first use)."""
+
+    def __init__(self, dataset: BeirDataset, context: EvalContext) -> None:
+        self.dataset = dataset
+        self.context = context
+        self.retriever: Retriever | None = None
+
+    async def __call__(self, question: str) -> list[NodeWithScore]:
+        if self.retriever is None:
+            from citeflow.evaluation.runner import corpus_index
+
+            self.retriever = corpus_index(self.dataset, self.context).kb.retriever()
+        return await workflow_sources(self.retriever, self.context.settings, question)
+
+
 class _Generations:
     """The generation cache of this evaluation and, on first need, the workflow that fills it."""
 
@@ -1213,7 +1235,6 @@ class _Generations:
         )
         self._owned: list[Any] = []
         self._workflow: CitationQueryWorkflow | None = None
-        self._retriever: Retriever | None = None
 
     def workflow(self) -> CitationQueryWorkflow:
         """The workflow over the cached corpus index (one per evaluation, built on first use)."""
@@ -1228,14 +1249,6 @@ class _Generations:
                 self._owned.append(model)
             self._workflow = corpus_index(self.dataset, self.context).kb.workflow(model)
         return self._workflow
-
-    async def sources(self, question: str) -> list[NodeWithScore]:
-        """The sources round one of the workflow builds for ``question``, without the LLM."""
-        if self._retriever is None:
-            from citeflow.evaluation.runner import corpus_index
-
-            self._retriever = corpus_index(self.dataset, self.context).kb.retriever()
-        return await workflow_sources(self._retriever, self.context.settings, question)
 
     def close(self) -> None:
         for model in self._owned:
@@ -1281,7 +1294,7 @@ def citation_section(
             template=template,
             progress=context.progress,
             info={"llm": generations.name, "split": "evaluation", "available": len(ids)},
-            rescore=generations.sources,
+            rescore=_RoundOne(dataset, context),
         )
     finally:
         generations.close()
@@ -1315,24 +1328,19 @@ def calibration_section(
         )
     except (OSError, ValueError):
         known = {}
-    retriever: list[Retriever] = []
+    round_one = _RoundOne(dataset, context)
 
     async def sources_for(question: str) -> list[SourceRecord]:
         if question in known:
             return [SourceRecord(s["doc_id"], s["text"]) for s in known[question]]
-        if not retriever:
-            from citeflow.evaluation.runner import corpus_index
-
-            retriever.append(corpus_index(dataset, context).kb.retriever())
-        nodes = await workflow_sources(retriever[0], settings, question)
-        found = [SourceRecord(_doc_id(n), source_text(n)) for n in nodes]
-        known[question] = [asdict(s) for s in found]
+        found = [SourceRecord(_doc_id(n), source_text(n)) for n in await round_one(question)]
+        known[question] = [{"doc_id": s.doc_id, "text": s.text} for s in found]
         return found
 
     report = calibrate(
         dataset, sources_for, query_ids=ids, template=template, progress=context.progress
     )
-    if retriever:
+    if round_one.retriever is not None:
         cache.write("config.json", cache.facts, only_new=True)
         cache.write("sources.json", known)
     report.info = {"cache": str(cache.directory), "template": template, "scorer": "LexicalSupport"}
@@ -1350,7 +1358,7 @@ def calibration_section(
                     template=template,
                     progress=context.progress,
                     desc="calibration answers",
-                    rescore=generations.sources,
+                    rescore=round_one,
                 )
             )
         finally:
