@@ -19,19 +19,25 @@ from citeflow.evaluation.citations import (
     MIN_KEPT,
     TARGET_PRECISION,
     CalibrationRow,
+    CitationCheck,
     GenerationCache,
     GoldEvidence,
     SourceRecord,
     aggregate,
     calibrate,
     choose_threshold,
+    denies,
     evaluate_citations,
+    evidence_level,
     evidence_queries,
     expand_record,
+    judged_queries,
     question_for,
+    restates,
     score_answer,
     score_records,
     split_of,
+    stance_conflict,
     workflow_sources,
 )
 from citeflow.evaluation.dataset import BeirDataset, load_beir
@@ -130,6 +136,86 @@ def test_score_answer_counts_correct_strict_and_broken(mini: BeirDataset) -> Non
     assert metrics["no_citation_rate"] == 0.5
     assert metrics["broken_rate"] == 0.5
     assert metrics["citations_per_answer"] == 2.0
+
+
+def test_without_gold_sentences_citations_are_checked_at_document_level(
+    mini: BeirDataset,
+) -> None:
+    plain = load_beir(MINI, evidence=False)
+    assert (evidence_level(mini), evidence_level(plain)) == ("sentence", "document")
+    assert judged_queries(plain) == ["q1", "q2", "q3", "q4"]  # q3 has no gold sentences
+    assert judged_queries(plain, "calibration") == ["q2", "q3"]
+    assert judged_queries(mini) == evidence_queries(mini)
+    gold = GoldEvidence(plain)
+    d1, d2, d5 = (plain.corpus[d].text for d in ("d1", "d2", "d5"))
+    sources = [SourceRecord("d1", d1), SourceRecord("d2", d2), SourceRecord("d5", d5)]
+    citations = [
+        _citation(1, "Ducks are waterfowl birds.", d1),
+        _citation(2, "Many geese migrate south in autumn and nest near lakes.", d2),  # relevant
+        _citation(3, d5.split(". ")[0], d5),  # not relevant
+    ]
+    score = score_answer(gold, "q1", sources, "Ducks [1]. Geese [2]. Volcanoes [3].", citations)
+    assert (score["citations"], score["correct"], score["strict"], score["relevant"]) == (
+        3,
+        2,
+        2,
+        2,
+    )
+    # the relevant documents (d1, d2) are the gold: both cited, both among the sources
+    assert (score["gold"], score["covered"], score["shown"]) == (2, 2, 2)
+    alone = score_answer(gold, "q1", sources[2:], "Volcanoes [1].", citations[2:])
+    assert (alone["correct"], alone["gold"], alone["covered"], alone["shown"]) == (0, 2, 0, 0)
+
+
+def test_stance_of_a_sentence_on_the_claim() -> None:
+    claim = "Dexamethasone decreases risk of postoperative bleeding."
+    assert not denies("Yes, dexamethasone decreases risk of postoperative bleeding.", claim)
+    assert denies("No, dexamethasone does not decrease the risk of bleeding.", claim)
+    assert denies("No, it is not true that dexamethasone decreases bleeding.", claim)
+    assert denies("No, dexamethasone decreases risk of postoperative bleeding.", claim)
+    negative = "CHEK2 is not associated with breast cancer."
+    # the statement's own negation says what the claim says, whatever the framing
+    assert not denies("No, CHEK2 is not associated with breast cancer.", negative)
+    assert denies("CHEK2 is associated with breast cancer risk.", negative)
+    assert restates("Yes, dexamethasone decreases the risk of postoperative bleeding.", claim)
+    assert not restates("This is because steroids reduce nausea in children.", claim)
+
+
+def test_a_correct_citation_that_takes_the_other_side_is_a_stance_conflict() -> None:
+    claim = "Ultrasound guidance raises the number of traumatic procedures."
+    gold_contra = CitationCheck(1, "d", True, (3,), True, True, "CONTRADICT")
+    affirm = "Yes, ultrasound guidance raises the number of traumatic procedures."
+    deny = "No, ultrasound guidance does not raise the number of traumatic procedures."
+    assert stance_conflict(gold_contra, affirm, claim)
+    assert not stance_conflict(gold_contra, deny, claim)
+    gold_support = CitationCheck(1, "d", True, (3,), True, True, "SUPPORT")
+    assert not stance_conflict(gold_support, affirm, claim)
+    assert stance_conflict(gold_support, deny, claim)
+    # only correct citations, with a label, on sentences about the claim itself, are judged
+    wrong = CitationCheck(1, "d", True, (2,), False, False, "CONTRADICT")
+    assert not stance_conflict(wrong, affirm, claim)
+    assert not stance_conflict(CitationCheck(1, "d", True, (3,), True, True), affirm, claim)
+    assert not stance_conflict(gold_contra, "Needles were inserted by trained nurses.", claim)
+
+
+def test_stance_precision_counts_conflicts_as_wrong(mini: BeirDataset) -> None:
+    gold = GoldEvidence(mini)
+    assert (gold.label("q1", "d1"), gold.label("q1", "d2")) == ("SUPPORT", "")
+    d1 = mini.corpus["d1"].text
+    sources = [SourceRecord("d1", d1)]
+    quote = "They live near ponds, rivers and lakes."
+    start = d1.index(quote)
+
+    def cite(sentence: str) -> Citation:
+        return Citation(1, sentence, quote, start, start + len(quote), 1.0, "model")
+
+    agree = cite("Ducks live near ponds and lakes.")
+    disagree = cite("No, ducks do not live near ponds and lakes.")
+    score = score_answer(gold, "q1", sources, "x [1]. y [1].", [agree, disagree])
+    assert (score["correct"], score["stance_conflicts"]) == (2, 1)
+    metrics = aggregate([score])
+    assert metrics["precision"] == 1.0
+    assert metrics["precision_stance"] == 0.5
 
 
 def test_choose_threshold_wants_precision_on_enough_pairs() -> None:
@@ -348,6 +434,40 @@ def test_calibration_claims_are_counted_apart_from_evaluation_claims(
     assert data["calibration"]["answers"]
     assert "citations" not in data  # no evaluation-half claim answered
     assert "citations: " not in capsys.readouterr().out
+
+
+def test_command_checks_citations_at_document_level_without_gold_sentences(
+    settings: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A dataset with qrels only (a team's own): citations are checked against its documents."""
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    for name in ("corpus.jsonl", "queries.jsonl", "qrels"):
+        source = MINI / name
+        if source.is_dir():
+            (plain / name).mkdir()
+            for f in source.iterdir():
+                (plain / name / f.name).write_bytes(f.read_bytes())
+        else:
+            (plain / name).write_bytes(source.read_bytes())
+    out = tmp_path / "report.json"
+    argv = [str(plain), "--retrievers", "none", "--citations", "5"]
+    argv += ["--cache-dir", str(tmp_path / "cache"), "--out", str(out), "-q"]
+    args = eval_cli.build_parser().parse_args(argv)
+    llm = ScriptedLLM([DUCKS])
+    embed = HashEmbedding()
+    assert eval_cli.run(args, settings=settings, embed_model=embed, embedder_name="h", llm=llm) == 0
+    assert "judged claims, checked at document level" in capsys.readouterr().out
+    data = json.loads(out.read_text())["citations"]
+    assert data["info"]["level"] == "document"
+    assert list(data["per_query"]) == judged_queries(load_beir(plain), "evaluation")
+    q1 = data["per_query"]["q1"]
+    assert [c["doc_id"] for c in q1["citations_checked"]] == ["d1"]
+    assert q1["citations_checked"][0]["correct"] is True  # d1 is judged relevant to q1
+
+    calibrate = eval_cli.build_parser().parse_args([*argv, "--calibrate"])
+    with pytest.raises(InvalidRequestError, match="gold evidence"):
+        eval_cli.run(calibrate, settings=settings, embed_model=embed, embedder_name="h", llm=llm)
 
 
 @pytest.mark.skipif(not (SHARED_DATA / "scifact").is_dir(), reason="SciFact not present")

@@ -23,6 +23,12 @@ least half of the quote); *strict* precision asks that every sentence of the quo
 share that stood in the sources at all. **No citation**: answers without any citation; **broken**:
 answers with a marker naming no source (the repair should make this 0).
 
+A dataset with qrels but no gold sentences (most teams' own data, or SciFact's train split) is
+checked at **document level** (`evidence_level`): a citation is correct when its document is judged
+relevant, recall is the share of relevant documents some correct citation names, and the ceiling
+the share that stood in the sources. Precision at this level bounds the sentence-level one from
+above (a relevant abstract, a quote that is not the evidence) and needs no annotation beyond qrels.
+
 Generations are cached per claim (``<cache>/citations/<dataset>-<key>/<query id>.json``, ``key``
 hashing the corpus index, the LLM, the prompts and every setting that changes what the model
 sees). A cached claim costs nothing: an interrupted run resumes where it stopped, and a re-run
@@ -48,7 +54,8 @@ from tqdm.auto import tqdm
 from citeflow.citations.markers import find_markers
 from citeflow.citations.repair import Citation, CitationRepairer, repair_text
 from citeflow.citations.sources import SELECTION_VERSION, make_sources, source_text
-from citeflow.citations.support import LexicalSupport
+from citeflow.citations.support import LexicalSupport, negates
+from citeflow.citations.text import statement_of, term_set
 from citeflow.errors import InvalidRequestError
 from citeflow.evaluation.dataset import BeirDataset
 from citeflow.evaluation.table import text_table
@@ -77,12 +84,16 @@ __all__ = [
     "calibration_section",
     "citation_section",
     "compact_record",
+    "denies",
     "evaluate_citations",
+    "evidence_level",
     "evidence_queries",
     "expand_record",
+    "judged_queries",
     "question_for",
     "score_answer",
     "split_of",
+    "stance_conflict",
 ]
 
 #: how a claim becomes the question the workflow answers (see `question_for`)
@@ -96,6 +107,7 @@ TARGET_PRECISION = 0.9
 MIN_KEPT = 20
 
 Split = Literal["calibration", "evaluation"]
+Level = Literal["sentence", "document"]
 
 #: settings that change what the model is shown or how it writes, hence the generation cache's
 #: key (the repair's settings are not among them: it is replayed). Add a setting here when it
@@ -148,6 +160,24 @@ def evidence_queries(dataset: BeirDataset, split: Split | None = None) -> list[s
     ]
 
 
+def evidence_level(dataset: BeirDataset) -> Level:
+    """How citations of this dataset's answers are checked: against gold sentences when it has
+    any, else against the documents its qrels judge relevant."""
+    return "sentence" if dataset.evidence else "document"
+
+
+def judged_queries(dataset: BeirDataset, split: Split | None = None) -> list[str]:
+    """The claims whose citations can be checked (qrels order), optionally of one half: those
+    with gold evidence, or (document level) those with a document judged relevant."""
+    if evidence_level(dataset) == "sentence":
+        return evidence_queries(dataset, split)
+    return [
+        qid
+        for qid in dataset.queries
+        if dataset.relevant(qid) and (split is None or split_of(qid) == split)
+    ]
+
+
 _FIRST_WORD = re.compile(r"^([A-Z])([a-z-]*)\b")
 
 
@@ -175,6 +205,12 @@ class GoldEvidence:
     def __init__(self, dataset: BeirDataset) -> None:
         self.dataset = dataset
         self._spans: dict[str, list[tuple[int, int]]] = {}
+
+    def label(self, query_id: str, doc_id: str) -> str:
+        """The label of the query's gold evidence in ``doc_id`` ("" when it has none)."""
+        return next(
+            (e.label for e in self.dataset.evidence.get(query_id, []) if e.doc_id == doc_id), ""
+        )
 
     def gold(self, query_id: str) -> dict[str, frozenset[int]]:
         """Document id → indices of its gold sentences for the query."""
@@ -251,6 +287,8 @@ class CitationCheck:
     quoted: tuple[int, ...]
     correct: bool
     strict: bool
+    label: str = ""
+    """the gold evidence's label for the cited document (SUPPORT, CONTRADICT; "" when none)"""
 
 
 def check_citation(
@@ -261,7 +299,8 @@ def check_citation(
     quote_start: int,
     quote_end: int,
 ) -> CitationCheck:
-    """Whether a citation of Source ``number`` with that quote span is correct."""
+    """Whether a citation of Source ``number`` with that quote span is correct (at the dataset's
+    `evidence_level`)."""
     if not 1 <= number <= len(sources):
         return CitationCheck(number, "", False, (), False, False)
     source = sources[number - 1]
@@ -272,16 +311,56 @@ def check_citation(
         if offset >= 0
         else frozenset()
     )
-    golden = gold.gold(query_id).get(source.doc_id, frozenset())
-    correct = relevant and bool(quoted & golden)
+    label = gold.label(query_id, source.doc_id)
+    if evidence_level(gold.dataset) == "document":
+        correct = strict = relevant  # no gold sentences: the document is what is checked
+    else:
+        golden = gold.gold(query_id).get(source.doc_id, frozenset())
+        correct = relevant and bool(quoted & golden)
+        strict = correct and quoted <= golden
     return CitationCheck(
-        number,
-        source.doc_id,
-        relevant,
-        tuple(sorted(quoted)),
-        correct,
-        correct and quoted <= golden,
+        number, source.doc_id, relevant, tuple(sorted(quoted)), correct, strict, label
     )
+
+
+_DENIAL = re.compile(
+    r"^\s*(?:no|false)\b|\b(?:is|was|are)\s+not\s+(?:true|correct|the case)\b", re.IGNORECASE
+)
+
+
+def denies(sentence: str, claim: str) -> bool:
+    """Whether an answer sentence denies the claim it answers (a heuristic): its statement
+    negates where the claim does not (or the reverse), or it opens with "No" / calls the claim
+    not true before a statement without a negation of its own ("No, X is not Y" answering
+    "X is not Y" says what the claim says: the content wins over the framing)."""
+    statement = statement_of(sentence)
+    if negates(statement) != negates(claim):
+        return True
+    return _DENIAL.search(sentence) is not None and not negates(statement)
+
+
+#: share of the claim's content words a sentence must repeat for its stance on it to be judged
+RESTATES = 0.6
+
+
+def restates(sentence: str, claim: str) -> bool:
+    """Whether an answer sentence is about the claim itself (repeats most of its content words),
+    not a reason or a detail ("This is because X signaling promotes survival")."""
+    wanted = term_set(claim)
+    return bool(wanted) and len(wanted & term_set(statement_of(sentence))) >= RESTATES * len(wanted)
+
+
+def stance_conflict(check: CitationCheck, sentence: str, claim: str) -> bool:
+    """A correct citation whose sentence takes the other side from its evidence: "Yes, X [1]"
+    quoting the gold sentence that *contradicts* X (or "No, X" quoting one that supports it).
+    The issue's citation precision counts it correct (relevant document, gold sentence); a
+    reader sees a quote that says the opposite of the sentence. Judged only for sentences that
+    restate the claim; SciFact's labels say nothing about the others."""
+    if not check.correct or check.label not in ("SUPPORT", "CONTRADICT"):
+        return False
+    if not restates(sentence, claim):
+        return False
+    return (check.label == "CONTRADICT") != denies(sentence, claim)
 
 
 def score_answer(
@@ -291,21 +370,35 @@ def score_answer(
     answer: str,
     citations: Sequence[Citation],
 ) -> dict[str, Any]:
-    """Counts for one answer: citations, correct ones, gold sentences covered, broken markers."""
+    """Counts for one answer: citations, correct ones, gold sentences (document level: relevant
+    documents) covered and shown, broken markers."""
     checks = [
         check_citation(gold, query_id, sources, c.number, c.quote_start, c.quote_end)
         for c in citations
     ]
-    golden = gold.gold(query_id)
-    gold_total = sum(len(s) for s in golden.values())
-    covered = {(c.doc_id, i) for c in checks if c.correct for i in c.quoted}
-    covered &= {(doc, i) for doc, s in golden.items() for i in s}
-    shown: set[tuple[str, int]] = set()
-    for source in sources:
-        offset = gold.locate(source.doc_id, source.text)
-        if offset >= 0 and source.doc_id in golden:
-            inside = gold.contained(source.doc_id, offset, offset + len(source.text))
-            shown |= {(source.doc_id, i) for i in inside & golden[source.doc_id]}
+    if evidence_level(gold.dataset) == "document":
+        relevant = gold.dataset.relevant(query_id)
+        gold_total = len(relevant)
+        covered_docs = {c.doc_id for c in checks if c.correct}
+        shown_docs = {s.doc_id for s in sources} & relevant
+        covered_count, shown_count = len(covered_docs), len(shown_docs)
+    else:
+        golden = gold.gold(query_id)
+        gold_total = sum(len(s) for s in golden.values())
+        covered = {(c.doc_id, i) for c in checks if c.correct for i in c.quoted}
+        covered &= {(doc, i) for doc, s in golden.items() for i in s}
+        shown: set[tuple[str, int]] = set()
+        for source in sources:
+            offset = gold.locate(source.doc_id, source.text)
+            if offset >= 0 and source.doc_id in golden:
+                inside = gold.contained(source.doc_id, offset, offset + len(source.text))
+                shown |= {(source.doc_id, i) for i in inside & golden[source.doc_id]}
+        covered_count, shown_count = len(covered), len(shown)
+    claim = gold.dataset.queries.get(query_id, "")
+    conflicts = sum(
+        stance_conflict(check, c.sentence, claim)
+        for check, c in zip(checks, citations, strict=True)
+    )
     broken = [n for m in find_markers(answer) for n in m.numbers if not 1 <= n <= len(sources)]
     origins: dict[str, list[int]] = {}
     for check, citation in zip(checks, citations, strict=True):
@@ -317,9 +410,10 @@ def score_answer(
         "correct": sum(c.correct for c in checks),
         "strict": sum(c.strict for c in checks),
         "relevant": sum(c.relevant for c in checks),
+        "stance_conflicts": conflicts,
         "gold": gold_total,
-        "covered": len(covered),
-        "shown": len(shown),
+        "covered": covered_count,
+        "shown": shown_count,
         "broken_markers": len(broken),
         "origins": origins,
         "checks": [asdict(c) for c in checks],
@@ -351,6 +445,10 @@ def aggregate(scores: Iterable[Mapping[str, Any]]) -> dict[str, float]:
     return {
         "precision": _ratio(sum(r["correct"] for r in rows), total),
         "precision_strict": _ratio(sum(r["strict"] for r in rows), total),
+        "precision_stance": _ratio(
+            sum(r["correct"] - r.get("stance_conflicts", 0) for r in rows), total
+        ),
+        "stance_conflicts": float(sum(r.get("stance_conflicts", 0) for r in rows)),
         "doc_precision": _ratio(sum(r["relevant"] for r in rows), total),
         "recall": _ratio(sum(r["covered"] for r in rows), gold),
         "recall_ceiling": _ratio(sum(r["shown"] for r in rows), gold),
@@ -780,6 +878,7 @@ class CitationResult:
             "citations",
             "precision",
             "strict",
+            "stance ok",
             "doc prec",
             "recall",
             "ceiling",
@@ -790,6 +889,7 @@ class CitationResult:
         keys = [
             "precision",
             "precision_strict",
+            "precision_stance",
             "doc_precision",
             "recall",
             "recall_ceiling",
@@ -801,8 +901,13 @@ class CitationResult:
             ["model (raw)", *(f"{self.model_metrics.get(k, 0.0):.3f}" for k in keys)],
             ["citeflow", *(f"{self.metrics.get(k, 0.0):.3f}" for k in keys)],
         ]
+        which = (
+            "judged claims, checked at document level (no gold sentences)"
+            if self.info.get("level") == "document"
+            else "claims with gold evidence"
+        )
         title = (
-            f"citations: {self.queries} claims with gold evidence (evaluation half), "
+            f"citations: {self.queries} {which} (evaluation half), "
             f"{self.info.get('llm', '?')}, threshold {self.info.get('support_threshold', '?')}, "
             f"relevance {self.info.get('citation_relevance', '?')}, "
             f"score gap {self.info.get('citation_score_gap', '?')}; "
@@ -1258,12 +1363,15 @@ class _Generations:
         self._owned.clear()
 
 
-def _claims(dataset: BeirDataset, split: Split) -> list[str]:
-    ids = evidence_queries(dataset, split)
+def _claims(dataset: BeirDataset, split: Split, *, sentences: bool = False) -> list[str]:
+    """The half's checkable claims; ``sentences``: only claims with gold evidence will do."""
+    ids = evidence_queries(dataset, split) if sentences else judged_queries(dataset, split)
     if not ids:
+        wanted = "gold evidence" if sentences or dataset.evidence else "a relevant document"
         raise InvalidRequestError(
-            f"{dataset.name}/{dataset.split} has no claims with gold evidence "
-            f"(evidence_{dataset.split}.jsonl) to check citations against"
+            f"{dataset.name}/{dataset.split} has no claims with {wanted} in its {split} half "
+            f"(evidence_{dataset.split}.jsonl, qrels/{dataset.split}.tsv) to check citations "
+            "against"
         )
     return ids
 
@@ -1276,7 +1384,8 @@ def citation_section(
     template: str = DEFAULT_QUESTION,
     llm: LLM | None = None,
 ) -> CitationResult:
-    """``citeflow eval --citations N``: the first N evaluation-half claims with gold evidence."""
+    """``citeflow eval --citations N``: the first N evaluation-half claims with gold evidence
+    (without any in the dataset: with a relevant document, checked at document level)."""
     settings = context.settings
     ids = _claims(dataset, "evaluation")
     generations = _Generations(dataset, context, llm)
@@ -1293,7 +1402,12 @@ def citation_section(
             keyword_below=settings.relevance_threshold,
             template=template,
             progress=context.progress,
-            info={"llm": generations.name, "split": "evaluation", "available": len(ids)},
+            info={
+                "llm": generations.name,
+                "split": "evaluation",
+                "available": len(ids),
+                "level": evidence_level(dataset),
+            },
             rescore=_RoundOne(dataset, context),
         )
     finally:
@@ -1315,7 +1429,7 @@ def calibration_section(
     each threshold. The sources are cached next to the generations: a re-run needs no index.
     """
     settings = context.settings
-    ids = _claims(dataset, "calibration")
+    ids = _claims(dataset, "calibration", sentences=True)
     facts = {
         **generation_facts(settings, index_key=_index_key(dataset, context), llm="none"),
         "template": template,
