@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 from llama_index.core.schema import NodeRelationship, NodeWithScore, RelatedNodeInfo, TextNode
 
 from citeflow.citations.markers import (
@@ -21,7 +22,7 @@ from citeflow.citations.repair import (
 )
 from citeflow.citations.sources import format_sources, make_sources, source_text, split_spans
 from citeflow.citations.stream import SentenceStream
-from citeflow.citations.support import LexicalSupport
+from citeflow.citations.support import DIRECTION_PENALTY, LexicalSupport
 from citeflow.citations.text import content_terms, question_parts, sentence_spans, split_sentences
 
 ESSAY = (
@@ -295,6 +296,54 @@ def test_a_denial_is_not_supported_by_a_source_that_states_the_opposite() -> Non
     assert [c.number for c in repairer.repair(statement)[1]] == [1]
     affirmed = support.score("The author did work at Y Combinator.", 1).score
     assert abs(support.score(denial, 1).score - affirmed / 2) < 1e-9
+
+
+ULTRASOUND = (
+    "Ultrasound imaging also significantly reduced the risk of traumatic procedures and the "
+    "number of insertion attempts. Procedures took place in four hospitals."
+)
+DEXAMETHASONE = (
+    "In this study of children undergoing tonsillectomy, dexamethasone decreased the risk of "
+    "nausea dose dependently but was associated with an increased risk of postoperative bleeding."
+)
+
+
+def test_a_sentence_going_the_other_way_from_its_quote_is_not_supported() -> None:
+    """SciFact: "Yes, X raises Y [1]" quoting the gold sentence that says X reduces Y."""
+    sources = [ULTRASOUND, DEXAMETHASONE]
+    question = "Does ultrasound guidance change the number of traumatic procedures?"
+    support = LexicalSupport(sources, question=question)
+    blind = LexicalSupport(sources, question=question, direction_penalty=1.0)
+    raises = "Ultrasound imaging significantly raises the risk of traumatic procedures."
+    reduces = "Ultrasound imaging significantly reduces the risk of traumatic procedures."
+    assert min(blind.score(raises, 1).score, blind.score(reduces, 1).score) > 0.7
+    assert support.score(reduces, 1).score == blind.score(reduces, 1).score
+    penalty = DIRECTION_PENALTY
+    assert support.score(raises, 1).score == pytest.approx(blind.score(raises, 1).score * penalty)
+    repairer = CitationRepairer(support, threshold=0.55, relevance=0.5)
+    assert repairer.repair(raises + " [1]")[1] == []
+    assert [c.number for c in repairer.repair(reduces + " [1]")[1]] == [1]
+    # "the same thing" is local: the window's word nearest the sentence's subject decides
+    bleeding = "Dexamethasone decreases risk of postoperative bleeding."
+    more_bleeding = "Dexamethasone increases risk of postoperative bleeding."
+    assert support.score(bleeding, 2).score == pytest.approx(
+        blind.score(bleeding, 2).score * penalty
+    )
+    assert support.score(more_bleeding, 2).score == blind.score(more_bleeding, 2).score
+
+
+def test_a_denial_agrees_with_a_quote_going_the_other_way() -> None:
+    """ "No, it is not true that X is faster" is what "X is slower" says; "X" is not."""
+    sources = [
+        "A stable partnership is associated with a slower rate of progression to AIDS.",
+        "A stable partnership is associated with a faster rate of progression to AIDS.",
+    ]
+    question = "Do patients in stable partnerships progress faster to AIDS?"
+    repairer = CitationRepairer(LexicalSupport(sources, question=question), threshold=0.55)
+    statement = "A stable partnership is associated with a faster rate of progression to AIDS."
+    denial = "No, it is not true that " + statement[0].lower() + statement[1:]
+    assert [c.number for c in repairer.repair(denial + " [2]")[1]] == [1]
+    assert [c.number for c in repairer.repair(statement + " [1]")[1]] == [2]
 
 
 def test_inflected_and_irregular_forms_meet_their_base() -> None:

@@ -7,12 +7,14 @@ the source number, the supporting quote and its score. Working per sentence lets
 stream repaired text: what is streamed is exactly the final answer.
 
 What is checked is the sentence's statement: "Yes, it is true that X" is checked as "X" (the
-framing words are in no source and only lowered the score). A sentence with fewer than
-`MIN_CHECKABLE_TERMS` content words ("This is stated in [2].") cannot be checked, so its markers
-are dropped. The model's own marker stays when its source supports the sentence at least
-``keep_ratio`` × threshold *and* ``relative`` × the best source's support; otherwise it moves to
-the best source, if that reaches the threshold. The threshold (``CITEFLOW_SUPPORT_THRESHOLD``) is
-calibrated with ``citeflow eval DATASET --calibrate --citations N`` (see `citeflow.settings`).
+framing words are in no source and only lowered the score); a framing that denies ("No, it is
+not true that X") has "X" checked as a denial, so a quote stating X does not back it. A sentence
+with fewer than `MIN_CHECKABLE_TERMS` content words ("This is stated in [2].") cannot be checked,
+so its markers are dropped. The model's own marker stays when its source supports the sentence
+at least ``keep_ratio`` × threshold *and* ``relative`` × the best source's support; otherwise it
+moves to the best source, if that reaches the threshold. The threshold
+(``CITEFLOW_SUPPORT_THRESHOLD``) is calibrated with ``citeflow eval DATASET --calibrate
+--citations N`` (see `citeflow.settings`).
 
 A marker is moved, or a marker added, to the source that supports the sentence best only when
 the retriever found that source about as relevant to the question as the best source
@@ -43,7 +45,7 @@ from typing import Literal
 from citeflow.citations.markers import find_markers, render, renumber, strip_markers
 from citeflow.citations.stream import SentenceStream
 from citeflow.citations.support import LexicalSupport, Support
-from citeflow.citations.text import content_terms, statement_of
+from citeflow.citations.text import content_terms, frame_denies, statement_of
 
 Origin = Literal["model", "moved", "added"]
 
@@ -113,7 +115,8 @@ class CitationRepairer:
             return renumber(sentence, {}), []  # nothing to check a citation against
         mapping: dict[int, int] = {}
         citations: list[Citation] = []
-        ranking = self._support.rank(statement) if count else []
+        denied = frame_denies(bare)  # "No, it is not true that X": checked as not-X
+        ranking = self._support.rank(statement, denied=denied) if count else []
         # only quotes that bear on the question can back a citation
         ranking = [s for s in ranking if s.relevance >= self._relevance - 1e-9]
         best = ranking[0] if ranking else None

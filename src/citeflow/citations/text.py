@@ -50,6 +50,16 @@ def statement_of(sentence: str) -> str:
     return sentence[_FRAMING.match(sentence).end() :]  # type: ignore[union-attr]
 
 
+_DENYING_FRAME = re.compile(r"\b(?:no|not|false)\b", re.IGNORECASE)
+
+
+def frame_denies(sentence: str) -> bool:
+    """Whether a sentence's yes/no framing denies its statement ("No, X", "It is not true that
+    X", "No, it is not true that X": each says not-X)."""
+    framing = sentence[: _FRAMING.match(sentence).end()]  # type: ignore[union-attr]
+    return _DENYING_FRAME.search(framing) is not None
+
+
 _PART_BREAK = re.compile(
     r"\?\s+(?=\S)"  # several questions in a row
     r"|[,;]?\s+(?:and|or|also)\s+(?=(?:what|how|why|when|where|who|whom|whose|which|is|are|was"
