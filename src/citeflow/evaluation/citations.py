@@ -55,7 +55,7 @@ from citeflow.citations.markers import find_markers
 from citeflow.citations.repair import Citation, CitationRepairer, repair_text
 from citeflow.citations.sources import SELECTION_VERSION, make_sources, source_text
 from citeflow.citations.support import LexicalSupport, negates
-from citeflow.citations.text import statement_of, term_set
+from citeflow.citations.text import frame_denies, statement_of, term_set
 from citeflow.errors import InvalidRequestError
 from citeflow.evaluation.dataset import BeirDataset
 from citeflow.evaluation.table import text_table
@@ -323,11 +323,6 @@ def check_citation(
     )
 
 
-_DENIAL = re.compile(
-    r"^\s*(?:no|false)\b|\b(?:is|was|are)\s+not\s+(?:true|correct|the case)\b", re.IGNORECASE
-)
-
-
 def denies(sentence: str, claim: str) -> bool:
     """Whether an answer sentence denies the claim it answers (a heuristic): its statement
     negates where the claim does not (or the reverse), or it opens with "No" / calls the claim
@@ -336,7 +331,7 @@ def denies(sentence: str, claim: str) -> bool:
     statement = statement_of(sentence)
     if negates(statement) != negates(claim):
         return True
-    return _DENIAL.search(sentence) is not None and not negates(statement)
+    return frame_denies(sentence) and not negates(statement)
 
 
 #: share of the claim's content words a sentence must repeat for its stance on it to be judged
