@@ -9,7 +9,11 @@ issue's precision, stance ok, doc precision, recall and answers left uncited. Te
 checked at sentence level, train claims at document level (they have no gold sentences). The
 judge's answers are cached (``<eval cache>/judge/``), so a re-run costs seconds.
 
-    .venv/bin/python bench/citation_judge.py [--train 160] [--cuts 0,0.5,0.7,0.8,0.9]
+With ``--rescue`` the judge is tried the other way: the model's own markers that the repair
+dropped (the first of each sentence left uncited, with the quote the word support picks in the
+source it names) are put back when the judge's P(Yes) reaches the cut.
+
+    .venv/bin/python bench/citation_judge.py [--train 160] [--cuts 0,0.5,0.7,0.8,0.9] [--rescue]
 """
 
 from __future__ import annotations
@@ -28,10 +32,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from citeflow.citations.judge import LLMJudge  # noqa: E402
+from citeflow.citations.repair import Citation  # noqa: E402
 from citeflow.evaluation.citations import (  # noqa: E402
     GoldEvidence,
     SourceRecord,
     _Generations,
+    _model_citations,
     agenerate,
     aggregate,
     evidence_queries,
@@ -104,10 +110,22 @@ async def judge_all(
     return asked, time.perf_counter() - started
 
 
+def dropped_markers(record: dict[str, Any], kept: list[Citation]) -> list[Citation]:
+    """The model's first own marker of each sentence the repair left uncited."""
+    cited = {c.sentence for c in kept}
+    out: list[Citation] = []
+    for citation in _model_citations(record):
+        if citation.quote and citation.sentence not in cited:
+            cited.add(citation.sentence)
+            out.append(citation)
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--train", type=int, default=160, help="train claims (evaluation half)")
     parser.add_argument("--cuts", default="0,0.5,0.7,0.8,0.9")
+    parser.add_argument("--rescue", action="store_true", help="judge the dropped markers instead")
     args = parser.parse_args()
     cuts = [float(c) for c in args.cuts.split(",")]
     settings = load_settings()
@@ -139,11 +157,20 @@ def main() -> int:
         name: {q: replay(r, **repair) for q, r in records.items()}
         for name, (_, records) in sets.items()
     }
+    dropped: dict[str, dict[str, list[Citation]]] = {
+        name: {q: dropped_markers(r, replayed[name][q][1]) for q, r in records.items()}
+        for name, (_, records) in sets.items()
+    }
+    judged = (
+        dropped
+        if args.rescue
+        else {name: {q: a[1] for q, a in answers.items()} for name, answers in replayed.items()}
+    )
     pairs = sorted(
         {
             (c.sentence, c.quote)
-            for answers in replayed.values()
-            for _, cs in answers.values()
+            for answers in judged.values()
+            for cs in answers.values()
             for c in cs
         }
     )
@@ -161,11 +188,15 @@ def main() -> int:
         for cut in cuts:
             rows = []
             for qid, (answer, citations) in replayed[name].items():
-                kept = [
+                candidates = dropped[name][qid] if args.rescue else citations
+                passed = [
                     c
-                    for c in citations
+                    for c in candidates
                     if cut <= 0 or (cache.known.get(cache.key(c.sentence, c.quote)) or 0.0) >= cut
                 ]
+                # rescue: today's citations and the markers put back (cut 0: none put back)
+                rescued = passed if cut > 0 else []
+                kept = citations + rescued if args.rescue else passed
                 sources = [
                     SourceRecord(str(s["doc_id"]), str(s["text"])) for s in records[qid]["sources"]
                 ]
