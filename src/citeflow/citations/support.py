@@ -67,8 +67,9 @@ _UP = re.compile(
     re.IGNORECASE,
 )
 _DOWN = re.compile(
-    r"\b(?:decreas\w*|reduc\w*|lower(?:s|ed|ing)?|diminish\w*|attenuat\w*|inhibit(?:s|ed|ing|ion)?|impair\w*"
-    r"|suppress\w*|slow\w*|down-?regulat\w*|declin\w*|less|least|lowest|fewer|weaker|milder|mild|unable)\b",
+    r"\b(?:decreas\w*|reduc\w*|lower(?:s|ed|ing)?|diminish\w*|attenuat\w*"
+    r"|inhibit(?:s|ed|ing|ion)?|impair\w*|suppress\w*|slow\w*|down-?regulat\w*|declin\w*"
+    r"|less|least|lowest|fewer|weaker|milder|mild|unable)\b",
     re.IGNORECASE,
 )
 

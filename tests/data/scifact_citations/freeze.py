@@ -1,8 +1,9 @@
 """Freeze the regression slice's inputs from `citeflow eval`'s caches (see README.md here).
 
 Run after ``citeflow eval ../shared/data/scifact --retrievers none --calibrate
---calibration-claims 80 --citations 40`` with the default settings; takes the newest generation
-and calibration caches (or the directories given) and rewrites the three JSONL files:
+--calibration-claims 80 --citations 40`` and ``citeflow eval ../shared/data/scifact --split train
+--retrievers none --citations 400`` with the default settings; takes the newest generation and
+calibration caches (or the directories given) and rewrites the four JSONL files:
 
     .venv/bin/python tests/data/scifact_citations/freeze.py [--generations DIR] [--calibration DIR]
 """
@@ -16,6 +17,7 @@ from pathlib import Path
 from citeflow.evaluation.citations import (
     compact_record,
     evidence_queries,
+    judged_queries,
     question_for,
     split_of,
 )
@@ -65,6 +67,10 @@ def main() -> None:
         assert all(split_of(q) == split for q in ids)
         assert ids == evidence_queries(dataset, split)[:count], f"{name}: claims missing"
         write(name, [compact_record(by_id[q], dataset) for q in ids])
+    train = load_beir(SCIFACT, split="train")
+    ids = [q for q in judged_queries(train, "evaluation") if q in by_id]
+    assert ids == judged_queries(train, "evaluation")[: len(ids)], "train_answers: claims missing"
+    write("train_answers.jsonl", [compact_record(by_id[q], train) for q in ids])
     print(f"from {generations} and {calibration}")
 
 
