@@ -51,15 +51,16 @@ from citeflow.evaluation.dense import default_cache_dir  # noqa: E402
 from citeflow.evaluation.runner import EvalContext  # noqa: E402
 from citeflow.prompts import CITATION_JUDGE_PROMPT, CITATION_JUDGE_SYSTEM_PROMPT  # noqa: E402
 from citeflow.providers.local_llm import LocalLlamaCppLLM  # noqa: E402
-from citeflow.settings import Settings, load_settings  # noqa: E402
+from citeflow.settings import load_settings  # noqa: E402
 
 SCIFACT = ROOT.parent / "shared" / "data" / "scifact"
 KEYS = ("citations", "precision", "precision_stance", "doc_precision", "recall", "no_citation_rate")
 
 
 def records_of(
-    dataset: BeirDataset, ids: list[str], settings: Settings, context: EvalContext
+    dataset: BeirDataset, ids: list[str], context: EvalContext
 ) -> dict[str, dict[str, Any]]:
+    """The recorded answers of ``ids`` from `citeflow eval`'s generation cache (none generated)."""
     generations = _Generations(dataset, context, None)
     records, _ = asyncio.run(
         agenerate(dataset, ids, generations.cache, workflow=None, progress=False)
@@ -139,9 +140,9 @@ def main() -> int:
     train = load_beir(SCIFACT, split="train")
     with ExitStack() as stack:
         context = EvalContext(settings=settings, cache_dir=default_cache_dir(), stack=stack)
-        test_records = records_of(test, evidence_queries(test), settings, context)
+        test_records = records_of(test, evidence_queries(test), context)
         train_ids = judged_queries(train, "evaluation")[: args.train]
-        train_records = records_of(train, train_ids, settings, context)
+        train_records = records_of(train, train_ids, context)
     sets = {
         "test, calibration half": (
             test,

@@ -97,9 +97,9 @@ def directions(text: str) -> tuple[Direction, ...]:
     tokens = _TOKEN.findall(text)
     out = []
     for i, token in enumerate(tokens):
-        up = _UP.fullmatch(token.strip(".,;:()[]\"'"))
-        down = None if up else _DOWN.fullmatch(token.strip(".,;:()[]\"'"))
-        found = up or down
+        word = token.strip(".,;:()[]\"'")
+        up = _UP.fullmatch(word)
+        found = up or _DOWN.fullmatch(word)
         if found is None:
             continue
         around = _clause_around(tokens, i)

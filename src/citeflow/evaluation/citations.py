@@ -440,10 +440,8 @@ def aggregate(scores: Iterable[Mapping[str, Any]]) -> dict[str, float]:
     return {
         "precision": _ratio(sum(r["correct"] for r in rows), total),
         "precision_strict": _ratio(sum(r["strict"] for r in rows), total),
-        "precision_stance": _ratio(
-            sum(r["correct"] - r.get("stance_conflicts", 0) for r in rows), total
-        ),
-        "stance_conflicts": float(sum(r.get("stance_conflicts", 0) for r in rows)),
+        "precision_stance": _ratio(sum(r["correct"] - r["stance_conflicts"] for r in rows), total),
+        "stance_conflicts": float(sum(r["stance_conflicts"] for r in rows)),
         "doc_precision": _ratio(sum(r["relevant"] for r in rows), total),
         "recall": _ratio(sum(r["covered"] for r in rows), gold),
         "recall_ceiling": _ratio(sum(r["shown"] for r in rows), gold),
