@@ -466,6 +466,18 @@ def test_command_checks_citations_at_document_level_without_gold_sentences(
     assert [c["doc_id"] for c in q1["citations_checked"]] == ["d1"]
     assert q1["citations_checked"][0]["correct"] is True  # d1 is judged relevant to q1
 
+    # --half calibration: the other half's claims (none of them answered above)
+    other = eval_cli.build_parser().parse_args([*argv, "--half", "calibration"])
+    assert (
+        eval_cli.run(other, settings=settings, embed_model=embed, embedder_name="h", llm=llm) == 0
+    )
+    assert "(calibration half)" in capsys.readouterr().out
+    answered = json.loads(out.read_text())["citations"]
+    assert answered["info"]["split"] == "calibration"
+    assert list(answered["per_query"]) == judged_queries(load_beir(plain), "calibration")
+    assert answered["queries"] == 2  # q2 and q3
+    assert not set(answered["per_query"]) & set(data["per_query"])
+
     calibrate = eval_cli.build_parser().parse_args([*argv, "--calibrate"])
     with pytest.raises(InvalidRequestError, match="gold evidence"):
         eval_cli.run(calibrate, settings=settings, embed_model=embed, embedder_name="h", llm=llm)

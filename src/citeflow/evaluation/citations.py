@@ -900,7 +900,7 @@ class CitationResult:
             else "claims with gold evidence"
         )
         title = (
-            f"citations: {self.queries} {which} (evaluation half), "
+            f"citations: {self.queries} {which} ({self.info.get('split', 'evaluation')} half), "
             f"{self.info.get('llm', '?')}, threshold {self.info.get('support_threshold', '?')}, "
             f"relevance {self.info.get('citation_relevance', '?')}, "
             f"score gap {self.info.get('citation_score_gap', '?')}; "
@@ -1376,11 +1376,17 @@ def citation_section(
     claims: int,
     template: str = DEFAULT_QUESTION,
     llm: LLM | None = None,
+    half: Split = "evaluation",
 ) -> CitationResult:
     """``citeflow eval --citations N``: the first N evaluation-half claims with gold evidence
-    (without any in the dataset: with a relevant document, checked at document level)."""
+    (without any in the dataset: with a relevant document, checked at document level).
+
+    ``half`` (``--half calibration``) answers the other half's claims instead: on a split whose
+    calibration half nothing was calibrated on (SciFact train has no gold sentences), these are
+    claims no setting was chosen on, a second untouched set.
+    """
     settings = context.settings
-    ids = _claims(dataset, "evaluation")
+    ids = _claims(dataset, half)
     generations = _Generations(dataset, context, llm)
     try:
         return evaluate_citations(
@@ -1397,7 +1403,7 @@ def citation_section(
             progress=context.progress,
             info={
                 "llm": generations.name,
-                "split": "evaluation",
+                "split": half,
                 "available": len(ids),
                 "level": evidence_level(dataset),
             },

@@ -116,6 +116,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "LLM) and score the citations; answers are cached, a re-run only re-scores them",
     )
     parser.add_argument(
+        "--half",
+        choices=("evaluation", "calibration"),
+        default="evaluation",
+        help="whose claims --citations answers: the evaluation half (default) or the "
+        "calibration half (on a split nothing was calibrated on, e.g. SciFact train: more "
+        "untouched claims)",
+    )
+    parser.add_argument(
         "--calibrate",
         action="store_true",
         help="also print the support threshold's precision/recall table (calibration claims)",
@@ -274,7 +282,12 @@ def _citation_sections(
         tables.append(calibration.table())
     if getattr(args, "citations", None):
         result = citations.citation_section(
-            dataset, context, claims=args.citations, template=template, llm=llm
+            dataset,
+            context,
+            claims=args.citations,
+            template=template,
+            llm=llm,
+            half=getattr(args, "half", "evaluation"),
         )
         report.extra["citations"] = result.to_dict()
         tables.append(result.table())
