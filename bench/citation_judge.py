@@ -36,17 +36,17 @@ from citeflow.citations.repair import Citation  # noqa: E402
 from citeflow.evaluation.citations import (  # noqa: E402
     GoldEvidence,
     SourceRecord,
-    _Generations,
-    _model_citations,
-    agenerate,
     aggregate,
     evidence_queries,
     judged_queries,
+    model_citations,
+    recorded_answers,
+    repair_policy,
     replay,
     score_answer,
     split_of,
 )
-from citeflow.evaluation.dataset import BeirDataset, load_beir  # noqa: E402
+from citeflow.evaluation.dataset import load_beir  # noqa: E402
 from citeflow.evaluation.dense import default_cache_dir  # noqa: E402
 from citeflow.evaluation.runner import EvalContext  # noqa: E402
 from citeflow.prompts import CITATION_JUDGE_PROMPT, CITATION_JUDGE_SYSTEM_PROMPT  # noqa: E402
@@ -55,17 +55,6 @@ from citeflow.settings import load_settings  # noqa: E402
 
 SCIFACT = ROOT.parent / "shared" / "data" / "scifact"
 KEYS = ("citations", "precision", "precision_stance", "doc_precision", "recall", "no_citation_rate")
-
-
-def records_of(
-    dataset: BeirDataset, ids: list[str], context: EvalContext
-) -> dict[str, dict[str, Any]]:
-    """The recorded answers of ``ids`` from `citeflow eval`'s generation cache (none generated)."""
-    generations = _Generations(dataset, context, None)
-    records, _ = asyncio.run(
-        agenerate(dataset, ids, generations.cache, workflow=None, progress=False)
-    )
-    return records
 
 
 class JudgeCache:
@@ -115,7 +104,7 @@ def dropped_markers(record: dict[str, Any], kept: list[Citation]) -> list[Citati
     """The model's first own marker of each sentence the repair left uncited."""
     cited = {c.sentence for c in kept}
     out: list[Citation] = []
-    for citation in _model_citations(record):
+    for citation in model_citations(record):
         if citation.quote and citation.sentence not in cited:
             cited.add(citation.sentence)
             out.append(citation)
@@ -130,19 +119,14 @@ def main() -> int:
     args = parser.parse_args()
     cuts = [float(c) for c in args.cuts.split(",")]
     settings = load_settings()
-    repair: dict[str, Any] = dict(
-        threshold=settings.support_threshold,
-        relevance=settings.citation_relevance,
-        score_gap=settings.citation_score_gap,
-        keyword_below=settings.relevance_threshold,
-    )
+    policy = repair_policy(settings)
     test = load_beir(SCIFACT)
     train = load_beir(SCIFACT, split="train")
     with ExitStack() as stack:
         context = EvalContext(settings=settings, cache_dir=default_cache_dir(), stack=stack)
-        test_records = records_of(test, evidence_queries(test), context)
+        test_records = recorded_answers(test, evidence_queries(test), context)
         train_ids = judged_queries(train, "evaluation")[: args.train]
-        train_records = records_of(train, train_ids, context)
+        train_records = recorded_answers(train, train_ids, context)
     sets = {
         "test, calibration half": (
             test,
@@ -155,7 +139,7 @@ def main() -> int:
         f"train, {len(train_records)} (document level)": (train, train_records),
     }
     replayed = {
-        name: {q: replay(r, **repair) for q, r in records.items()}
+        name: {q: replay(r, policy) for q, r in records.items()}
         for name, (_, records) in sets.items()
     }
     dropped: dict[str, dict[str, list[Citation]]] = {
@@ -181,7 +165,7 @@ def main() -> int:
     llm.close()
     print(
         f"{len(pairs)} citations judged ({asked} asked now, "
-        f"{seconds / asked if asked else 0.0:.2f} s each), {llm.model_name}; repair {repair}"
+        f"{seconds / asked if asked else 0.0:.2f} s each), {llm.model_name}; repair {policy}"
     )
     print(f"{'set':38} {'cut':>4} " + " ".join(f"{k[:12]:>12}" for k in KEYS))
     for name, (dataset, records) in sets.items():

@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from citeflow.citations.sources import source_text  # noqa: E402
+from citeflow.evaluation.citations import repair_policy  # noqa: E402
 from citeflow.evaluation.citations import replay as replay_record  # noqa: E402
 from citeflow.knowledge_base import KnowledgeBase  # noqa: E402
 from citeflow.providers.local_llm import LocalLlamaCppLLM  # noqa: E402
@@ -116,14 +117,7 @@ def replay(path: Path) -> list[Answer]:
             ],
             "raw_text": item["raw"],
         }
-        text, found = replay_record(
-            record,
-            threshold=settings.support_threshold,
-            relevance=settings.citation_relevance,
-            enabled=settings.repair_citations,
-            score_gap=settings.citation_score_gap,
-            keyword_below=settings.relevance_threshold,
-        )
+        text, found = replay_record(record, repair_policy(settings))
         cited = list(dict.fromkeys(c.number for c in found))
         answers.append(Answer(question, item["sources"], item["raw"], text, cited))
     return answers

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from citeflow.citations.sources import source_text
-from citeflow.evaluation.citations import replay
+from citeflow.evaluation.citations import repair_policy, replay
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.settings import Settings
 from tests.conftest import REPO
@@ -79,10 +79,7 @@ def test_recorded_local_model_answers_keep_correct_citations() -> None:
                 ],
                 "raw_text": record["raw"],
             },
-            threshold=settings.support_threshold,
-            relevance=settings.citation_relevance,
-            score_gap=settings.citation_score_gap,
-            keyword_below=settings.relevance_threshold,
+            repair_policy(settings),
         )
         numbers = list(dict.fromkeys(c.number for c in found))
         cited += bool(numbers)

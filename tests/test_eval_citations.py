@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 from llama_index.core.schema import NodeWithScore
 
-from citeflow.citations.repair import Citation, CitationRepairer, repair_text
+from citeflow.citations.repair import Citation, CitationRepairer, RepairPolicy, repair_text
 from citeflow.citations.support import LexicalSupport
 from citeflow.errors import InvalidRequestError, UpstreamError
 from citeflow.evaluation import cli as eval_cli
@@ -34,6 +35,7 @@ from citeflow.evaluation.citations import (
     expand_record,
     judged_queries,
     question_for,
+    repair_policy,
     restates,
     score_answer,
     score_records,
@@ -51,6 +53,9 @@ from tests.fakes.embedding import HashEmbedding
 from tests.fakes.llm import ScriptedLLM
 
 MINI = REPO / "tests" / "data" / "beir_mini"
+#: the mini dataset's repair: a low threshold (its toy answers share few words with the sources)
+LOOSE = RepairPolicy(threshold=0.35)
+STRICT = RepairPolicy(threshold=1.0)
 DUCKS = "Ducks are waterfowl birds that live near ponds, rivers and lakes [1]."
 
 
@@ -255,7 +260,7 @@ async def test_repair_text_replays_the_streaming_synthesis(reply: str) -> None:
         for i, t in enumerate(SOURCES, start=1)
     ]
     synthesizer = CitationSynthesizer(
-        ScriptedLLM([reply], chunk_words=2), context_budget=900, support_threshold=0.35
+        ScriptedLLM([reply], chunk_words=2), context_budget=900, policy=RepairPolicy(threshold=0.35)
     )
     live = await synthesizer.synthesize("q", sources)
     replayed = repair_text(CitationRepairer(LexicalSupport(SOURCES), threshold=0.35), reply)
@@ -289,14 +294,14 @@ def test_evaluation_caches_each_answer_and_resumes(
     broken = ScriptedLLM([DUCKS, RuntimeError("the model went away")])
     with pytest.raises(UpstreamError):
         evaluate_citations(
-            mini, ids, cache, workflow=_factory(index, broken), threshold=0.35, progress=False
+            mini, ids, cache, workflow=_factory(index, broken), policy=LOOSE, progress=False
         )
     assert cache.get("q1", question_for(mini.queries["q1"])) is not None  # kept before the failure
     assert cache.get("q2", question_for(mini.queries["q2"])) is None
 
     llm = ScriptedLLM(["Photosynthesis lets plants turn light into chemical energy [1]."])
     result = evaluate_citations(
-        mini, ids, cache, workflow=_factory(index, llm), threshold=0.35, progress=False
+        mini, ids, cache, workflow=_factory(index, llm), policy=LOOSE, progress=False
     )
     assert len(llm.prompts) == 1  # only q2 was generated
     assert (result.queries, result.generated) == (2, 1)
@@ -309,16 +314,16 @@ def test_evaluation_caches_each_answer_and_resumes(
     assert q1["citations_checked"][0]["correct"] is True
 
     # everything cached: no workflow needed, and another threshold is only a replay
-    again = evaluate_citations(mini, ids, cache, workflow=None, threshold=0.35, progress=False)
+    again = evaluate_citations(mini, ids, cache, workflow=None, policy=LOOSE, progress=False)
     assert again.generated == 0 and again.metrics == result.metrics
-    strict = evaluate_citations(mini, ids, cache, workflow=None, threshold=1.0, progress=False)
+    strict = evaluate_citations(mini, ids, cache, workflow=None, policy=STRICT, progress=False)
     assert strict.metrics["citations"] <= result.metrics["citations"]
 
     # a damaged cache file is generated again, not trusted
     cache.path("q1").write_text("{not json")
     llm = ScriptedLLM([DUCKS])
     fixed = evaluate_citations(
-        mini, ids, cache, workflow=_factory(index, llm), threshold=0.35, progress=False
+        mini, ids, cache, workflow=_factory(index, llm), policy=LOOSE, progress=False
     )
     assert fixed.generated == 1 and fixed.metrics == result.metrics
     assert json.loads((cache.directory / "config.json").read_text()) == {"llm": "scripted"}
@@ -330,7 +335,7 @@ def test_cached_answers_without_scores_get_them_from_the_retriever(
     cache = GenerationCache.for_facts(tmp_path / "gen", "beir_mini", {})
     llm = ScriptedLLM([DUCKS])
     first = evaluate_citations(
-        mini, ["q1"], cache, workflow=_factory(index, llm), threshold=0.35, progress=False
+        mini, ["q1"], cache, workflow=_factory(index, llm), policy=LOOSE, progress=False
     )
     question = question_for(mini.queries["q1"])
     record = cache.get("q1", question)
@@ -347,7 +352,7 @@ def test_cached_answers_without_scores_get_them_from_the_retriever(
         del source["score"]
     cache.put(record)
     again = evaluate_citations(
-        mini, ["q1"], cache, workflow=None, threshold=0.35, progress=False, rescore=rescore
+        mini, ["q1"], cache, workflow=None, policy=LOOSE, progress=False, rescore=rescore
     )
     backfilled = cache.get("q1", question)
     assert backfilled is not None
@@ -360,7 +365,7 @@ def test_cached_answers_without_scores_get_them_from_the_retriever(
     backfilled["sources"][0]["text"] += " (edited)"
     cache.put(backfilled)
     evaluate_citations(
-        mini, ["q1"], cache, workflow=None, threshold=0.35, progress=False, rescore=rescore
+        mini, ["q1"], cache, workflow=None, policy=LOOSE, progress=False, rescore=rescore
     )
     left = cache.get("q1", question)
     assert left is not None and all("score" not in s for s in left["sources"])
@@ -372,7 +377,7 @@ def test_model_metrics_show_what_the_repair_fixed(
     cache = GenerationCache.for_facts(tmp_path / "gen", "beir_mini", {})
     llm = ScriptedLLM(["Ducks are waterfowl birds [4][9]. They eat insects [1]."])
     result = evaluate_citations(
-        mini, ["q1"], cache, workflow=_factory(index, llm), threshold=0.35, progress=False
+        mini, ["q1"], cache, workflow=_factory(index, llm), policy=LOOSE, progress=False
     )
     assert result.model_metrics["broken_rate"] == 1.0  # [9] names no source
     assert result.metrics["broken_rate"] == 0.0
@@ -553,15 +558,8 @@ def _answer_precision(
 ) -> tuple[float, float]:
     if score_gap is None:
         score_gap = _default_score_gap()
-    m = score_records(
-        scifact,
-        records,
-        threshold=threshold,
-        relevance=relevance,
-        details=False,
-        score_gap=score_gap,
-        keyword_below=_keyword_below(),
-    ).metrics
+    policy = RepairPolicy(threshold, relevance, score_gap, keyword_below=_keyword_below())
+    m = score_records(scifact, records, policy, details=False).metrics
     return m["precision"], m["citations"]
 
 
@@ -574,15 +572,10 @@ def _at_defaults(
 ) -> Scored:
     """Recorded answers replayed through the repair at the default settings (``score_gap``:
     another gap; 2.0 lets every move through)."""
-    return score_records(
-        dataset,
-        records,
-        threshold=_default_threshold(),
-        relevance=_default_relevance(),
-        score_gap=_default_score_gap() if score_gap is None else score_gap,
-        keyword_below=_keyword_below(),
-        details=details,
-    )
+    policy = repair_policy(Settings(_env_file=None))  # type: ignore[call-arg]
+    if score_gap is not None:
+        policy = replace(policy, score_gap=score_gap)
+    return score_records(dataset, records, policy, details=details)
 
 
 def test_default_threshold_is_what_the_calibration_chooses(scifact: BeirDataset) -> None:

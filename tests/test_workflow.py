@@ -244,7 +244,8 @@ async def test_workflow_over_openai_compatible_http(kb: KnowledgeBase) -> None:
 async def test_the_repair_gets_the_sources_retrieval_scores(kb: KnowledgeBase) -> None:
     options = QueryOptions(relevance_threshold=0.2, citation_score_gap=0.07)
     workflow = _workflow(kb, ScriptedLLM(["Yahoo bought Viaweb [1]."]), options=options)
-    assert (workflow.synthesizer.score_gap, workflow.synthesizer.keyword_below) == (0.07, 0.2)
+    policy = workflow.synthesizer.policy
+    assert (policy.score_gap, policy.keyword_below) == (0.07, 0.2)
     result = await workflow.run(query="Who bought Viaweb?")
     assert isinstance(result, CitedResponse)
     assert all(isinstance(node.score, float) for node in result.source_nodes)

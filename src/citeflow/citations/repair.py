@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from citeflow.citations.markers import find_markers, render, renumber, strip_markers
@@ -71,6 +71,43 @@ class Citation:
     quote_end: int
     score: float
     origin: Origin
+
+
+@dataclass(frozen=True, slots=True)
+class RepairPolicy:
+    """What the repair asks of a citation: the settings the workflow and every replay share.
+
+    ``threshold`` (``CITEFLOW_SUPPORT_THRESHOLD``): the support a moved or added marker needs;
+    ``relevance`` (``CITEFLOW_CITATION_RELEVANCE``): the question relevance of any quote;
+    ``score_gap`` (``CITEFLOW_CITATION_SCORE_GAP``) and ``keyword_below`` (the grader's
+    ``CITEFLOW_RELEVANCE_THRESHOLD``): which sources a marker may be moved or added to;
+    ``enabled`` (``CITEFLOW_REPAIR_CITATIONS``): off, citations are only scored.
+    """
+
+    threshold: float
+    relevance: float = 0.0
+    score_gap: float | None = None
+    keyword_below: float = 0.0
+    enabled: bool = True
+
+    def at(self, threshold: float) -> RepairPolicy:
+        """The same policy at another support threshold (a calibration sweep)."""
+        return replace(self, threshold=threshold)
+
+    def repairer(
+        self, support: LexicalSupport, source_scores: Sequence[float | None] | None = None
+    ) -> CitationRepairer:
+        """The repairer of one answer: ``support`` over its sources, whose retrieval scores
+        are ``source_scores`` (the score-gap rule applies when all are known)."""
+        return CitationRepairer(
+            support,
+            threshold=self.threshold,
+            relevance=self.relevance,
+            enabled=self.enabled,
+            source_scores=source_scores,
+            score_gap=self.score_gap,
+            keyword_below=self.keyword_below,
+        )
 
 
 class CitationRepairer:

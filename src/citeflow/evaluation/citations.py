@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from tqdm.auto import tqdm
 
 from citeflow.citations.markers import find_markers
-from citeflow.citations.repair import Citation, CitationRepairer, repair_text
+from citeflow.citations.repair import Citation, RepairPolicy, repair_text
 from citeflow.citations.sources import SELECTION_VERSION, make_sources, source_text
 from citeflow.citations.support import LexicalSupport, negates
 from citeflow.citations.text import frame_denies, statement_of, term_set
@@ -90,8 +90,13 @@ __all__ = [
     "evidence_queries",
     "expand_record",
     "judged_queries",
+    "model_citations",
     "question_for",
+    "recorded_answers",
+    "repair_policy",
+    "replay",
     "score_answer",
+    "score_records",
     "split_of",
     "stance_conflict",
 ]
@@ -922,43 +927,26 @@ class CitationResult:
         }
 
 
-def replay(
-    record: Mapping[str, Any],
-    *,
-    threshold: float,
-    relevance: float = 0.0,
-    enabled: bool = True,
-    score_gap: float | None = None,
-    keyword_below: float = 0.0,
-) -> tuple[str, list[Citation]]:
-    """The answer and citations the workflow gives for a recorded reply, at ``threshold``.
-
-    ``relevance``: `CitationRepairer`'s minimum question relevance of a quote (the question is
-    the record's); ``score_gap`` and ``keyword_below``: its limit on moves by the sources'
-    retrieval scores (applied when the record has them; ``keyword_below`` is the workflow's
-    ``relevance_threshold``).
-    """
+def replay(record: Mapping[str, Any], policy: RepairPolicy) -> tuple[str, list[Citation]]:
+    """The answer and citations the workflow gives for a recorded reply under ``policy`` (the
+    question is the record's; the score-gap rule applies when the record has its sources'
+    retrieval scores)."""
     sources = [str(s["text"]) for s in record["sources"]]
     if not sources:
         return str(record.get("answer", "")), []
-    repairer = CitationRepairer(
+    repairer = policy.repairer(
         LexicalSupport(sources, question=str(record.get("question") or "")),
-        threshold=threshold,
-        relevance=relevance,
-        enabled=enabled,
-        source_scores=[s.get("score") for s in record["sources"]],
-        score_gap=score_gap,
-        keyword_below=keyword_below,
+        [s.get("score") for s in record["sources"]],
     )
     return repair_text(repairer, str(record["raw_text"]))
 
 
-def _model_citations(record: Mapping[str, Any]) -> list[Citation]:
+def model_citations(record: Mapping[str, Any]) -> list[Citation]:
     """The model's own markers, each with the quote the scorer finds in the source it names."""
     sources = [str(s["text"]) for s in record["sources"]]
     if not sources:
         return []
-    _, citations = replay(record, threshold=1.0, enabled=False)
+    _, citations = replay(record, RepairPolicy(threshold=1.0, enabled=False))
     return citations
 
 
@@ -1011,15 +999,7 @@ class _Recorder(CitationSynthesizer):
 def _recording(workflow: CitationQueryWorkflow) -> _Recorder:
     """Swap the workflow's synthesizer for one that keeps the model's raw reply."""
     base = workflow.synthesizer
-    recorder = _Recorder(
-        base.llm,
-        context_budget=base.context_budget,
-        support_threshold=base.support_threshold,
-        repair=base.repair,
-        relevance=base.relevance,
-        score_gap=base.score_gap,
-        keyword_below=base.keyword_below,
-    )
+    recorder = _Recorder(base.llm, context_budget=base.context_budget, policy=base.policy)
     workflow.synthesizer = recorder
     return recorder
 
@@ -1118,19 +1098,11 @@ class Scored:
 def score_records(
     dataset: BeirDataset,
     records: Mapping[str, Mapping[str, Any]],
+    policy: RepairPolicy,
     *,
-    threshold: float,
-    relevance: float = 0.0,
-    repair: bool = True,
     details: bool = True,
-    score_gap: float | None = None,
-    keyword_below: float = 0.0,
 ) -> Scored:
-    """Replay the repair over each recorded reply at ``threshold`` and score the citations.
-
-    ``relevance`` is the repair's minimum question relevance of a quote, ``score_gap`` its limit
-    on moves by retrieval score (`CitationRepairer`).
-    """
+    """Replay the repair over each recorded reply under ``policy`` and score the citations."""
     gold = GoldEvidence(dataset)
     per_query: dict[str, dict[str, Any]] = {}
     final_scores: list[dict[str, Any]] = []
@@ -1138,19 +1110,12 @@ def score_records(
     mismatches = 0
     for qid, record in records.items():
         sources = [SourceRecord(str(s["doc_id"]), str(s["text"])) for s in record["sources"]]
-        answer, citations = replay(
-            record,
-            threshold=threshold,
-            relevance=relevance,
-            enabled=repair,
-            score_gap=score_gap,
-            keyword_below=keyword_below,
-        )
+        answer, citations = replay(record, policy)
         same_settings = (
-            _same(record.get("support_threshold"), threshold)
-            and _same(record.get("citation_relevance"), relevance)
-            and _same(record.get("citation_score_gap"), score_gap)
-            and bool(record.get("repair_citations", True)) == repair
+            _same(record.get("support_threshold"), policy.threshold)
+            and _same(record.get("citation_relevance"), policy.relevance)
+            and _same(record.get("citation_score_gap"), policy.score_gap)
+            and bool(record.get("repair_citations", True)) == policy.enabled
         )
         if same_settings and answer != record.get("answer"):
             mismatches += 1
@@ -1158,7 +1123,7 @@ def score_records(
         final_scores.append(final)
         if not details:
             continue
-        model = score_answer(gold, qid, sources, str(record["raw_text"]), _model_citations(record))
+        model = score_answer(gold, qid, sources, str(record["raw_text"]), model_citations(record))
         model_scores.append(model)
         per_query[qid] = {
             "question": record["question"],
@@ -1184,24 +1149,14 @@ def score_records(
 def sweep(
     dataset: BeirDataset,
     records: Mapping[str, Mapping[str, Any]],
+    policy: RepairPolicy,
     thresholds: Sequence[float] = THRESHOLDS,
-    *,
-    relevance: float = 0.0,
-    score_gap: float | None = None,
-    keyword_below: float = 0.0,
 ) -> list[dict[str, float]]:
-    """Citation precision, recall and no-citation rate of recorded answers at each threshold."""
+    """Citation precision, recall and no-citation rate of recorded answers at each threshold
+    (the rest of ``policy`` unchanged)."""
     rows = []
     for t in thresholds:
-        m = score_records(
-            dataset,
-            records,
-            threshold=t,
-            relevance=relevance,
-            details=False,
-            score_gap=score_gap,
-            keyword_below=keyword_below,
-        )
+        m = score_records(dataset, records, policy.at(t), details=False)
         rows.append({"threshold": t, **m.metrics})
     return rows
 
@@ -1212,11 +1167,7 @@ async def aevaluate_citations(
     cache: GenerationCache,
     *,
     workflow: Callable[[], CitationQueryWorkflow] | None,
-    threshold: float,
-    relevance: float = 0.0,
-    repair: bool = True,
-    score_gap: float | None = None,
-    keyword_below: float = 0.0,
+    policy: RepairPolicy,
     template: str = DEFAULT_QUESTION,
     progress: bool = True,
     info: Mapping[str, Any] | None = None,
@@ -1224,8 +1175,8 @@ async def aevaluate_citations(
 ) -> CitationResult:
     """Answer each claim's question with the workflow (or take it from the cache) and score it.
 
-    See `agenerate` for ``workflow`` and the cache; the scores replay the repair at
-    ``threshold`` (`score_records`).
+    See `agenerate` for ``workflow`` and the cache; the scores replay the repair under
+    ``policy`` (`score_records`).
     """
     started = time.perf_counter()
     records, generated = await agenerate(
@@ -1237,15 +1188,7 @@ async def aevaluate_citations(
         progress=progress,
         rescore=rescore,
     )
-    scored = score_records(
-        dataset,
-        records,
-        threshold=threshold,
-        relevance=relevance,
-        repair=repair,
-        score_gap=score_gap,
-        keyword_below=keyword_below,
-    )
+    scored = score_records(dataset, records, policy)
     times = [float(r.get("seconds") or 0.0) for r in records.values()]
     return CitationResult(
         metrics=scored.metrics,
@@ -1257,10 +1200,10 @@ async def aevaluate_citations(
         seconds_per_answer=_ratio(sum(times), len(times)),
         info={
             **dict(info or {}),
-            "support_threshold": threshold,
-            "citation_relevance": relevance,
-            "citation_score_gap": score_gap,
-            "repair_citations": repair,
+            "support_threshold": policy.threshold,
+            "citation_relevance": policy.relevance,
+            "citation_score_gap": policy.score_gap,
+            "repair_citations": policy.enabled,
             "question_template": template,
             "cache": str(cache.directory),
             "replay_mismatches": scored.mismatches,
@@ -1356,6 +1299,25 @@ class _Generations:
         self._owned.clear()
 
 
+def repair_policy(settings: Settings) -> RepairPolicy:
+    """The workflow's citation repair under ``settings``: what every replay applies."""
+    from citeflow.workflows.citation_query import QueryOptions
+
+    return QueryOptions.from_settings(settings).repair_policy()
+
+
+def recorded_answers(
+    dataset: BeirDataset, query_ids: Sequence[str], context: EvalContext
+) -> dict[str, dict[str, Any]]:
+    """The answers `citeflow eval --citations` recorded for ``query_ids`` under ``context``'s
+    settings, by query id; nothing is generated (a claim never answered is an error)."""
+    import asyncio
+
+    cache = _Generations(dataset, context, None).cache
+    records, _ = asyncio.run(agenerate(dataset, query_ids, cache, workflow=None, progress=False))
+    return records
+
+
 def _claims(dataset: BeirDataset, split: Split, *, sentences: bool = False) -> list[str]:
     """The half's checkable claims; ``sentences``: only claims with gold evidence will do."""
     ids = evidence_queries(dataset, split) if sentences else judged_queries(dataset, split)
@@ -1394,11 +1356,7 @@ def citation_section(
             ids[:claims],
             generations.cache,
             workflow=generations.workflow,
-            threshold=settings.support_threshold,
-            relevance=settings.citation_relevance,
-            repair=settings.repair_citations,
-            score_gap=settings.citation_score_gap,
-            keyword_below=settings.relevance_threshold,
+            policy=repair_policy(settings),
             template=template,
             progress=context.progress,
             info={
@@ -1476,13 +1434,7 @@ def calibration_section(
             )
         finally:
             generations.close()
-        report.answers = sweep(
-            dataset,
-            records,
-            relevance=settings.citation_relevance,
-            score_gap=settings.citation_score_gap,
-            keyword_below=settings.relevance_threshold,
-        )
+        report.answers = sweep(dataset, records, repair_policy(settings))
         report.relevance = settings.citation_relevance
         report.answer_claims = len(records)
         report.info["llm"] = generations.name

@@ -17,7 +17,7 @@ from llama_index.core.llms import LLM, ChatMessage
 from llama_index.core.schema import NodeWithScore
 
 from citeflow.citations.markers import cited_numbers
-from citeflow.citations.repair import Citation, CitationRepairer, RepairedAnswer
+from citeflow.citations.repair import Citation, RepairedAnswer, RepairPolicy
 from citeflow.citations.sources import format_sources, source_text
 from citeflow.citations.support import LexicalSupport
 from citeflow.citations.text import count_tokens
@@ -60,19 +60,11 @@ class CitationSynthesizer:
         llm: LLM,
         *,
         context_budget: int,
-        support_threshold: float,
-        repair: bool = True,
-        relevance: float = 0.0,
-        score_gap: float | None = None,
-        keyword_below: float = 0.0,
+        policy: RepairPolicy,
     ) -> None:
         self.llm = llm
         self.context_budget = context_budget
-        self.support_threshold = support_threshold
-        self.repair = repair
-        self.relevance = relevance
-        self.score_gap = score_gap
-        self.keyword_below = keyword_below
+        self.policy = policy
 
     def messages(self, prompt: str) -> list[ChatMessage]:
         return [
@@ -110,14 +102,9 @@ class CitationSynthesizer:
                 llm_seconds += time.perf_counter() - waited
                 answer = (reply.message.content or "").strip()
                 calls += 1
-        repairer = CitationRepairer(
+        repairer = self.policy.repairer(
             LexicalSupport([source_text(s) for s in sources], question=query),
-            threshold=self.support_threshold,
-            relevance=self.relevance,
-            enabled=self.repair,
-            source_scores=[s.score for s in sources],
-            score_gap=self.score_gap,
-            keyword_below=self.keyword_below,
+            [s.score for s in sources],
         )
         repaired = RepairedAnswer(repairer)
         raw: list[str] = []

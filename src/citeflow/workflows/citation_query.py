@@ -21,6 +21,7 @@ from workflows import Context, Workflow, step
 from workflows.decorators import StepFunction
 from workflows.events import StopEvent
 
+from citeflow.citations.repair import RepairPolicy
 from citeflow.citations.sources import make_sources
 from citeflow.errors import CiteflowError, EmptyQueryError
 from citeflow.events import (
@@ -79,6 +80,16 @@ class QueryOptions:
             repair_citations=settings.repair_citations,
         )
 
+    def repair_policy(self) -> RepairPolicy:
+        """The citation repair's settings among these knobs."""
+        return RepairPolicy(
+            threshold=self.support_threshold,
+            relevance=self.citation_relevance,
+            score_gap=self.citation_score_gap,
+            keyword_below=self.relevance_threshold,
+            enabled=self.repair_citations,
+        )
+
 
 @contextmanager
 def upstream(what: str) -> Iterator[None]:
@@ -129,13 +140,7 @@ class CitationQueryWorkflow(Workflow):
             self.options.relevance_threshold, self.options.relevance_coverage
         )
         self.synthesizer = CitationSynthesizer(
-            llm,
-            context_budget=self.options.context_budget,
-            support_threshold=self.options.support_threshold,
-            repair=self.options.repair_citations,
-            relevance=self.options.citation_relevance,
-            score_gap=self.options.citation_score_gap,
-            keyword_below=self.options.relevance_threshold,
+            llm, context_budget=self.options.context_budget, policy=self.options.repair_policy()
         )
 
     @classmethod
