@@ -1,9 +1,10 @@
 """Freeze the regression slice's inputs from `citeflow eval`'s caches (see README.md here).
 
 Run after ``citeflow eval ../shared/data/scifact --retrievers none --calibrate
---calibration-claims 80 --citations 40`` and ``citeflow eval ../shared/data/scifact --split train
---retrievers none --citations 400`` with the default settings; takes the newest generation and
-calibration caches (or the directories given) and rewrites the four JSONL files:
+--calibration-claims 80 --citations 40``, ``citeflow eval ../shared/data/scifact --split train
+--retrievers none --citations 400`` and the same with ``--half calibration --citations 220``, with
+the default settings; takes the newest generation and calibration caches (or the directories
+given) and rewrites the five JSONL files:
 
     .venv/bin/python tests/data/scifact_citations/freeze.py [--generations DIR] [--calibration DIR]
 """
@@ -68,9 +69,13 @@ def main() -> None:
         assert ids == evidence_queries(dataset, split)[:count], f"{name}: claims missing"
         write(name, [compact_record(by_id[q], dataset) for q in ids])
     train = load_beir(SCIFACT, split="train")
-    ids = [q for q in judged_queries(train, "evaluation") if q in by_id]
-    assert ids == judged_queries(train, "evaluation")[: len(ids)], "train_answers: claims missing"
-    write("train_answers.jsonl", [compact_record(by_id[q], train) for q in ids])
+    for name, split in (
+        ("train_answers.jsonl", "evaluation"),
+        ("train_calibration_answers.jsonl", "calibration"),
+    ):
+        ids = [q for q in judged_queries(train, split) if q in by_id]
+        assert ids == judged_queries(train, split)[: len(ids)], f"{name}: claims missing"
+        write(name, [compact_record(by_id[q], train) for q in ids])
     print(f"from {generations} and {calibration}")
 
 

@@ -1,0 +1,190 @@
+"""Would another repair rule make the local model's citations more precise? A replay, no model.
+
+Takes the answers `citeflow eval` recorded (SciFact test claims with gold sentences, both halves;
+SciFact train claims of the evaluation half and, when answered with ``--half calibration``, of
+the calibration half, checked at document level) and the essay benchmark's recorded answers
+(`tests/data/essay/answers.json`), and replays the repair under each variant:
+
+- ``defaults``: today's repair (`repair_policy(load_settings())`);
+- ``one threshold``: the model's own marker needs the full support threshold, as a moved or added
+  one does (``keep_ratio`` 1.0 instead of 0.6);
+- ``gap for the model's markers``: the model's own markers are also held to the score gap (a
+  kept marker whose source the retriever scored more than ``CITEFLOW_CITATION_SCORE_GAP`` below
+  the best source is dropped; the grader's keyword chunks are exempt, as for moves).
+
+Prints, per set and variant: citations, the issue's precision, stance ok, doc precision, recall
+and answers left uncited; for the essay, answers cited and citations correct.
+
+    .venv/bin/python bench/repair_variants.py [--train 400] [--fresh 220]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Mapping
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from citeflow.citations.repair import Citation, CitationRepairer, RepairPolicy, repair_text  # noqa: E402
+from citeflow.citations.support import LexicalSupport  # noqa: E402
+from citeflow.evaluation.citations import (  # noqa: E402
+    GoldEvidence,
+    SourceRecord,
+    aggregate,
+    evidence_queries,
+    judged_queries,
+    recorded_answers,
+    repair_policy,
+    score_answer,
+    split_of,
+)
+from citeflow.evaluation.dataset import BeirDataset, load_beir  # noqa: E402
+from citeflow.evaluation.dense import default_cache_dir  # noqa: E402
+from citeflow.evaluation.runner import EvalContext  # noqa: E402
+from citeflow.settings import load_settings  # noqa: E402
+from essay_citations import QUESTIONS, holds  # noqa: E402
+
+SCIFACT = ROOT.parent / "shared" / "data" / "scifact"
+ESSAY_ANSWERS = ROOT / "tests" / "data" / "essay" / "answers.json"
+KEYS = ("citations", "precision", "precision_stance", "doc_precision", "recall", "no_citation_rate")
+
+Replay = Callable[[Mapping[str, Any], RepairPolicy], tuple[str, list[Citation]]]
+
+
+def _repair(record: Mapping[str, Any], policy: RepairPolicy, keep_ratio: float) -> Any:
+    sources = [str(s["text"]) for s in record["sources"]]
+    repairer = CitationRepairer(
+        LexicalSupport(sources, question=str(record.get("question") or "")),
+        threshold=policy.threshold,
+        keep_ratio=keep_ratio,
+        relevance=policy.relevance,
+        enabled=policy.enabled,
+        source_scores=[s.get("score") for s in record["sources"]],
+        score_gap=policy.score_gap,
+        keyword_below=policy.keyword_below,
+    )
+    return repair_text(repairer, str(record["raw_text"]))
+
+
+def defaults(record: Mapping[str, Any], policy: RepairPolicy) -> tuple[str, list[Citation]]:
+    return _repair(record, policy, 0.6)  # CitationRepairer's default keep_ratio
+
+
+def one_threshold(record: Mapping[str, Any], policy: RepairPolicy) -> tuple[str, list[Citation]]:
+    return _repair(record, policy, 1.0)
+
+
+def gap_for_model(record: Mapping[str, Any], policy: RepairPolicy) -> tuple[str, list[Citation]]:
+    answer, citations = defaults(record, policy)
+    scores = [s.get("score") for s in record["sources"]]
+    if policy.score_gap is None or any(s is None for s in scores) or not scores:
+        return answer, citations
+    best = max(float(s) for s in scores if s is not None)
+    near = {
+        n
+        for n, s in enumerate(scores, start=1)
+        if s is not None
+        and (float(s) >= best - policy.score_gap - 1e-9 or float(s) < policy.keyword_below)
+    }
+    return answer, [c for c in citations if c.origin != "model" or c.number in near]
+
+
+VARIANTS: dict[str, Replay] = {
+    "defaults": defaults,
+    "one threshold (keep 1.0)": one_threshold,
+    "gap for the model's markers": gap_for_model,
+}
+
+
+def scifact_row(
+    dataset: BeirDataset, records: dict[str, dict[str, Any]], policy: RepairPolicy, replay: Replay
+) -> dict[str, float]:
+    gold = GoldEvidence(dataset)
+    rows = []
+    for qid, record in records.items():
+        answer, citations = replay(record, policy)
+        sources = [SourceRecord(str(s["doc_id"]), str(s["text"])) for s in record["sources"]]
+        rows.append(score_answer(gold, qid, sources, answer, citations))
+    return aggregate(rows)
+
+
+def essay_row(policy: RepairPolicy, replay: Replay) -> tuple[int, int, int]:
+    """Answers cited, citations, citations whose source holds the answer."""
+    gold = {q.text: q.gold for q in QUESTIONS}
+    cited = citations = correct = 0
+    for item in json.loads(ESSAY_ANSWERS.read_text(encoding="utf-8")):
+        scores = item.get("scores") or [None] * len(item["sources"])
+        record = {
+            "question": item["question"],
+            "sources": [
+                {"text": t, "score": s} for t, s in zip(item["sources"], scores, strict=True)
+            ],
+            "raw_text": item["raw"],
+        }
+        _, found = replay(record, policy)
+        numbers = list(dict.fromkeys(c.number for c in found))
+        cited += bool(numbers)
+        citations += len(numbers)
+        correct += sum(holds(item["sources"][n - 1], gold[item["question"]]) for n in numbers)
+    return cited, citations, correct
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--train", type=int, default=400, help="train claims, evaluation half")
+    parser.add_argument(
+        "--fresh", type=int, default=0, help="train claims, calibration half (0: none)"
+    )
+    args = parser.parse_args()
+    settings = load_settings()
+    policy = repair_policy(settings)
+    test = load_beir(SCIFACT)
+    train = load_beir(SCIFACT, split="train")
+    with ExitStack() as stack:
+        context = EvalContext(settings=settings, cache_dir=default_cache_dir(), stack=stack)
+        test_records = recorded_answers(test, evidence_queries(test), context)
+        ids = judged_queries(train, "evaluation")[: args.train]
+        sets = {
+            "test, calibration half": (
+                test,
+                {q: r for q, r in test_records.items() if split_of(q) == "calibration"},
+            ),
+            "test, held-out half": (
+                test,
+                {q: r for q, r in test_records.items() if split_of(q) == "evaluation"},
+            ),
+            f"train {len(ids)}, evaluation half (doc)": (
+                train,
+                recorded_answers(train, ids, context),
+            ),
+        }
+        if args.fresh:
+            fresh = judged_queries(train, "calibration")[: args.fresh]
+            sets[f"train {len(fresh)}, calibration half (doc)"] = (
+                train,
+                recorded_answers(train, fresh, context),
+            )
+    print(f"repair {policy}")
+    print(f"{'set':40} {'variant':30} " + " ".join(f"{k[:12]:>12}" for k in KEYS))
+    for name, (dataset, records) in sets.items():
+        for variant, replay in VARIANTS.items():
+            m = scifact_row(dataset, records, policy, replay)
+            print(f"{name:40} {variant:30} " + " ".join(f"{m[k]:>12.3f}" for k in KEYS))
+    for variant, replay in VARIANTS.items():
+        cited, citations, correct = essay_row(policy, replay)
+        print(
+            f"{'essay, 12 recorded answers':40} {variant:30} "
+            f"cited {cited}/12, correct {correct}/{citations}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
