@@ -13,7 +13,11 @@ With ``--rescue`` the judge is tried the other way: the model's own markers that
 dropped (the first of each sentence left uncited, with the quote the word support picks in the
 source it names) are put back when the judge's P(Yes) reaches the cut.
 
-    .venv/bin/python bench/citation_judge.py [--train 160] [--cuts 0,0.5,0.7,0.8,0.9] [--rescue]
+    .venv/bin/python bench/citation_judge.py [--train 160] [--fresh 0] [--cuts 0,0.5,0.7,0.8,0.9]
+        [--rescue]
+
+``--fresh N`` adds the first N train claims of the calibration half (answered with ``citeflow
+eval ../shared/data/scifact --split train --retrievers none --half calibration --citations N``).
 """
 
 from __future__ import annotations
@@ -114,6 +118,9 @@ def dropped_markers(record: dict[str, Any], kept: list[Citation]) -> list[Citati
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--train", type=int, default=160, help="train claims (evaluation half)")
+    parser.add_argument(
+        "--fresh", type=int, default=0, help="train claims, calibration half (0: none)"
+    )
     parser.add_argument("--cuts", default="0,0.5,0.7,0.8,0.9")
     parser.add_argument("--rescue", action="store_true", help="judge the dropped markers instead")
     args = parser.parse_args()
@@ -127,6 +134,8 @@ def main() -> int:
         test_records = recorded_answers(test, evidence_queries(test), context)
         train_ids = judged_queries(train, "evaluation")[: args.train]
         train_records = recorded_answers(train, train_ids, context)
+        fresh_ids = judged_queries(train, "calibration")[: args.fresh]
+        fresh_records = recorded_answers(train, fresh_ids, context) if fresh_ids else {}
     sets = {
         "test, calibration half": (
             test,
@@ -138,6 +147,8 @@ def main() -> int:
         ),
         f"train, {len(train_records)} (document level)": (train, train_records),
     }
+    if fresh_records:
+        sets[f"train calibration half, {len(fresh_records)} (doc)"] = (train, fresh_records)
     replayed = {
         name: {q: replay(r, policy) for q, r in records.items()}
         for name, (_, records) in sets.items()
