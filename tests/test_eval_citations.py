@@ -183,6 +183,18 @@ def test_stance_of_a_sentence_on_the_claim() -> None:
     # the statement's own negation says what the claim says, whatever the framing
     assert not denies("No, CHEK2 is not associated with breast cancer.", negative)
     assert denies("CHEK2 is associated with breast cancer risk.", negative)
+    # the opposite direction about the same thing denies too (SciFact claim 216's evidence)
+    impairs = "CX3CR1 on the Th2 cells impairs T cell survival"
+    assert denies("This is because CX3CR1 signaling promotes T(H)2 survival in the lungs.", impairs)
+    assert not denies("Yes, CX3CR1 impairs the survival of T cells.", impairs)
+    assert not denies("CX3CR1 promotes asthma; it impairs T cell survival.", impairs)
+    # each of the claim's direction words meets the sentence's nearest: here both go both ways
+    enhances = "cSMAC formation enhances weak ligand signalling."
+    both = (
+        "This is supported by experiments that showed that enhancing cSMAC formation reduced "
+        "stimulatory capacity of the weak peptide."
+    )
+    assert not denies(both, enhances)
     assert restates("Yes, dexamethasone decreases the risk of postoperative bleeding.", claim)
     assert not restates("This is because steroids reduce nausea in children.", claim)
 

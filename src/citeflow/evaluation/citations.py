@@ -54,7 +54,7 @@ from tqdm.auto import tqdm
 from citeflow.citations.markers import find_markers
 from citeflow.citations.repair import Citation, RepairPolicy, repair_text
 from citeflow.citations.sources import SELECTION_VERSION, make_sources, source_text
-from citeflow.citations.support import LexicalSupport, negates
+from citeflow.citations.support import LexicalSupport, directions, negates, opposed
 from citeflow.citations.text import frame_denies, statement_of, term_set
 from citeflow.errors import InvalidRequestError
 from citeflow.evaluation.dataset import BeirDataset
@@ -330,11 +330,17 @@ def check_citation(
 
 def denies(sentence: str, claim: str) -> bool:
     """Whether an answer sentence denies the claim it answers (a heuristic): its statement
-    negates where the claim does not (or the reverse), or it opens with "No" / calls the claim
-    not true before a statement without a negation of its own ("No, X is not Y" answering
-    "X is not Y" says what the claim says: the content wins over the framing)."""
+    negates where the claim does not (or the reverse), or says the opposite direction about the
+    same thing ("CX3CR1 signalling promotes Th2 survival" against "CX3CR1 impairs T cell
+    survival": a direction word of the claim whose nearest ones in the sentence all go the other
+    way, `support.opposed`), or it opens with "No" / calls the claim not true before a
+    statement without a negation of its own ("No, X is not Y" answering "X is not Y" says what
+    the claim says: the content wins over the framing)."""
     statement = statement_of(sentence)
     if negates(statement) != negates(claim):
+        return True
+    words = {t: 1.0 for t in term_set(statement) | term_set(claim)}
+    if opposed(directions(claim), directions(statement), words):
         return True
     return frame_denies(sentence) and not negates(statement)
 
