@@ -60,10 +60,11 @@ async def test_the_sources_hold_the_answer_to_each_essay_question(
 
 
 def test_recorded_local_model_answers_keep_correct_citations() -> None:
-    """The local model's recorded answers, repaired with today's defaults: measured 11 of 12
-    answers cited, every citation correct but one (the model answered "Why was Viaweb called
-    Viaweb?" from the wrong source). Before the question-weighted support, the citation of "The
-    author used Fortran on the IBM 1401" moved to the source saying "IBM 1401", not "Fortran"."""
+    """The local model's recorded answers, repaired with today's defaults: measured 10 of 12
+    answers cited (11 before stop 13), every citation correct but one (the model answered "Why
+    was Viaweb called Viaweb?" from the wrong source). Before the question-weighted support, the
+    citation of "The author used Fortran on the IBM 1401" moved to the source saying "IBM 1401",
+    not "Fortran"."""
     settings = _defaults()
     gold = {q["question"]: q["gold"] for q in QUESTIONS}
     recorded = json.loads((ESSAY / "answers.json").read_text("utf-8"))
@@ -90,5 +91,8 @@ def test_recorded_local_model_answers_keep_correct_citations() -> None:
     assert correct / citations >= 0.85
 
 
-ESSAY_CITED = 11
-ESSAY_CORRECT = 10
+# measured at the stop-13 defaults (citation relevance 0.6): 10 of 12 answers cited, 9 of 10
+# citations correct. At relevance 0.5 (before): 11 and 10; the citation lost is the answer about
+# Sam Altman, whose quote ("... we'd try to recruit Sam Altman") holds half the question's words.
+ESSAY_CITED = 10
+ESSAY_CORRECT = 9

@@ -59,8 +59,8 @@ class QueryOptions:
     max_sources: int = 4
     context_budget: int = 900
     support_threshold: float = 0.55  # Settings.support_threshold (calibrated)
-    citation_relevance: float = 0.5  # Settings.citation_relevance (see there)
-    citation_score_gap: float = 0.04  # Settings.citation_score_gap (see there)
+    citation_relevance: float = 0.6  # Settings.citation_relevance (see there)
+    citation_score_gap: float = 0.05  # Settings.citation_score_gap (see there)
     repair_citations: bool = True
 
     @classmethod

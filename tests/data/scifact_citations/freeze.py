@@ -1,7 +1,7 @@
 """Freeze the regression slice's inputs from `citeflow eval`'s caches (see README.md here).
 
 Run after ``citeflow eval ../shared/data/scifact --retrievers none --calibrate
---calibration-claims 80 --citations 40``, ``citeflow eval ../shared/data/scifact --split train
+--calibration-claims 101 --citations 40``, ``citeflow eval ../shared/data/scifact --split train
 --retrievers none --citations 400`` and the same with ``--half calibration --citations 220``, with
 the default settings; takes the newest generation and calibration caches (or the directories
 given) and rewrites the five JSONL files:
@@ -61,7 +61,7 @@ def main() -> None:
         record = json.loads(path.read_text(encoding="utf-8"))
         by_id[record["query_id"]] = record
     for name, split, count in (
-        ("calibration_answers.jsonl", "calibration", 80),
+        ("calibration_answers.jsonl", "calibration", None),  # all 101
         ("answers.jsonl", "evaluation", 40),
     ):
         ids = [q for q in evidence_queries(dataset, split) if q in by_id][:count]
