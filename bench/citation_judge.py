@@ -170,13 +170,16 @@ def main() -> int:
             for c in cs
         }
     )
-    llm = LocalLlamaCppLLM.from_settings(settings)
-    cache = JudgeCache(default_cache_dir() / "judge", llm.model_name)
-    asked, seconds = asyncio.run(judge_all(LLMJudge(llm), cache, pairs))
-    llm.close()
+    model_name = Path(settings.gguf_path).stem  # LocalLlamaCppLLM's name for it
+    cache = JudgeCache(default_cache_dir() / "judge", model_name)
+    asked, seconds = 0, 0.0
+    if any(cache.key(sentence, quote) not in cache.known for sentence, quote in pairs):
+        llm = LocalLlamaCppLLM.from_settings(settings)  # only when something is left to ask
+        asked, seconds = asyncio.run(judge_all(LLMJudge(llm), cache, pairs))
+        llm.close()
     print(
         f"{len(pairs)} citations judged ({asked} asked now, "
-        f"{seconds / asked if asked else 0.0:.2f} s each), {llm.model_name}; repair {policy}"
+        f"{seconds / asked if asked else 0.0:.2f} s each), {model_name}; repair {policy}"
     )
     print(f"{'set':38} {'cut':>4} " + " ".join(f"{k[:12]:>12}" for k in KEYS))
     for name, (dataset, records) in sets.items():
