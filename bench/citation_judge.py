@@ -28,12 +28,12 @@ import hashlib
 import json
 import sys
 import time
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 from citeflow.citations.judge import LLMJudge  # noqa: E402
 from citeflow.citations.repair import Citation  # noqa: E402
@@ -41,23 +41,17 @@ from citeflow.evaluation.citations import (  # noqa: E402
     GoldEvidence,
     SourceRecord,
     aggregate,
-    evidence_queries,
-    judged_queries,
     model_citations,
-    recorded_answers,
     repair_policy,
     replay,
     score_answer,
-    split_of,
 )
-from citeflow.evaluation.dataset import load_beir  # noqa: E402
 from citeflow.evaluation.dense import default_cache_dir  # noqa: E402
-from citeflow.evaluation.runner import EvalContext  # noqa: E402
 from citeflow.prompts import CITATION_JUDGE_PROMPT, CITATION_JUDGE_SYSTEM_PROMPT  # noqa: E402
 from citeflow.providers.local_llm import LocalLlamaCppLLM  # noqa: E402
 from citeflow.settings import load_settings  # noqa: E402
+from scifact_sets import recorded_sets  # noqa: E402
 
-SCIFACT = ROOT.parent / "shared" / "data" / "scifact"
 KEYS = ("citations", "precision", "precision_stance", "doc_precision", "recall", "no_citation_rate")
 
 
@@ -127,28 +121,7 @@ def main() -> int:
     cuts = [float(c) for c in args.cuts.split(",")]
     settings = load_settings()
     policy = repair_policy(settings)
-    test = load_beir(SCIFACT)
-    train = load_beir(SCIFACT, split="train")
-    with ExitStack() as stack:
-        context = EvalContext(settings=settings, cache_dir=default_cache_dir(), stack=stack)
-        test_records = recorded_answers(test, evidence_queries(test), context)
-        train_ids = judged_queries(train, "evaluation")[: args.train]
-        train_records = recorded_answers(train, train_ids, context)
-        fresh_ids = judged_queries(train, "calibration")[: args.fresh]
-        fresh_records = recorded_answers(train, fresh_ids, context) if fresh_ids else {}
-    sets = {
-        "test, calibration half": (
-            test,
-            {q: r for q, r in test_records.items() if split_of(q) == "calibration"},
-        ),
-        "test, held-out half": (
-            test,
-            {q: r for q, r in test_records.items() if split_of(q) == "evaluation"},
-        ),
-        f"train, {len(train_records)} (document level)": (train, train_records),
-    }
-    if fresh_records:
-        sets[f"train calibration half, {len(fresh_records)} (doc)"] = (train, fresh_records)
+    sets = recorded_sets(settings, train=args.train, fresh=args.fresh)
     replayed = {
         name: {q: replay(r, policy) for q, r in records.items()}
         for name, (_, records) in sets.items()

@@ -26,7 +26,6 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Mapping
-from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -41,20 +40,14 @@ from citeflow.evaluation.citations import (  # noqa: E402
     GoldEvidence,
     SourceRecord,
     aggregate,
-    evidence_queries,
-    judged_queries,
-    recorded_answers,
     repair_policy,
     score_answer,
-    split_of,
 )
-from citeflow.evaluation.dataset import BeirDataset, load_beir  # noqa: E402
-from citeflow.evaluation.dense import default_cache_dir  # noqa: E402
-from citeflow.evaluation.runner import EvalContext  # noqa: E402
+from citeflow.evaluation.dataset import BeirDataset  # noqa: E402
 from citeflow.settings import load_settings  # noqa: E402
 from essay_citations import QUESTIONS, holds  # noqa: E402
+from scifact_sets import recorded_sets  # noqa: E402
 
-SCIFACT = ROOT.parent / "shared" / "data" / "scifact"
 ESSAY_ANSWERS = ROOT / "tests" / "data" / "essay" / "answers.json"
 KEYS = ("citations", "precision", "precision_stance", "doc_precision", "recall", "no_citation_rate")
 
@@ -153,32 +146,7 @@ def main() -> int:
     args = parser.parse_args()
     settings = load_settings()
     policy = repair_policy(settings)
-    test = load_beir(SCIFACT)
-    train = load_beir(SCIFACT, split="train")
-    with ExitStack() as stack:
-        context = EvalContext(settings=settings, cache_dir=default_cache_dir(), stack=stack)
-        test_records = recorded_answers(test, evidence_queries(test), context)
-        ids = judged_queries(train, "evaluation")[: args.train]
-        sets = {
-            "test, calibration half": (
-                test,
-                {q: r for q, r in test_records.items() if split_of(q) == "calibration"},
-            ),
-            "test, held-out half": (
-                test,
-                {q: r for q, r in test_records.items() if split_of(q) == "evaluation"},
-            ),
-            f"train {len(ids)}, evaluation half (doc)": (
-                train,
-                recorded_answers(train, ids, context),
-            ),
-        }
-        if args.fresh:
-            fresh = judged_queries(train, "calibration")[: args.fresh]
-            sets[f"train {len(fresh)}, calibration half (doc)"] = (
-                train,
-                recorded_answers(train, fresh, context),
-            )
+    sets = recorded_sets(settings, train=args.train, fresh=args.fresh)
     print(f"repair {policy}")
     print(f"{'set':40} {'variant':34} " + " ".join(f"{k[:12]:>12}" for k in KEYS))
     for name, (dataset, records) in sets.items():
