@@ -2,7 +2,7 @@
 
 Run after ``citeflow eval ../shared/data/scifact --retrievers none --calibrate
 --calibration-claims 101 --citations 40``, ``citeflow eval ../shared/data/scifact --split train
---retrievers none --citations 400`` and the same with ``--half calibration --citations 220``, with
+--retrievers none --citations 400`` and the same with ``--half calibration --citations 436``, with
 the default settings; takes the newest generation and calibration caches (or the directories
 given) and rewrites the five JSONL files:
 
