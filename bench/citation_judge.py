@@ -50,9 +50,7 @@ from citeflow.evaluation.dense import default_cache_dir  # noqa: E402
 from citeflow.prompts import CITATION_JUDGE_PROMPT, CITATION_JUDGE_SYSTEM_PROMPT  # noqa: E402
 from citeflow.providers.local_llm import LocalLlamaCppLLM  # noqa: E402
 from citeflow.settings import load_settings  # noqa: E402
-from scifact_sets import recorded_sets  # noqa: E402
-
-KEYS = ("citations", "precision", "precision_stance", "doc_precision", "recall", "no_citation_rate")
+from scifact_sets import KEYS, recorded_sets  # noqa: E402
 
 
 class JudgeCache:

@@ -28,6 +28,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -103,21 +104,23 @@ async def answer_all(args: argparse.Namespace) -> list[Answer]:
     return answers
 
 
+def dump_record(item: dict[str, Any]) -> dict[str, Any]:
+    """One answer of a ``--dump`` as the record `citeflow.evaluation.citations.replay` takes."""
+    scores = item.get("scores") or [None] * len(item["sources"])
+    return {
+        "question": item["question"],
+        "sources": [{"text": t, "score": s} for t, s in zip(item["sources"], scores, strict=True)],
+        "raw_text": item["raw"],
+    }
+
+
 def replay(path: Path) -> list[Answer]:
     """The answers of a ``--dump``, their raw text repaired again with today's settings."""
-    settings = load_settings()
+    policy = repair_policy(load_settings())
     answers = []
     for item in json.loads(path.read_text()):
         question = next(q for q in QUESTIONS if q.text == item["question"])
-        scores = item.get("scores") or [None] * len(item["sources"])
-        record = {
-            "question": question.text,
-            "sources": [
-                {"text": t, "score": s} for t, s in zip(item["sources"], scores, strict=True)
-            ],
-            "raw_text": item["raw"],
-        }
-        text, found = replay_record(record, repair_policy(settings))
+        text, found = replay_record(dump_record(item), policy)
         cited = list(dict.fromkeys(c.number for c in found))
         answers.append(Answer(question, item["sources"], item["raw"], text, cited))
     return answers

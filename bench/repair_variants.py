@@ -9,7 +9,7 @@ the calibration half, checked at document level) and the essay benchmark's recor
 - ``stop-12 defaults``: citation relevance 0.5 and score gap 0.04, the defaults before the
   calibration rules were applied to all 101 calibration answers;
 - ``one threshold``: the model's own marker needs the full support threshold, as a moved or added
-  one does (``keep_ratio`` 1.0 instead of 0.6);
+  one does (``RepairPolicy.keep_ratio`` 1.0 instead of 0.6);
 - ``gap for the model's markers``: the model's own markers are also held to the score gap (a
   kept marker whose source the retriever scored more than ``CITEFLOW_CITATION_SCORE_GAP`` below
   the best source is dropped; the grader's keyword chunks are exempt, as for moves).
@@ -34,70 +34,44 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from citeflow.citations.repair import Citation, CitationRepairer, RepairPolicy, repair_text  # noqa: E402
-from citeflow.citations.support import LexicalSupport  # noqa: E402
+from citeflow.citations.repair import Citation, RepairPolicy, move_targets  # noqa: E402
 from citeflow.evaluation.citations import (  # noqa: E402
     GoldEvidence,
     SourceRecord,
     aggregate,
     repair_policy,
+    replay,
     score_answer,
 )
 from citeflow.evaluation.dataset import BeirDataset  # noqa: E402
 from citeflow.settings import load_settings  # noqa: E402
-from essay_citations import QUESTIONS, holds  # noqa: E402
-from scifact_sets import recorded_sets  # noqa: E402
+from essay_citations import QUESTIONS, dump_record, holds  # noqa: E402
+from scifact_sets import KEYS, recorded_sets  # noqa: E402
 
 ESSAY_ANSWERS = ROOT / "tests" / "data" / "essay" / "answers.json"
-KEYS = ("citations", "precision", "precision_stance", "doc_precision", "recall", "no_citation_rate")
 
 Replay = Callable[[Mapping[str, Any], RepairPolicy], tuple[str, list[Citation]]]
 
 
-def _repair(record: Mapping[str, Any], policy: RepairPolicy, keep_ratio: float) -> Any:
-    sources = [str(s["text"]) for s in record["sources"]]
-    repairer = CitationRepairer(
-        LexicalSupport(sources, question=str(record.get("question") or "")),
-        threshold=policy.threshold,
-        keep_ratio=keep_ratio,
-        relevance=policy.relevance,
-        enabled=policy.enabled,
-        source_scores=[s.get("score") for s in record["sources"]],
-        score_gap=policy.score_gap,
-        keyword_below=policy.keyword_below,
-    )
-    return repair_text(repairer, str(record["raw_text"]))
-
-
-def defaults(record: Mapping[str, Any], policy: RepairPolicy) -> tuple[str, list[Citation]]:
-    return _repair(record, policy, 0.6)  # CitationRepairer's default keep_ratio
-
-
 def stop12(record: Mapping[str, Any], policy: RepairPolicy) -> tuple[str, list[Citation]]:
-    return defaults(record, replace(policy, relevance=0.5, score_gap=0.04))
+    return replay(record, replace(policy, relevance=0.5, score_gap=0.04))
 
 
 def one_threshold(record: Mapping[str, Any], policy: RepairPolicy) -> tuple[str, list[Citation]]:
-    return _repair(record, policy, 1.0)
+    return replay(record, replace(policy, keep_ratio=1.0))
 
 
 def gap_for_model(record: Mapping[str, Any], policy: RepairPolicy) -> tuple[str, list[Citation]]:
-    answer, citations = defaults(record, policy)
+    """The defaults, then the model's own markers dropped unless their source is one the repair
+    may move a marker to (`move_targets`: within the score gap, or a keyword chunk)."""
+    answer, citations = replay(record, policy)
     scores = [s.get("score") for s in record["sources"]]
-    if policy.score_gap is None or any(s is None for s in scores) or not scores:
-        return answer, citations
-    best = max(float(s) for s in scores if s is not None)
-    near = {
-        n
-        for n, s in enumerate(scores, start=1)
-        if s is not None
-        and (float(s) >= best - policy.score_gap - 1e-9 or float(s) < policy.keyword_below)
-    }
+    near = move_targets(scores, policy.score_gap, len(scores), policy.keyword_below)
     return answer, [c for c in citations if c.origin != "model" or c.number in near]
 
 
 VARIANTS: dict[str, Replay] = {
-    "defaults": defaults,
+    "defaults": replay,
     "stop-12 defaults (0.5, gap 0.04)": stop12,
     "one threshold (keep 1.0)": one_threshold,
     "gap for the model's markers": gap_for_model,
@@ -105,31 +79,23 @@ VARIANTS: dict[str, Replay] = {
 
 
 def scifact_row(
-    dataset: BeirDataset, records: dict[str, dict[str, Any]], policy: RepairPolicy, replay: Replay
+    dataset: BeirDataset, records: dict[str, dict[str, Any]], policy: RepairPolicy, variant: Replay
 ) -> dict[str, float]:
     gold = GoldEvidence(dataset)
     rows = []
     for qid, record in records.items():
-        answer, citations = replay(record, policy)
+        answer, citations = variant(record, policy)
         sources = [SourceRecord(str(s["doc_id"]), str(s["text"])) for s in record["sources"]]
         rows.append(score_answer(gold, qid, sources, answer, citations))
     return aggregate(rows)
 
 
-def essay_row(policy: RepairPolicy, replay: Replay) -> tuple[int, int, int]:
+def essay_row(policy: RepairPolicy, variant: Replay) -> tuple[int, int, int]:
     """Answers cited, citations, citations whose source holds the answer."""
     gold = {q.text: q.gold for q in QUESTIONS}
     cited = citations = correct = 0
     for item in json.loads(ESSAY_ANSWERS.read_text(encoding="utf-8")):
-        scores = item.get("scores") or [None] * len(item["sources"])
-        record = {
-            "question": item["question"],
-            "sources": [
-                {"text": t, "score": s} for t, s in zip(item["sources"], scores, strict=True)
-            ],
-            "raw_text": item["raw"],
-        }
-        _, found = replay(record, policy)
+        _, found = variant(dump_record(item), policy)
         numbers = list(dict.fromkeys(c.number for c in found))
         cited += bool(numbers)
         citations += len(numbers)
@@ -150,13 +116,13 @@ def main() -> int:
     print(f"repair {policy}")
     print(f"{'set':40} {'variant':34} " + " ".join(f"{k[:12]:>12}" for k in KEYS))
     for name, (dataset, records) in sets.items():
-        for variant, replay in VARIANTS.items():
-            m = scifact_row(dataset, records, policy, replay)
-            print(f"{name:40} {variant:34} " + " ".join(f"{m[k]:>12.3f}" for k in KEYS))
-    for variant, replay in VARIANTS.items():
-        cited, citations, correct = essay_row(policy, replay)
+        for label, variant in VARIANTS.items():
+            m = scifact_row(dataset, records, policy, variant)
+            print(f"{name:40} {label:34} " + " ".join(f"{m[k]:>12.3f}" for k in KEYS))
+    for label, variant in VARIANTS.items():
+        cited, citations, correct = essay_row(policy, variant)
         print(
-            f"{'essay, 12 recorded answers':40} {variant:34} "
+            f"{'essay, 12 recorded answers':40} {label:34} "
             f"cited {cited}/12, correct {correct}/{citations}"
         )
     return 0

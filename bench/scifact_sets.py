@@ -31,6 +31,8 @@ from citeflow.evaluation.runner import EvalContext  # noqa: E402
 from citeflow.settings import Settings  # noqa: E402
 
 SCIFACT = ROOT.parent / "shared" / "data" / "scifact"
+#: the citation metrics the benches print, in order
+KEYS = ("citations", "precision", "precision_stance", "doc_precision", "recall", "no_citation_rate")
 
 RecordedSets = dict[str, tuple[BeirDataset, dict[str, dict[str, Any]]]]
 

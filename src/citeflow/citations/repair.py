@@ -49,6 +49,10 @@ from citeflow.citations.text import content_terms, frame_denies, statement_of
 
 Origin = Literal["model", "moved", "added"]
 
+#: the share of the threshold at which the model's own marker stays (moves and additions need all
+#: of it): the model chose that source, the repair only second-guesses it
+KEEP_RATIO = 0.6
+
 _END_PUNCT = re.compile(r"([.!?:;]+[\"')\]]*)\s*$")
 #: content words a sentence needs before its citations can be checked at all ("This is stated
 #: in [2]." has one: its marker is dropped rather than trusted)
@@ -81,7 +85,8 @@ class RepairPolicy:
     ``relevance`` (``CITEFLOW_CITATION_RELEVANCE``): the question relevance of any quote;
     ``score_gap`` (``CITEFLOW_CITATION_SCORE_GAP``) and ``keyword_below`` (the grader's
     ``CITEFLOW_RELEVANCE_THRESHOLD``): which sources a marker may be moved or added to;
-    ``enabled`` (``CITEFLOW_REPAIR_CITATIONS``): off, citations are only scored.
+    ``enabled`` (``CITEFLOW_REPAIR_CITATIONS``): off, citations are only scored;
+    ``keep_ratio``: the share of the threshold the model's own marker needs (no setting).
     """
 
     threshold: float
@@ -89,6 +94,7 @@ class RepairPolicy:
     score_gap: float | None = None
     keyword_below: float = 0.0
     enabled: bool = True
+    keep_ratio: float = KEEP_RATIO
 
     def at(self, threshold: float) -> RepairPolicy:
         """The same policy at another support threshold (a calibration sweep)."""
@@ -102,6 +108,7 @@ class RepairPolicy:
         return CitationRepairer(
             support,
             threshold=self.threshold,
+            keep_ratio=self.keep_ratio,
             relevance=self.relevance,
             enabled=self.enabled,
             source_scores=source_scores,
@@ -118,7 +125,7 @@ class CitationRepairer:
         support: LexicalSupport,
         *,
         threshold: float,
-        keep_ratio: float = 0.6,
+        keep_ratio: float = KEEP_RATIO,
         relative: float = 0.9,
         relevance: float = 0.0,
         enabled: bool = True,
@@ -132,7 +139,7 @@ class CitationRepairer:
         self._keep = threshold * keep_ratio
         self._relative = relative
         self._enabled = enabled
-        self._targets = _move_targets(source_scores, score_gap, len(support), keyword_below)
+        self._targets = move_targets(source_scores, score_gap, len(support), keyword_below)
 
     def repair(self, sentence: str) -> tuple[str, list[Citation]]:
         """The sentence with valid, supported markers, and its citations."""
@@ -188,7 +195,7 @@ class CitationRepairer:
         return Citation(s.number, sentence, s.quote, s.quote_start, s.quote_end, s.score, origin)
 
 
-def _move_targets(
+def move_targets(
     scores: Sequence[float | None] | None, gap: float | None, count: int, keyword_below: float
 ) -> frozenset[int]:
     """The source numbers the repair may move or add a marker to: those whose retrieval score is
