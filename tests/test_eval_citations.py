@@ -25,6 +25,7 @@ from citeflow.evaluation.citations import (
     GoldEvidence,
     Scored,
     SourceRecord,
+    Split,
     aggregate,
     calibrate,
     choose_threshold,
@@ -711,6 +712,16 @@ def scifact_train() -> BeirDataset:
     return _scifact("train")
 
 
+def _train_answers(
+    scifact_train: BeirDataset, name: str, half: Split, claims: int
+) -> dict[str, dict[str, Any]]:
+    """A frozen file of answers to SciFact train claims: the first ``claims`` of ``half``."""
+    records = {r["query_id"]: expand_record(r, scifact_train) for r in _fixture(name)}
+    assert len(records) == claims
+    assert list(records) == judged_queries(scifact_train, half)[:claims]
+    return records
+
+
 # measured on the 373 train claims of the evaluation half (document level) at the stop-13 defaults:
 # precision 0.881 on 59 citations, recall 0.111, no citation 0.855; without the score gap 0.846 on
 # 65. At the stop-12 defaults (relevance 0.5, gap 0.04): precision 0.841 on 88 (kept model markers
@@ -727,11 +738,7 @@ def test_local_model_answers_to_untouched_claims_at_document_level(
 ) -> None:
     """The local model's answers to SciFact train claims (evaluation half), which no setting was
     chosen on, replayed through today's repair and checked against the train qrels."""
-    records = {
-        r["query_id"]: expand_record(r, scifact_train) for r in _fixture("train_answers.jsonl")
-    }
-    assert len(records) == TRAIN_CLAIMS
-    assert all(split_of(q) == "evaluation" for q in records)
+    records = _train_answers(scifact_train, "train_answers.jsonl", "evaluation", TRAIN_CLAIMS)
     scored = _at_defaults(scifact_train, records)
     final, model = scored.metrics, scored.model_metrics
     assert final["citations"] >= TRAIN_CITATIONS
@@ -755,12 +762,9 @@ FRESH_PRECISION = 0.85
 def test_local_model_answers_to_a_second_untouched_set(scifact_train: BeirDataset) -> None:
     """The local model's answers to SciFact train claims of the calibration half (nothing was
     calibrated on train: it has no gold sentences), answered once the defaults were fixed."""
-    records = {
-        r["query_id"]: expand_record(r, scifact_train)
-        for r in _fixture("train_calibration_answers.jsonl")
-    }
-    assert len(records) == FRESH_CLAIMS
-    assert list(records) == judged_queries(scifact_train, "calibration")[:FRESH_CLAIMS]
+    records = _train_answers(
+        scifact_train, "train_calibration_answers.jsonl", "calibration", FRESH_CLAIMS
+    )
     scored = _at_defaults(scifact_train, records)
     final, model = scored.metrics, scored.model_metrics
     assert final["citations"] >= FRESH_CITATIONS
