@@ -4,10 +4,11 @@ Takes the answers `citeflow eval` recorded for SciFact (all 188 test claims with
 and the train claims answered with ``--split train --citations N``: run those first, this script
 generates nothing), replays citeflow's repair at the current settings, and asks the local model
 (`citeflow.citations.judge.LLMJudge`) whether each kept citation's quote supports its sentence.
-A citation stays when ``P(Yes)`` reaches the cut. Prints, per set and cut: citations, the
-issue's precision, stance ok, doc precision, recall and answers left uncited. Test claims are
-checked at sentence level, train claims at document level (they have no gold sentences). The
-judge's answers are cached (``<eval cache>/judge/``), so a re-run costs seconds.
+A citation stays when ``P(Yes)`` reaches the cut (or the judge said neither Yes nor No), as the
+workflow's judge step decides (`JudgeCheck`, replayed by `areplay`). Prints, per set and cut:
+citations, the issue's precision, stance ok, doc precision, recall and answers left uncited. Test
+claims are checked at sentence level, train claims at document level (they have no gold
+sentences). The judge's answers are cached (``<eval cache>/judge/``), so a re-run costs seconds.
 
 With ``--rescue`` the judge is tried the other way: the model's own markers that the repair
 dropped (the first of each sentence left uncited, with the quote the word support picks in the
@@ -24,8 +25,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
-import json
 import sys
 import time
 from pathlib import Path
@@ -35,65 +34,41 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from citeflow.citations.judge import LLMJudge  # noqa: E402
-from citeflow.citations.repair import Citation  # noqa: E402
+from citeflow.citations.judge import JudgeCheck, LLMJudge  # noqa: E402
+from citeflow.citations.repair import Citation, RepairPolicy  # noqa: E402
 from citeflow.evaluation.citations import (  # noqa: E402
     GoldEvidence,
     SourceRecord,
     aggregate,
+    areplay,
     model_citations,
     repair_policy,
     replay,
     score_answer,
 )
 from citeflow.evaluation.dense import default_cache_dir  # noqa: E402
-from citeflow.prompts import CITATION_JUDGE_PROMPT, CITATION_JUDGE_SYSTEM_PROMPT  # noqa: E402
+from citeflow.evaluation.judging import CachedJudge  # noqa: E402
 from citeflow.providers.local_llm import LocalLlamaCppLLM  # noqa: E402
 from citeflow.settings import load_settings  # noqa: E402
 from scifact_sets import KEYS, recorded_sets  # noqa: E402
 
 
-class JudgeCache:
-    """The judge's P(Yes) per (sentence, quote), kept in one JSON file per model and prompt."""
-
-    def __init__(self, directory: Path, model: str) -> None:
-        key = hashlib.sha256(
-            "\0".join(
-                [model, CITATION_JUDGE_SYSTEM_PROMPT, CITATION_JUDGE_PROMPT.get_template()]
-            ).encode()
-        ).hexdigest()[:16]
-        directory.mkdir(parents=True, exist_ok=True)
-        self.path = directory / f"{key}.json"
-        try:
-            self.known: dict[str, float | None] = json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            self.known = {}
-
-    @staticmethod
-    def key(sentence: str, quote: str) -> str:
-        return hashlib.sha256(f"{sentence}\0{quote}".encode()).hexdigest()
-
-    def save(self) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.known))
-        tmp.replace(self.path)
-
-
-async def judge_all(
-    judge: LLMJudge, cache: JudgeCache, pairs: list[tuple[str, str]]
-) -> tuple[int, float]:
-    asked, started = 0, time.perf_counter()
+async def judge_all(cache: CachedJudge, pairs: list[tuple[str, str]]) -> tuple[int, float]:
+    """Ask the judge about every pair its cache does not hold; how many, and how long."""
+    started = time.perf_counter()
     for sentence, quote in pairs:
-        key = cache.key(sentence, quote)
-        if key in cache.known:
-            continue
-        cache.known[key] = await judge.support(sentence, quote)
-        asked += 1
-        if asked % 10 == 0:
-            cache.save()
-            print(f"  judged {asked}", file=sys.stderr, flush=True)
+        await cache.support(sentence, quote)
+        if cache.asked and cache.asked % 10 == 0:
+            print(f"  judged {cache.asked}", file=sys.stderr, flush=True)
     cache.save()
-    return asked, time.perf_counter() - started
+    return cache.asked, time.perf_counter() - started
+
+
+async def judged_replays(
+    records: dict[str, dict[str, Any]], policy: RepairPolicy, check: JudgeCheck | None
+) -> dict[str, tuple[str, list[Citation]]]:
+    """Each record replayed as the workflow answers with the judge at ``check``'s cut."""
+    return {q: await areplay(r, policy, check) for q, r in records.items()}
 
 
 def dropped_markers(record: dict[str, Any], kept: list[Citation]) -> list[Citation]:
@@ -105,6 +80,15 @@ def dropped_markers(record: dict[str, Any], kept: list[Citation]) -> list[Citati
             cited.add(citation.sentence)
             out.append(citation)
     return out
+
+
+def rescued(cache: CachedJudge, candidates: list[Citation], cut: float) -> list[Citation]:
+    """The dropped markers the judge would put back at ``cut`` (none at 0)."""
+    if cut <= 0:
+        return []
+    return [
+        c for c in candidates if (cache.known.get(cache.key(c.sentence, c.quote)) or 0.0) >= cut
+    ]
 
 
 def main() -> int:
@@ -142,11 +126,15 @@ def main() -> int:
         }
     )
     model_name = Path(settings.gguf_path).stem  # LocalLlamaCppLLM's name for it
-    cache = JudgeCache(default_cache_dir() / "judge", model_name)
-    asked, seconds = 0, 0.0
-    if any(cache.key(sentence, quote) not in cache.known for sentence, quote in pairs):
-        llm = LocalLlamaCppLLM.from_settings(settings)  # only when something is left to ask
-        asked, seconds = asyncio.run(judge_all(LLMJudge(llm), cache, pairs))
+    owned: list[LocalLlamaCppLLM] = []
+
+    def make_judge() -> LLMJudge:  # only when something is left to ask
+        owned.append(LocalLlamaCppLLM.from_settings(settings))
+        return LLMJudge(owned[0])
+
+    cache = CachedJudge(default_cache_dir() / "judge", model_name, make_judge)
+    asked, seconds = asyncio.run(judge_all(cache, pairs))
+    for llm in owned:
         llm.close()
     print(
         f"{len(pairs)} citations judged ({asked} asked now, "
@@ -156,17 +144,16 @@ def main() -> int:
     for name, (dataset, records) in sets.items():
         gold = GoldEvidence(dataset)
         for cut in cuts:
+            if args.rescue:
+                answers = {
+                    qid: (answer, citations + (rescued(cache, dropped[name][qid], cut)))
+                    for qid, (answer, citations) in replayed[name].items()
+                }
+            else:  # the workflow's own judge step, answered from the cache
+                check = JudgeCheck(cache, cut=cut) if cut > 0 else None
+                answers = asyncio.run(judged_replays(records, policy, check))
             rows = []
-            for qid, (answer, citations) in replayed[name].items():
-                candidates = dropped[name][qid] if args.rescue else citations
-                passed = [
-                    c
-                    for c in candidates
-                    if cut <= 0 or (cache.known.get(cache.key(c.sentence, c.quote)) or 0.0) >= cut
-                ]
-                # rescue: today's citations and the markers put back (cut 0: none put back)
-                rescued = passed if cut > 0 else []
-                kept = citations + rescued if args.rescue else passed
+            for qid, (answer, kept) in answers.items():
                 sources = [
                     SourceRecord(str(s["doc_id"]), str(s["text"])) for s in records[qid]["sources"]
                 ]

@@ -2,13 +2,32 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
+import time
 from collections.abc import Sequence
 
 import pytest
 from llama_index.core.llms import ChatMessage
 
-from citeflow.citations.judge import LLMJudge, TokenLogprobs, judged_statement, yes_probability
+from citeflow.citations.judge import (
+    JudgeCheck,
+    LLMJudge,
+    TokenLogprobs,
+    build_judge_check,
+    judged_statement,
+    yes_probability,
+)
+from citeflow.citations.repair import (
+    CitationRepairer,
+    RepairedAnswer,
+    RepairPolicy,
+    arepair_text,
+    repair_text,
+)
+from citeflow.citations.support import LexicalSupport
+from citeflow.errors import ConfigError
+from citeflow.settings import Settings
 
 
 class ScriptedLogprobs:
@@ -57,3 +76,96 @@ async def test_llm_judge_asks_one_question_per_citation() -> None:
     user = messages[1].content or ""
     assert "Passage: Ultrasound imaging reduced the risk of traumatic procedures.\n" in user
     assert "Statement: ultrasound raises the risk of trauma.\n" in user  # no marker
+
+
+# --- the judge after the repair --------------------------------------------------------------
+
+SOURCES = [
+    "Yahoo bought Viaweb in 1998 for about 49 million dollars.",
+    "Ducks live near ponds and rivers all over the world.",
+]
+
+
+class ScriptedJudge:
+    """A judge with a fixed P(Yes) per quote's first word; raises or stalls when told to."""
+
+    def __init__(self, verdicts: dict[str, float | BaseException | None], stall: float = 0) -> None:
+        self.verdicts = verdicts
+        self.stall = stall
+        self.asked: list[tuple[str, str]] = []
+
+    async def support(self, sentence: str, quote: str) -> float | None:
+        self.asked.append((sentence, quote))
+        if self.stall:
+            await asyncio.sleep(self.stall)
+        verdict = self.verdicts[quote.split()[0]]
+        if isinstance(verdict, BaseException):
+            raise verdict
+        return verdict
+
+
+def _repairer() -> CitationRepairer:
+    return RepairPolicy(threshold=0.5).repairer(LexicalSupport(SOURCES))
+
+
+RAW = "Yahoo bought Viaweb in 1998 [1]. Ducks live near ponds and rivers [2]."
+
+
+async def test_the_judge_takes_away_the_citations_it_rejects() -> None:
+    judge = ScriptedJudge({"Yahoo": 0.9, "Ducks": 0.2})
+    answer, citations = await arepair_text(_repairer(), RAW, JudgeCheck(judge, cut=0.5))
+    assert answer == "Yahoo bought Viaweb in 1998 [1]. Ducks live near ponds and rivers."
+    assert [(c.number, c.quote.split()[0]) for c in citations] == [(1, "Yahoo")]
+    assert [s for s, _ in judge.asked] == [
+        "Yahoo bought Viaweb in 1998.",
+        "Ducks live near ponds and rivers.",
+    ]
+    # without a judge, the repair alone keeps both
+    plain, both = repair_text(_repairer(), RAW)
+    assert plain == RAW and [c.number for c in both] == [1, 2]
+    # the cut decides: at 0.1 both stay
+    _, kept = await arepair_text(_repairer(), RAW, JudgeCheck(judge, cut=0.1))
+    assert [c.number for c in kept] == [1, 2]
+
+
+async def test_a_failing_silent_or_slow_judge_leaves_the_citation(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    for verdicts, stall in (
+        ({"Yahoo": RuntimeError("HTTP 500 from the judge"), "Ducks": None}, 0.0),
+        ({"Yahoo": 0.0, "Ducks": 0.0}, 5.0),
+    ):
+        check = JudgeCheck(ScriptedJudge(verdicts, stall=stall), cut=0.5, timeout=0.05)
+        started = time.perf_counter()
+        answer, citations = await arepair_text(_repairer(), RAW, check)
+        assert time.perf_counter() - started < 2.0  # never waits for a stalled judge
+        assert answer == RAW and [c.number for c in citations] == [1, 2]
+    assert "HTTP 500 from the judge" in caplog.text and "timed out" in caplog.text
+
+
+def test_an_answer_with_a_judge_is_fed_asynchronously() -> None:
+    answer = RepairedAnswer(_repairer(), JudgeCheck(ScriptedJudge({})))
+    with pytest.raises(TypeError, match="afeed"):
+        answer.feed(RAW)
+
+
+def test_the_judge_is_on_for_hosted_providers_and_off_for_the_local_model() -> None:
+    llm = ScriptedLogprobs({"Yes": 0.0})
+
+    def settings(**values: object) -> Settings:
+        return Settings(_env_file=None, **values)  # type: ignore[call-arg, arg-type]
+
+    assert build_judge_check(settings(), llm) is None  # local: measured too weak a judge
+    for provider in ("openai", "azure"):
+        check = build_judge_check(settings(llm_provider=provider), llm)
+        assert isinstance(check, JudgeCheck) and check.cut == 0.5
+    assert build_judge_check(settings(citation_judge="on"), llm) is not None
+    assert build_judge_check(settings(llm_provider="openai", citation_judge="off"), llm) is None
+    repair_off = settings(llm_provider="openai", repair_citations=False)
+    assert build_judge_check(repair_off, llm) is None  # nothing checked, nothing judged
+    cut = build_judge_check(settings(citation_judge="on", citation_judge_cut=0.7), llm)
+    assert cut is not None and cut.cut == 0.7
+    # an LLM without log-probabilities: auto quietly goes without, on is a clear error
+    assert build_judge_check(settings(llm_provider="openai"), object()) is None
+    with pytest.raises(ConfigError, match="CITEFLOW_CITATION_JUDGE=on"):
+        build_judge_check(settings(citation_judge="on"), object())

@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 from llama_index.core.schema import NodeWithScore
 
+from citeflow.citations.judge import JudgeCheck
+from citeflow.citations.markers import strip_markers
 from citeflow.citations.repair import Citation, CitationRepairer, RepairPolicy, repair_text
 from citeflow.citations.support import LexicalSupport
 from citeflow.errors import InvalidRequestError, UpstreamError
@@ -46,6 +48,7 @@ from citeflow.evaluation.citations import (
 )
 from citeflow.evaluation.dataset import BeirDataset, load_beir
 from citeflow.evaluation.dense import DenseIndex
+from citeflow.evaluation.judging import CachedJudge
 from citeflow.query.synthesis import CitationSynthesizer
 from citeflow.settings import Settings
 from citeflow.workflows.citation_query import CitationQueryWorkflow
@@ -58,6 +61,7 @@ MINI = REPO / "tests" / "data" / "beir_mini"
 LOOSE = RepairPolicy(threshold=0.35)
 STRICT = RepairPolicy(threshold=1.0)
 DUCKS = "Ducks are waterfowl birds that live near ponds, rivers and lakes [1]."
+PLANTS = "Photosynthesis lets plants turn light into chemical energy [1]."
 
 
 @pytest.fixture
@@ -340,6 +344,60 @@ def test_evaluation_caches_each_answer_and_resumes(
     )
     assert fixed.generated == 1 and fixed.metrics == result.metrics
     assert json.loads((cache.directory / "config.json").read_text()) == {"llm": "scripted"}
+
+
+def test_the_citation_judge_is_evaluated_and_its_answers_cached(
+    mini: BeirDataset, index: DenseIndex, tmp_path: Path
+) -> None:
+    """With the judge on, the evaluation scores what the workflow answered (the judge's
+    rejections included), and a re-run asks the judge nothing."""
+    asked: list[str] = []
+
+    class QuoteJudge:  # says No to the duck quote
+        async def support(self, sentence: str, quote: str) -> float | None:
+            asked.append(quote)
+            return 0.1 if quote.startswith("Ducks") else 0.9
+
+    judges = tmp_path / "judge"
+    check = JudgeCheck(CachedJudge(judges, "scripted", QuoteJudge))
+
+    def judged_workflow() -> CitationQueryWorkflow:
+        workflow = index.kb.workflow(ScriptedLLM([DUCKS, PLANTS]))
+        workflow.synthesizer.check = check
+        return workflow
+
+    cache = GenerationCache.for_facts(tmp_path / "gen", "beir_mini", {})
+    ids = ["q1", "q2"]
+    result = evaluate_citations(
+        mini, ids, cache, workflow=judged_workflow, policy=LOOSE, progress=False, check=check
+    )
+    assert result.per_query["q1"]["answer"] == strip_markers(DUCKS)
+    assert result.per_query["q2"]["answer"] == PLANTS
+    assert result.metrics["citations"] == 1 and result.metrics["precision"] == 1.0
+    assert result.info["citation_judge_cut"] == 0.5
+    assert result.info["replay_mismatches"] == 0  # the replay judged as the workflow did
+    assert len(asked) == 2  # the replay found the workflow's questions in the cache
+    record = cache.get("q1", question_for(mini.queries["q1"]))
+    assert record is not None and record["citation_judge_cut"] == 0.5
+
+    def no_judge() -> QuoteJudge:
+        raise AssertionError("everything is cached: the judge is not built")
+
+    check.judge.save()  # type: ignore[attr-defined]
+    again = evaluate_citations(
+        mini,
+        ids,
+        cache,
+        workflow=None,
+        policy=LOOSE,
+        progress=False,
+        check=JudgeCheck(CachedJudge(judges, "scripted", no_judge)),
+    )
+    assert again.metrics == result.metrics and len(asked) == 2
+    # without the judge, the same answers keep both citations
+    plain = evaluate_citations(mini, ids, cache, workflow=None, policy=LOOSE, progress=False)
+    assert plain.metrics["citations"] == 2
+    assert plain.info["citation_judge_cut"] is None
 
 
 def test_cached_answers_without_scores_get_them_from_the_retriever(

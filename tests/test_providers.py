@@ -19,6 +19,7 @@ import pytest
 from llama_index.core.llms import ChatMessage
 from pydantic import SecretStr
 
+from citeflow.citations.judge import LLMJudge, TokenLogprobs
 from citeflow.errors import ConfigError, UpstreamError
 from citeflow.providers.embeddings import build_embed_model, describe_embeddings
 from citeflow.providers.llm import (
@@ -226,6 +227,30 @@ async def test_azure_streaming(server: FakeOpenAIServer) -> None:
     assert request.stream
     assert request.path == "/openai/deployments/chat-deployment/chat/completions"
     assert request.query["api-version"] == API_VERSION
+
+
+async def test_first_token_logprobs_for_the_citation_judge(server: FakeOpenAIServer) -> None:
+    """OpenAI and Azure give the judge the first token's alternatives: one token, asked with
+    ``logprobs``; a server that sends none gives an empty answer (the judge then keeps)."""
+    verdict = {"Yes": math.log(0.2), "No": math.log(0.7), "Maybe": math.log(0.1)}
+    for settings in (openai_settings(server), azure_settings(server)):
+        llm = build_llm(settings, max_retries=0)
+        assert isinstance(llm, TokenLogprobs)
+        server.script(Reply(text="No", top_logprobs=verdict))
+        alternatives = await llm.afirst_token_logprobs(USER, top=2)
+        assert alternatives == pytest.approx({"No": math.log(0.7), "Yes": math.log(0.2)})
+        body = server.last_request.json
+        assert body["max_tokens"] == 1 and body["temperature"] == 0.0
+        assert body["logprobs"] is True and body["top_logprobs"] == 2
+        assert not server.last_request.stream
+        judge = LLMJudge(llm)
+        server.script(Reply(text="No", top_logprobs=verdict))
+        assert await judge.support("Viaweb was founded in 1995.", "Viaweb ...") == pytest.approx(
+            0.2 / 0.9
+        )
+        server.script("Yes")  # no logprobs in the reply
+        assert await llm.afirst_token_logprobs(USER) == {}
+    assert server.last_request.is_azure
 
 
 async def test_azure_entra_id_static_token_is_a_bearer_token(server: FakeOpenAIServer) -> None:

@@ -249,3 +249,47 @@ async def test_the_repair_gets_the_sources_retrieval_scores(kb: KnowledgeBase) -
     result = await workflow.run(query="Who bought Viaweb?")
     assert isinstance(result, CitedResponse)
     assert all(isinstance(node.score, float) for node in result.source_nodes)
+
+
+async def test_hosted_judge_takes_away_a_citation_over_http(kb: KnowledgeBase) -> None:
+    """The workflow with an OpenAI LLM (judge on by default): the answer streams, then each
+    citation is put to the judge; "No" takes the marker out of the streamed and final text."""
+    from citeflow.citations.judge import build_judge_check
+    from citeflow.providers.llm import build_llm
+    from citeflow.settings import Settings
+    from tests.fakes.openai_server import FakeOpenAIServer, Reply
+
+    no = {"No": -0.1, "Yes": -2.5}
+    yes = {"Yes": -0.1, "No": -2.5}
+    with FakeOpenAIServer() as server:
+        settings = Settings(
+            _env_file=None,  # type: ignore[call-arg]
+            llm_provider="openai",
+            llm_model="gpt-4o-mini",
+            openai_base_url=server.openai_base_url,
+        )
+        llm = build_llm(settings, max_retries=0)
+        check = build_judge_check(settings, llm)
+        assert check is not None  # auto: on for a hosted provider
+        workflow = _workflow(kb, llm, check=check)  # type: ignore[arg-type]
+        answer = "Yahoo bought Viaweb in 1998 [1]."
+        for verdict, cited in ((no, False), (yes, True)):
+            server.script([answer, Reply(text="No", top_logprobs=verdict)])
+            handler = workflow.run(query="Who bought Viaweb?")
+            streamed = "".join(
+                [
+                    ev.delta
+                    async for ev in handler.stream_events()
+                    if isinstance(ev, AnswerDeltaEvent)
+                ]
+            )
+            result = await handler
+            assert isinstance(result, CitedResponse)
+            assert streamed == result.response
+            assert bool(result.citations) is cited
+            assert bool(cited_numbers(result.response)) is cited
+            judged = server.last_request.json
+            assert judged["max_tokens"] == 1 and judged["logprobs"] is True
+            prompt = judged["messages"][-1]["content"]
+            assert "Statement: Yahoo bought Viaweb in 1998." in prompt
+            assert "Passage: Yahoo bought Viaweb" in prompt

@@ -41,7 +41,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
@@ -183,6 +183,9 @@ class Reply:
         ttft: seconds before the first token; None: the server's `FakeOpenAIServer.ttft`.
         tokens_per_second: token rate after the first; None: the server's; 0: no delay.
         finish_reason: None: ``"stop"``, or ``"length"`` when ``max_tokens`` cut the text.
+        top_logprobs: the first token's alternatives and their log-probabilities, sent (as
+            OpenAI does, at most ``top_logprobs`` of them, likeliest first) when a non-streaming
+            request asks for ``logprobs``; None: ``"logprobs": null``.
     """
 
     text: str = ""
@@ -193,6 +196,7 @@ class Reply:
     ttft: float | None = None
     tokens_per_second: float | None = None
     finish_reason: str | None = None
+    top_logprobs: Mapping[str, float] | None = None
 
     @classmethod
     def error(
@@ -261,6 +265,19 @@ def _error_response(
     headers = {"retry-after": f"{retry_after:g}"} if retry_after is not None else None
     body = {"error": {"message": message or default, "type": kind, "param": None, "code": code}}
     return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _logprobs(reply: Reply, body: dict[str, Any]) -> dict[str, Any] | None:
+    """A chat completion's ``logprobs`` for the reply's first token, as OpenAI sends them."""
+    if not reply.top_logprobs or not body.get("logprobs"):
+        return None
+    ranked = sorted(reply.top_logprobs.items(), key=lambda kv: -kv[1])
+    top = [
+        {"token": token, "logprob": logprob, "bytes": list(token.encode())}
+        for token, logprob in ranked[: int(body.get("top_logprobs") or 0)]
+    ]
+    first = {"token": ranked[0][0], "logprob": ranked[0][1], "bytes": list(ranked[0][0].encode())}
+    return {"content": [{**first, "top_logprobs": top}], "refusal": None}
 
 
 def _dumps(obj: Any) -> str:
@@ -679,7 +696,7 @@ class FakeOpenAIServer:
                     {
                         "index": 0,
                         "message": {"role": "assistant", "content": "".join(tokens)},
-                        "logprobs": None,
+                        "logprobs": _logprobs(reply, body),
                         "finish_reason": finish_reason,
                     }
                 ],

@@ -40,7 +40,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Literal, Protocol
 
 from citeflow.citations.markers import find_markers, render, renumber, strip_markers
 from citeflow.citations.stream import SentenceStream
@@ -214,33 +214,69 @@ def move_targets(
     )
 
 
+class SentenceCheck(Protocol):
+    """A second check after the repair, per sentence: the sentence (with its markers) and its
+    citations in, what is left of them out (`citeflow.citations.judge.JudgeCheck`)."""
+
+    async def __call__(
+        self, sentence: str, citations: Sequence[Citation]
+    ) -> tuple[str, list[Citation]]: ...
+
+
 class RepairedAnswer:
     """An answer checked sentence by sentence as its text arrives (`SentenceStream` segments,
-    each repaired by a `CitationRepairer`): what the workflow streams and what a replay rebuilds.
+    each repaired by a `CitationRepairer`, then given to ``check`` when there is one): what the
+    workflow streams and what a replay rebuilds. With a ``check``, feed it with `afeed` and
+    `aflush`.
     """
 
-    def __init__(self, repairer: CitationRepairer) -> None:
+    def __init__(self, repairer: CitationRepairer, check: SentenceCheck | None = None) -> None:
         self._repairer = repairer
+        self._check = check
         self._stream = SentenceStream()
         self._parts: list[str] = []
         self.citations: list[Citation] = []
 
     def feed(self, delta: str) -> list[str]:
         """The repaired pieces that ``delta`` completes (empty ones left out)."""
+        self._sync_only()
         return [p for segment in self._stream.feed(delta) if (p := self._add(segment))]
 
     def flush(self) -> list[str]:
         """The repaired pieces of what is left at the end of the text."""
+        self._sync_only()
         return [p for segment in self._stream.flush() if (p := self._add(segment))]
+
+    async def afeed(self, delta: str) -> list[str]:
+        """`feed`, each sentence also checked by ``check``."""
+        return [p for segment in self._stream.feed(delta) if (p := await self._aadd(segment))]
+
+    async def aflush(self) -> list[str]:
+        """`flush`, each sentence also checked by ``check``."""
+        return [p for segment in self._stream.flush() if (p := await self._aadd(segment))]
 
     @property
     def text(self) -> str:
         return "".join(self._parts).rstrip()
 
+    def _sync_only(self) -> None:
+        if self._check is not None:
+            raise TypeError("an answer with a sentence check is fed with afeed and aflush")
+
     def _add(self, segment: str) -> str:
         core = segment.rstrip()
         fixed, found = self._repairer.repair(core)
-        piece = fixed + segment[len(core) :] if fixed else segment[len(core) :]
+        return self._append(fixed, found, segment[len(core) :])
+
+    async def _aadd(self, segment: str) -> str:
+        core = segment.rstrip()
+        fixed, found = self._repairer.repair(core)
+        if self._check is not None and found:
+            fixed, found = await self._check(fixed, found)
+        return self._append(fixed, found, segment[len(core) :])
+
+    def _append(self, fixed: str, found: list[Citation], tail: str) -> str:
+        piece = fixed + tail if fixed else tail
         if not self._parts and not fixed:
             return ""  # never start the answer with bare whitespace
         self.citations.extend(found)
@@ -258,6 +294,16 @@ def repair_text(repairer: CitationRepairer, text: str) -> tuple[str, list[Citati
     answer = RepairedAnswer(repairer)
     answer.feed(text)
     answer.flush()
+    return answer.text, answer.citations
+
+
+async def arepair_text(
+    repairer: CitationRepairer, text: str, check: SentenceCheck | None
+) -> tuple[str, list[Citation]]:
+    """`repair_text` with each sentence also checked by ``check``, as the workflow does."""
+    answer = RepairedAnswer(repairer, check)
+    await answer.afeed(text)
+    await answer.aflush()
     return answer.text, answer.citations
 
 

@@ -51,8 +51,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from tqdm.auto import tqdm
 
+from citeflow.citations.judge import JudgeCheck
 from citeflow.citations.markers import find_markers
-from citeflow.citations.repair import Citation, RepairPolicy, repair_text
+from citeflow.citations.repair import Citation, RepairPolicy, arepair_text, repair_text
 from citeflow.citations.sources import SELECTION_VERSION, make_sources, source_text
 from citeflow.citations.support import LexicalSupport, directions, negates, opposed
 from citeflow.citations.text import frame_denies, statement_of, term_set
@@ -65,6 +66,7 @@ if TYPE_CHECKING:
     from llama_index.core.llms import LLM
     from llama_index.core.schema import NodeWithScore
 
+    from citeflow.evaluation.judging import CachedJudge
     from citeflow.evaluation.runner import EvalContext
     from citeflow.query.retrieval import Retriever
     from citeflow.settings import Settings
@@ -80,6 +82,7 @@ __all__ = [
     "SupportPair",
     "acalibrate",
     "aevaluate_citations",
+    "areplay",
     "calibrate",
     "calibration_section",
     "citation_section",
@@ -947,6 +950,22 @@ def replay(record: Mapping[str, Any], policy: RepairPolicy) -> tuple[str, list[C
     return repair_text(repairer, str(record["raw_text"]))
 
 
+async def areplay(
+    record: Mapping[str, Any], policy: RepairPolicy, check: JudgeCheck | None
+) -> tuple[str, list[Citation]]:
+    """`replay`, each sentence's citations also put to the citation judge (``check``), as the
+    workflow does when ``CITEFLOW_CITATION_JUDGE`` is on."""
+    if check is None or not record["sources"]:
+        return replay(record, policy)
+    repairer = policy.repairer(
+        LexicalSupport(
+            [str(s["text"]) for s in record["sources"]], question=str(record.get("question") or "")
+        ),
+        [s.get("score") for s in record["sources"]],
+    )
+    return await arepair_text(repairer, str(record["raw_text"]), check)
+
+
 def model_citations(record: Mapping[str, Any]) -> list[Citation]:
     """The model's own markers, each with the quote the scorer finds in the source it names."""
     sources = [str(s["text"]) for s in record["sources"]]
@@ -984,6 +1003,7 @@ async def _generate(
         "citation_relevance": workflow.options.citation_relevance,
         "citation_score_gap": workflow.options.citation_score_gap,
         "repair_citations": workflow.options.repair_citations,
+        "citation_judge_cut": _judge_cut(workflow.synthesizer.check),
         "grounded": result.grounded,
         "rounds": result.rounds,
         "seconds": round(seconds, 3),
@@ -1002,10 +1022,17 @@ class _Recorder(CitationSynthesizer):
         return self.last
 
 
+def _judge_cut(check: object) -> float | None:
+    """The cut of the citation judge a synthesizer checks with (None: no judge)."""
+    return check.cut if isinstance(check, JudgeCheck) else None
+
+
 def _recording(workflow: CitationQueryWorkflow) -> _Recorder:
     """Swap the workflow's synthesizer for one that keeps the model's raw reply."""
     base = workflow.synthesizer
-    recorder = _Recorder(base.llm, context_budget=base.context_budget, policy=base.policy)
+    recorder = _Recorder(
+        base.llm, context_budget=base.context_budget, policy=base.policy, check=base.check
+    )
     workflow.synthesizer = recorder
     return recorder
 
@@ -1107,8 +1134,14 @@ def score_records(
     policy: RepairPolicy,
     *,
     details: bool = True,
+    replayed: Mapping[str, tuple[str, list[Citation]]] | None = None,
+    judge_cut: float | None = None,
 ) -> Scored:
-    """Replay the repair over each recorded reply under ``policy`` and score the citations."""
+    """Replay the repair over each recorded reply under ``policy`` and score the citations.
+
+    ``replayed``: the answers and citations already replayed (`areplay`, with the citation
+    judge), by query id; the replay's judge cut is then ``judge_cut``.
+    """
     gold = GoldEvidence(dataset)
     per_query: dict[str, dict[str, Any]] = {}
     final_scores: list[dict[str, Any]] = []
@@ -1116,9 +1149,10 @@ def score_records(
     mismatches = 0
     for qid, record in records.items():
         sources = [SourceRecord(str(s["doc_id"]), str(s["text"])) for s in record["sources"]]
-        answer, citations = replay(record, policy)
+        answer, citations = replayed[qid] if replayed is not None else replay(record, policy)
         same_settings = (
-            _same(record.get("support_threshold"), policy.threshold)
+            _same(record.get("citation_judge_cut"), judge_cut)
+            and _same(record.get("support_threshold"), policy.threshold)
             and _same(record.get("citation_relevance"), policy.relevance)
             and _same(record.get("citation_score_gap"), policy.score_gap)
             and bool(record.get("repair_citations", True)) == policy.enabled
@@ -1178,11 +1212,12 @@ async def aevaluate_citations(
     progress: bool = True,
     info: Mapping[str, Any] | None = None,
     rescore: Callable[[str], Awaitable[list[NodeWithScore]]] | None = None,
+    check: JudgeCheck | None = None,
 ) -> CitationResult:
     """Answer each claim's question with the workflow (or take it from the cache) and score it.
 
     See `agenerate` for ``workflow`` and the cache; the scores replay the repair under
-    ``policy`` (`score_records`).
+    ``policy`` (`score_records`), then the citation judge ``check`` when there is one (`areplay`).
     """
     started = time.perf_counter()
     records, generated = await agenerate(
@@ -1194,7 +1229,14 @@ async def aevaluate_citations(
         progress=progress,
         rescore=rescore,
     )
-    scored = score_records(dataset, records, policy)
+    replayed = None
+    if check is not None:
+        replayed = {}
+        for qid, record in tqdm(
+            records.items(), desc="judge", unit="claim", disable=not progress, leave=False
+        ):
+            replayed[qid] = await areplay(record, policy, check)
+    scored = score_records(dataset, records, policy, replayed=replayed, judge_cut=_judge_cut(check))
     times = [float(r.get("seconds") or 0.0) for r in records.values()]
     return CitationResult(
         metrics=scored.metrics,
@@ -1210,6 +1252,7 @@ async def aevaluate_citations(
             "citation_relevance": policy.relevance,
             "citation_score_gap": policy.score_gap,
             "repair_citations": policy.enabled,
+            "citation_judge_cut": _judge_cut(check),
             "question_template": template,
             "cache": str(cache.directory),
             "replay_mismatches": scored.mismatches,
@@ -1282,22 +1325,57 @@ class _Generations:
         )
         self._owned: list[Any] = []
         self._workflow: CitationQueryWorkflow | None = None
+        self.judge_cache: CachedJudge | None = None
+        self.check = self._judge_check()
+
+    def model(self) -> LLM:
+        """The LLM: the one given, else built from the settings on first use."""
+        if self.llm is None:
+            from citeflow.providers.llm import build_llm
+
+            self.llm = build_llm(self.context.settings)
+            self._owned.append(self.llm)
+        return self.llm
 
     def workflow(self) -> CitationQueryWorkflow:
-        """The workflow over the cached corpus index (one per evaluation, built on first use)."""
+        """The workflow over the cached corpus index (one per evaluation, built on first use);
+        its citation judge, if on, answers from the evaluation's judge cache."""
         if self._workflow is None:
             from citeflow.evaluation.runner import corpus_index
 
-            model = self.llm
-            if model is None:
-                from citeflow.providers.llm import build_llm
-
-                model = build_llm(self.context.settings)
-                self._owned.append(model)
-            self._workflow = corpus_index(self.dataset, self.context).kb.workflow(model)
+            self._workflow = corpus_index(self.dataset, self.context).kb.workflow(self.model())
+            if self._workflow.synthesizer.check is not None:
+                self._workflow.synthesizer.check = self.check
         return self._workflow
 
+    def _judge_check(self) -> JudgeCheck | None:
+        """The citation judge the settings ask for, as the workflow decides it, in front of
+        the judge cache (the model is loaded on the first question the cache cannot answer);
+        None when it is off."""
+        from citeflow.citations.judge import LLMJudge, TokenLogprobs, build_judge_check, judge_on
+        from citeflow.evaluation.judging import CachedJudge
+
+        settings = self.context.settings
+        given = self.llm
+        if given is not None and build_judge_check(settings, given) is None:
+            return None  # off, or a given LLM without log-probabilities
+        if given is None and not judge_on(settings):
+            return None  # (every provider's LLM built from settings gives log-probabilities)
+
+        def make_judge() -> LLMJudge:
+            model = self.model()
+            if not isinstance(model, TokenLogprobs):  # pragma: no cover - checked above
+                raise TypeError(f"{type(model).__name__} gives no log-probabilities")
+            return LLMJudge(model)
+
+        self.judge_cache = CachedJudge(self.context.cache_dir / "judge", self.name, make_judge)
+        return JudgeCheck(
+            self.judge_cache, cut=settings.citation_judge_cut, timeout=settings.llm_timeout
+        )
+
     def close(self) -> None:
+        if self.judge_cache is not None:
+            self.judge_cache.save()
         for model in self._owned:
             close = getattr(model, "close", None)
             if callable(close):
@@ -1372,6 +1450,7 @@ def citation_section(
                 "level": evidence_level(dataset),
             },
             rescore=_RoundOne(dataset, context),
+            check=generations.check,
         )
     finally:
         generations.close()

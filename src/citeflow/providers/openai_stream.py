@@ -20,6 +20,7 @@ without that wrapper; with one, LlamaIndex's own wrapper runs and every event is
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -257,6 +258,45 @@ class LeanStreamingMixin:
         if llm.modalities and "audio" in llm.modalities:
             raise ValueError("Audio is not supported for chat streaming")
         return chat_responses(await self._post_streaming(messages, kwargs))
+
+    async def afirst_token_logprobs(
+        self, messages: Sequence[ChatMessage], *, top: int = 10
+    ) -> dict[str, float]:
+        """The ``top`` likeliest first tokens of the reply to ``messages``, with their
+        log-probabilities: one chat completion of one token, ``logprobs`` on (what the citation
+        judge reads "Yes" against "No" from). Empty when the server sends none."""
+        llm: Any = self
+        body = {
+            "messages": to_openai_message_dicts(messages, model=llm.model),
+            **llm._get_model_kwargs(),
+            "temperature": 0.0,
+            "logprobs": True,
+            "top_logprobs": min(max(top, 0), 20),
+        }
+        body.pop("stream_options", None)
+        if "max_completion_tokens" in body:
+            body["max_completion_tokens"] = 1
+        else:
+            body["max_tokens"] = 1
+        options: dict[str, Any] = {}
+        for name, option in _REQUEST_OPTIONS.items():
+            if name in body:
+                options[option] = body.pop(name)
+        completion: ChatCompletion = await llm._get_aclient().post(
+            "/chat/completions", body=body, options=options, cast_to=ChatCompletion
+        )
+        choice = completion.choices[0] if completion.choices else None
+        content = choice.logprobs.content if choice and choice.logprobs else None
+        if not content:
+            return {}
+        first = content[0]
+        alternatives = [(a.token, a.logprob) for a in first.top_logprobs] or [
+            (first.token, first.logprob)
+        ]
+        out: dict[str, float] = {}
+        for token, logprob in alternatives:
+            out[token] = max(out.get(token, -math.inf), logprob)
+        return out
 
     async def _post_streaming(
         self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]

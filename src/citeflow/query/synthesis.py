@@ -3,8 +3,8 @@
 Compact mode: the numbered sources are packed into as few prompts as fit ``context_budget``
 tokens; the first prompt uses `CITATION_QA_TEMPLATE`, each further one `CITATION_REFINE_TEMPLATE`
 with the answer so far. Only the last call is streamed. Its tokens go through `RepairedAnswer`
-(`SentenceStream` segments, each checked by `CitationRepairer`), so every streamed piece is final,
-citation-checked text.
+(`SentenceStream` segments, each checked by `CitationRepairer`, then by the citation judge when
+one is on), so every streamed piece is final, citation-checked text.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from llama_index.core.llms import LLM, ChatMessage
 from llama_index.core.schema import NodeWithScore
 
 from citeflow.citations.markers import cited_numbers
-from citeflow.citations.repair import Citation, RepairedAnswer, RepairPolicy
+from citeflow.citations.repair import Citation, RepairedAnswer, RepairPolicy, SentenceCheck
 from citeflow.citations.sources import format_sources, source_text
 from citeflow.citations.support import LexicalSupport
 from citeflow.citations.text import count_tokens
@@ -61,10 +61,12 @@ class CitationSynthesizer:
         *,
         context_budget: int,
         policy: RepairPolicy,
+        check: SentenceCheck | None = None,
     ) -> None:
         self.llm = llm
         self.context_budget = context_budget
         self.policy = policy
+        self.check = check  # e.g. the citation judge (`citeflow.citations.judge.JudgeCheck`)
 
     def messages(self, prompt: str) -> list[ChatMessage]:
         return [
@@ -106,7 +108,8 @@ class CitationSynthesizer:
             LexicalSupport([source_text(s) for s in sources], question=query),
             [s.score for s in sources],
         )
-        repaired = RepairedAnswer(repairer)
+        check = _TimedCheck(self.check) if self.check is not None else None
+        repaired = RepairedAnswer(repairer, check)
         raw: list[str] = []
 
         def emit(pieces: list[str]) -> None:
@@ -125,9 +128,9 @@ class CitationSynthesizer:
             finally:
                 llm_seconds += time.perf_counter() - waited
             raw.append(delta)
-            emit(repaired.feed(delta))
+            emit(await repaired.afeed(delta))
             waited = time.perf_counter()
-        emit(repaired.flush())
+        emit(await repaired.aflush())
         text = repaired.text
         return Synthesis(
             text=text,
@@ -135,5 +138,22 @@ class CitationSynthesizer:
             cited=cited_numbers(text),
             llm_calls=calls,
             raw_text="".join(raw),
-            llm_seconds=llm_seconds,
+            llm_seconds=llm_seconds + (check.seconds if check is not None else 0.0),
         )
+
+
+class _TimedCheck:
+    """A sentence check whose time counts as model time (the judge is an LLM call)."""
+
+    def __init__(self, check: SentenceCheck) -> None:
+        self._check = check
+        self.seconds = 0.0
+
+    async def __call__(
+        self, sentence: str, citations: Sequence[Citation]
+    ) -> tuple[str, list[Citation]]:
+        started = time.perf_counter()
+        try:
+            return await self._check(sentence, citations)
+        finally:
+            self.seconds += time.perf_counter() - started

@@ -21,7 +21,7 @@ from workflows import Context, Workflow, step
 from workflows.decorators import StepFunction
 from workflows.events import StopEvent
 
-from citeflow.citations.repair import RepairPolicy
+from citeflow.citations.repair import RepairPolicy, SentenceCheck
 from citeflow.citations.sources import make_sources
 from citeflow.errors import CiteflowError, EmptyQueryError
 from citeflow.events import (
@@ -129,6 +129,7 @@ class CitationQueryWorkflow(Workflow):
         llm: LLM,
         grader: Grader | None = None,
         options: QueryOptions | None = None,
+        check: SentenceCheck | None = None,
         timeout: float | None = 600.0,
         **kwargs: Any,
     ) -> None:
@@ -140,7 +141,10 @@ class CitationQueryWorkflow(Workflow):
             self.options.relevance_threshold, self.options.relevance_coverage
         )
         self.synthesizer = CitationSynthesizer(
-            llm, context_budget=self.options.context_budget, policy=self.options.repair_policy()
+            llm,
+            context_budget=self.options.context_budget,
+            policy=self.options.repair_policy(),
+            check=check,
         )
 
     @classmethod
