@@ -48,6 +48,7 @@ from citeflow.evaluation.citations import (  # noqa: E402
 )
 from citeflow.evaluation.dense import default_cache_dir  # noqa: E402
 from citeflow.evaluation.judging import CachedJudge  # noqa: E402
+from citeflow.providers.llm import describe_llm  # noqa: E402
 from citeflow.providers.local_llm import LocalLlamaCppLLM  # noqa: E402
 from citeflow.settings import load_settings  # noqa: E402
 from scifact_sets import KEYS, recorded_sets  # noqa: E402
@@ -125,7 +126,7 @@ def main() -> int:
             for c in cs
         }
     )
-    model_name = Path(settings.gguf_path).stem  # LocalLlamaCppLLM's name for it
+    model_name = describe_llm(settings)  # the name citeflow eval keys its judge cache by
     owned: list[LocalLlamaCppLLM] = []
 
     def make_judge() -> LLMJudge:  # only when something is left to ask

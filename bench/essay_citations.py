@@ -13,7 +13,7 @@ contains one of them. Prints each answer
 - found: answers whose sources hold the answer at all (retrieval and source selection).
 
     .venv/bin/python bench/essay_citations.py [--questions 12] [--raw] [--model PATH] [--dump F]
-    .venv/bin/python bench/essay_citations.py --replay F   # re-repair a dump's answers, no model
+    .venv/bin/python bench/essay_citations.py --replay F   # re-repair (and judge) a dump's answers
 """
 
 from __future__ import annotations
@@ -33,10 +33,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from citeflow.citations.judge import JudgeCheck, LLMJudge, judge_on  # noqa: E402
 from citeflow.citations.sources import source_text  # noqa: E402
-from citeflow.evaluation.citations import repair_policy  # noqa: E402
-from citeflow.evaluation.citations import replay as replay_record  # noqa: E402
+from citeflow.evaluation.citations import areplay, repair_policy  # noqa: E402
+from citeflow.evaluation.dense import default_cache_dir  # noqa: E402
+from citeflow.evaluation.judging import CachedJudge  # noqa: E402
 from citeflow.knowledge_base import KnowledgeBase  # noqa: E402
+from citeflow.providers.llm import describe_llm  # noqa: E402
 from citeflow.providers.local_llm import LocalLlamaCppLLM  # noqa: E402
 from citeflow.settings import load_settings  # noqa: E402
 
@@ -115,15 +118,37 @@ def dump_record(item: dict[str, Any]) -> dict[str, Any]:
 
 
 def replay(path: Path) -> list[Answer]:
-    """The answers of a ``--dump``, their raw text repaired again with today's settings."""
-    policy = repair_policy(load_settings())
-    answers = []
-    for item in json.loads(path.read_text()):
-        question = next(q for q in QUESTIONS if q.text == item["question"])
-        text, found = replay_record(dump_record(item), policy)
-        cited = list(dict.fromkeys(c.number for c in found))
-        answers.append(Answer(question, item["sources"], item["raw"], text, cited))
-    return answers
+    """The answers of a ``--dump``, their raw text repaired again with today's settings, then
+    put to the citation judge when it is on (its verdicts from the judge's cache; the model is
+    loaded only for a citation not judged before)."""
+    settings = load_settings()
+    policy = repair_policy(settings)
+    owned: list[LocalLlamaCppLLM] = []
+
+    def make_judge() -> LLMJudge:
+        owned.append(LocalLlamaCppLLM.from_settings(settings))
+        return LLMJudge(owned[0])
+
+    cache = CachedJudge(default_cache_dir() / "judge", describe_llm(settings), make_judge)
+    check = JudgeCheck(cache, cut=settings.citation_judge_cut) if judge_on(settings) else None
+
+    items = json.loads(path.read_text())
+
+    async def replay_all() -> list[Answer]:
+        answers = []
+        for item in items:
+            question = next(q for q in QUESTIONS if q.text == item["question"])
+            text, found = await areplay(dump_record(item), policy, check)
+            cited = list(dict.fromkeys(c.number for c in found))
+            answers.append(Answer(question, item["sources"], item["raw"], text, cited))
+        return answers
+
+    try:
+        return asyncio.run(replay_all())
+    finally:
+        cache.save()
+        for llm in owned:
+            llm.close()
 
 
 def report(answers: list[Answer], *, raw: bool) -> None:

@@ -149,23 +149,20 @@ def test_an_answer_with_a_judge_is_fed_asynchronously() -> None:
         answer.feed(RAW)
 
 
-def test_the_judge_is_on_for_hosted_providers_and_off_for_the_local_model() -> None:
+def test_the_judge_is_on_by_default_for_an_llm_with_log_probabilities() -> None:
     llm = ScriptedLogprobs({"Yes": 0.0})
 
     def settings(**values: object) -> Settings:
         return Settings(_env_file=None, **values)  # type: ignore[call-arg, arg-type]
 
-    assert build_judge_check(settings(), llm) is None  # local: measured too weak a judge
-    for provider in ("openai", "azure"):
+    for provider in ("local", "openai", "azure"):
         check = build_judge_check(settings(llm_provider=provider), llm)
         assert isinstance(check, JudgeCheck) and check.cut == 0.5
-    assert build_judge_check(settings(citation_judge="on"), llm) is not None
-    assert build_judge_check(settings(llm_provider="openai", citation_judge="off"), llm) is None
-    repair_off = settings(llm_provider="openai", repair_citations=False)
-    assert build_judge_check(repair_off, llm) is None  # nothing checked, nothing judged
+    assert build_judge_check(settings(citation_judge="off"), llm) is None
+    assert build_judge_check(settings(repair_citations=False), llm) is None  # nothing checked
     cut = build_judge_check(settings(citation_judge="on", citation_judge_cut=0.7), llm)
     assert cut is not None and cut.cut == 0.7
     # an LLM without log-probabilities: auto quietly goes without, on is a clear error
-    assert build_judge_check(settings(llm_provider="openai"), object()) is None
+    assert build_judge_check(settings(), object()) is None
     with pytest.raises(ConfigError, match="CITEFLOW_CITATION_JUDGE=on"):
         build_judge_check(settings(citation_judge="on"), object())

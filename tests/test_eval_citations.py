@@ -29,6 +29,7 @@ from citeflow.evaluation.citations import (
     SourceRecord,
     Split,
     aggregate,
+    areplay,
     calibrate,
     choose_threshold,
     denies,
@@ -841,3 +842,57 @@ def test_calibration_answers_keep_no_citation_that_takes_the_other_side(
     assert metrics["stance_conflicts"] == 0
     assert metrics["citations"] >= 20  # measured 21 (101 answers, stop-13 defaults)
     assert metrics["precision"] >= 0.9  # measured 0.905
+
+
+class FrozenJudge:
+    """The local judge's verdicts on the frozen answers' citations (``judge_verdicts.json``)."""
+
+    def __init__(self) -> None:
+        self.verdicts = json.loads((FIXTURES / "judge_verdicts.json").read_text(encoding="utf-8"))
+
+    async def support(self, sentence: str, quote: str) -> float | None:
+        key = CachedJudge.key(sentence, quote)
+        assert key in self.verdicts, "a citation no verdict was frozen for: run freeze.py"
+        verdict: float | None = self.verdicts[key]
+        return verdict
+
+
+async def _judged(dataset: BeirDataset, records: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """The frozen answers as the default workflow answers: the repair, then the local judge."""
+    settings = Settings(_env_file=None)  # type: ignore[call-arg]
+    check = JudgeCheck(FrozenJudge(), cut=settings.citation_judge_cut)
+    policy = repair_policy(settings)
+    replayed = {q: await areplay(r, policy, check) for q, r in records.items()}
+    return score_records(dataset, records, policy, replayed=replayed, details=False).metrics
+
+
+async def test_the_local_judge_makes_the_untouched_citations_more_precise(
+    scifact: BeirDataset, scifact_train: BeirDataset
+) -> None:
+    """The default judge (local model, P(Yes) 0.5) over every frozen answer: all 809 SciFact
+    train claims (document level) and the 101 calibration claims (sentence level)."""
+    train = {
+        **_train_answers(scifact_train, "train_answers.jsonl", "evaluation", TRAIN_CLAIMS),
+        **_train_answers(
+            scifact_train, "train_calibration_answers.jsonl", "calibration", FRESH_CLAIMS
+        ),
+    }
+    judged = await _judged(scifact_train, train)
+    unjudged = _at_defaults(scifact_train, train, details=False).metrics
+    assert judged["precision"] > unjudged["precision"]
+    assert judged["citations"] >= JUDGED_TRAIN_CITATIONS
+    assert judged["precision"] >= JUDGED_TRAIN_PRECISION
+    records = {
+        r["query_id"]: expand_record(r, scifact) for r in _fixture("calibration_answers.jsonl")
+    }
+    calibration = await _judged(scifact, records)
+    assert calibration["citations"] >= JUDGED_CALIBRATION_CITATIONS
+    assert calibration["precision"] >= JUDGED_CALIBRATION_PRECISION
+
+
+# measured (stop 14): all 809 train claims, 0.901 on 101 citations (without the judge 0.873 on
+# 126); the 101 calibration claims at sentence level, 0.944 on 18 (without: 0.905 on 21)
+JUDGED_TRAIN_CITATIONS = 95
+JUDGED_TRAIN_PRECISION = 0.89
+JUDGED_CALIBRATION_CITATIONS = 16
+JUDGED_CALIBRATION_PRECISION = 0.92

@@ -252,8 +252,8 @@ async def test_the_repair_gets_the_sources_retrieval_scores(kb: KnowledgeBase) -
 
 
 async def test_hosted_judge_takes_away_a_citation_over_http(kb: KnowledgeBase) -> None:
-    """The workflow with an OpenAI LLM (judge on by default): the answer streams, then each
-    citation is put to the judge; "No" takes the marker out of the streamed and final text."""
+    """The workflow with an OpenAI LLM (the judge is on by default): the answer streams, then
+    each citation is put to the judge; "No" takes the marker out of the streamed and final text."""
     from citeflow.citations.judge import build_judge_check
     from citeflow.providers.llm import build_llm
     from citeflow.settings import Settings
@@ -270,7 +270,7 @@ async def test_hosted_judge_takes_away_a_citation_over_http(kb: KnowledgeBase) -
         )
         llm = build_llm(settings, max_retries=0)
         check = build_judge_check(settings, llm)
-        assert check is not None  # auto: on for a hosted provider
+        assert check is not None  # auto: on, the LLM gives log-probabilities
         workflow = _workflow(kb, llm, check=check)  # type: ignore[arg-type]
         answer = "Yahoo bought Viaweb in 1998 [1]."
         for verdict, cited in ((no, False), (yes, True)):

@@ -164,17 +164,14 @@ class JudgeCheck:
 
 
 def judge_on(settings: Settings) -> bool:
-    """Whether the settings ask for the citation judge (``CITEFLOW_CITATION_JUDGE``; ``auto``:
-    on for the openai and azure providers, off for the local model; never without the repair)."""
-    kind = settings.citation_judge
-    if kind == "auto":
-        kind = "off" if settings.llm_provider == "local" else "on"
-    return kind == "on" and settings.repair_citations
+    """Whether the settings ask for the citation judge (``CITEFLOW_CITATION_JUDGE`` auto or on;
+    never without the repair)."""
+    return settings.citation_judge != "off" and settings.repair_citations
 
 
 def build_judge_check(settings: Settings, llm: object) -> JudgeCheck | None:
     """The citation judge the settings ask for (`judge_on`), over ``llm``; None when it is off
-    or (``auto``) when the LLM gives no log-probabilities.
+    or (``auto``) when the LLM gives no log-probabilities (every provider's LLM gives them).
 
     Raises:
         ConfigError: ``on``, but the LLM gives no first-token log-probabilities.

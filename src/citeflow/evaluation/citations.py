@@ -917,7 +917,8 @@ class CitationResult:
             f"citations: {self.queries} {which} ({self.info.get('split', 'evaluation')} half), "
             f"{self.info.get('llm', '?')}, threshold {self.info.get('support_threshold', '?')}, "
             f"relevance {self.info.get('citation_relevance', '?')}, "
-            f"score gap {self.info.get('citation_score_gap', '?')}; "
+            f"score gap {self.info.get('citation_score_gap', '?')}, "
+            f"judge {self.info.get('citation_judge_cut') or 'off'}; "
             f"{self.generated} generated, {self.queries - self.generated} cached, "
             f"{self.seconds_per_answer:.1f} s per answer"
         )
