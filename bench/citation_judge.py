@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from citeflow.citations.judge import JudgeCheck, LLMJudge  # noqa: E402
+from citeflow.citations.judge import JudgeCheck  # noqa: E402
 from citeflow.citations.repair import Citation, RepairPolicy  # noqa: E402
 from citeflow.evaluation.citations import (  # noqa: E402
     GoldEvidence,
@@ -47,9 +47,8 @@ from citeflow.evaluation.citations import (  # noqa: E402
     score_answer,
 )
 from citeflow.evaluation.dense import default_cache_dir  # noqa: E402
-from citeflow.evaluation.judging import CachedJudge  # noqa: E402
+from citeflow.evaluation.judging import CachedJudge, settings_judge  # noqa: E402
 from citeflow.providers.llm import describe_llm  # noqa: E402
-from citeflow.providers.local_llm import LocalLlamaCppLLM  # noqa: E402
 from citeflow.settings import load_settings  # noqa: E402
 from scifact_sets import KEYS, recorded_sets  # noqa: E402
 
@@ -61,7 +60,6 @@ async def judge_all(cache: CachedJudge, pairs: list[tuple[str, str]]) -> tuple[i
         await cache.support(sentence, quote)
         if cache.asked and cache.asked % 10 == 0:
             print(f"  judged {cache.asked}", file=sys.stderr, flush=True)
-    cache.save()
     return cache.asked, time.perf_counter() - started
 
 
@@ -126,20 +124,13 @@ def main() -> int:
             for c in cs
         }
     )
-    model_name = describe_llm(settings)  # the name citeflow eval keys its judge cache by
-    owned: list[LocalLlamaCppLLM] = []
-
-    def make_judge() -> LLMJudge:  # only when something is left to ask
-        owned.append(LocalLlamaCppLLM.from_settings(settings))
-        return LLMJudge(owned[0])
-
-    cache = CachedJudge(default_cache_dir() / "judge", model_name, make_judge)
-    asked, seconds = asyncio.run(judge_all(cache, pairs))
-    for llm in owned:
-        llm.close()
+    # the cache answers the replays below; the model, if it had to be loaded, is closed
+    with settings_judge(settings, default_cache_dir() / "judge") as cache:
+        asked, seconds = asyncio.run(judge_all(cache, pairs))
     print(
         f"{len(pairs)} citations judged ({asked} asked now, "
-        f"{seconds / asked if asked else 0.0:.2f} s each), {model_name}; repair {policy}"
+        f"{seconds / asked if asked else 0.0:.2f} s each), {describe_llm(settings)}; "
+        f"repair {policy}"
     )
     print(f"{'set':38} {'cut':>4} " + " ".join(f"{k[:12]:>12}" for k in KEYS))
     for name, (dataset, records) in sets.items():

@@ -33,13 +33,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from citeflow.citations.judge import JudgeCheck, LLMJudge, judge_on  # noqa: E402
+from citeflow.citations.judge import JudgeCheck, judge_on  # noqa: E402
 from citeflow.citations.sources import source_text  # noqa: E402
 from citeflow.evaluation.citations import areplay, repair_policy  # noqa: E402
 from citeflow.evaluation.dense import default_cache_dir  # noqa: E402
-from citeflow.evaluation.judging import CachedJudge  # noqa: E402
+from citeflow.evaluation.judging import settings_judge  # noqa: E402
 from citeflow.knowledge_base import KnowledgeBase  # noqa: E402
-from citeflow.providers.llm import describe_llm  # noqa: E402
 from citeflow.providers.local_llm import LocalLlamaCppLLM  # noqa: E402
 from citeflow.settings import load_settings  # noqa: E402
 
@@ -123,18 +122,9 @@ def replay(path: Path) -> list[Answer]:
     loaded only for a citation not judged before)."""
     settings = load_settings()
     policy = repair_policy(settings)
-    owned: list[LocalLlamaCppLLM] = []
-
-    def make_judge() -> LLMJudge:
-        owned.append(LocalLlamaCppLLM.from_settings(settings))
-        return LLMJudge(owned[0])
-
-    cache = CachedJudge(default_cache_dir() / "judge", describe_llm(settings), make_judge)
-    check = JudgeCheck(cache, cut=settings.citation_judge_cut) if judge_on(settings) else None
-
     items = json.loads(path.read_text())
 
-    async def replay_all() -> list[Answer]:
+    async def replay_all(check: JudgeCheck | None) -> list[Answer]:
         answers = []
         for item in items:
             question = next(q for q in QUESTIONS if q.text == item["question"])
@@ -143,12 +133,10 @@ def replay(path: Path) -> list[Answer]:
             answers.append(Answer(question, item["sources"], item["raw"], text, cited))
         return answers
 
-    try:
-        return asyncio.run(replay_all())
-    finally:
-        cache.save()
-        for llm in owned:
-            llm.close()
+    if not judge_on(settings):
+        return asyncio.run(replay_all(None))
+    with settings_judge(settings, default_cache_dir() / "judge") as cache:
+        return asyncio.run(replay_all(JudgeCheck(cache, cut=settings.citation_judge_cut)))
 
 
 def report(answers: list[Answer], *, raw: bool) -> None:

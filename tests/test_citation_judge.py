@@ -6,6 +6,7 @@ import asyncio
 import math
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 from llama_index.core.llms import ChatMessage
@@ -27,6 +28,7 @@ from citeflow.citations.repair import (
 )
 from citeflow.citations.support import LexicalSupport
 from citeflow.errors import ConfigError
+from citeflow.evaluation.judging import settings_judge
 from citeflow.settings import Settings
 
 
@@ -166,3 +168,28 @@ def test_the_judge_is_on_by_default_for_an_llm_with_log_probabilities() -> None:
     assert build_judge_check(settings(), object()) is None
     with pytest.raises(ConfigError, match="CITEFLOW_CITATION_JUDGE=on"):
         build_judge_check(settings(citation_judge="on"), object())
+
+
+async def test_the_settings_judge_asks_the_configured_llm_once(tmp_path: Path) -> None:
+    """`settings_judge`: the settings' LLM behind the judge cache, saved on exit; a second
+    cache over the same file answers without a request."""
+    from tests.fakes.openai_server import FakeOpenAIServer, Reply
+
+    with FakeOpenAIServer() as server:
+        settings = Settings(
+            _env_file=None,  # type: ignore[call-arg]
+            llm_provider="openai",
+            llm_model="gpt-4o-mini",
+            openai_base_url=server.openai_base_url,
+        )
+        server.script(Reply(text="No", top_logprobs={"No": math.log(0.8), "Yes": math.log(0.2)}))
+        with settings_judge(settings, tmp_path) as cache:
+            assert await cache.support("Viaweb was sold.", "Yahoo bought Viaweb.") == (
+                pytest.approx(0.2)
+            )
+        assert len(server.requests) == 1
+        with settings_judge(settings, tmp_path) as again:
+            assert await again.support("Viaweb was sold.", "Yahoo bought Viaweb.") == (
+                pytest.approx(0.2)
+            )
+        assert len(server.requests) == 1

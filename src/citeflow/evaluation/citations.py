@@ -46,6 +46,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -53,7 +54,13 @@ from tqdm.auto import tqdm
 
 from citeflow.citations.judge import JudgeCheck
 from citeflow.citations.markers import find_markers
-from citeflow.citations.repair import Citation, RepairPolicy, arepair_text, repair_text
+from citeflow.citations.repair import (
+    Citation,
+    CitationRepairer,
+    RepairPolicy,
+    arepair_text,
+    repair_text,
+)
 from citeflow.citations.sources import SELECTION_VERSION, make_sources, source_text
 from citeflow.citations.support import LexicalSupport, directions, negates, opposed
 from citeflow.citations.text import frame_denies, statement_of, term_set
@@ -941,14 +948,9 @@ def replay(record: Mapping[str, Any], policy: RepairPolicy) -> tuple[str, list[C
     """The answer and citations the workflow gives for a recorded reply under ``policy`` (the
     question is the record's; the score-gap rule applies when the record has its sources'
     retrieval scores)."""
-    sources = [str(s["text"]) for s in record["sources"]]
-    if not sources:
+    if not record["sources"]:
         return str(record.get("answer", "")), []
-    repairer = policy.repairer(
-        LexicalSupport(sources, question=str(record.get("question") or "")),
-        [s.get("score") for s in record["sources"]],
-    )
-    return repair_text(repairer, str(record["raw_text"]))
+    return repair_text(_repairer(record, policy), str(record["raw_text"]))
 
 
 async def areplay(
@@ -958,13 +960,17 @@ async def areplay(
     workflow does when ``CITEFLOW_CITATION_JUDGE`` is on."""
     if check is None or not record["sources"]:
         return replay(record, policy)
-    repairer = policy.repairer(
+    return await arepair_text(_repairer(record, policy), str(record["raw_text"]), check)
+
+
+def _repairer(record: Mapping[str, Any], policy: RepairPolicy) -> CitationRepairer:
+    """The repairer the workflow used for a recorded answer: its sources, question and scores."""
+    return policy.repairer(
         LexicalSupport(
             [str(s["text"]) for s in record["sources"]], question=str(record.get("question") or "")
         ),
         [s.get("score") for s in record["sources"]],
     )
-    return await arepair_text(repairer, str(record["raw_text"]), check)
 
 
 def model_citations(record: Mapping[str, Any]) -> list[Citation]:
@@ -1327,7 +1333,6 @@ class _Generations:
         self._owned: list[Any] = []
         self._workflow: CitationQueryWorkflow | None = None
         self.judge_cache: CachedJudge | None = None
-        self.check = self._judge_check()
 
     def model(self) -> LLM:
         """The LLM: the one given, else built from the settings on first use."""
@@ -1349,10 +1354,11 @@ class _Generations:
                 self._workflow.synthesizer.check = self.check
         return self._workflow
 
-    def _judge_check(self) -> JudgeCheck | None:
+    @cached_property
+    def check(self) -> JudgeCheck | None:
         """The citation judge the settings ask for, as the workflow decides it, in front of
-        the judge cache (the model is loaded on the first question the cache cannot answer);
-        None when it is off."""
+        the judge cache (built on first use; the model is loaded on the first question the
+        cache cannot answer); None when it is off."""
         from citeflow.citations.judge import LLMJudge, TokenLogprobs, build_judge_check, judge_on
         from citeflow.evaluation.judging import CachedJudge
 

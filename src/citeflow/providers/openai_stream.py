@@ -259,6 +259,22 @@ class LeanStreamingMixin:
             raise ValueError("Audio is not supported for chat streaming")
         return chat_responses(await self._post_streaming(messages, kwargs))
 
+    def _chat_body(
+        self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """A chat completion's JSON body as llama-index builds it (model settings, ``kwargs``),
+        and the SDK's per-request options taken out of it (headers, query, timeout)."""
+        llm: Any = self
+        body = {
+            "messages": to_openai_message_dicts(messages, model=llm.model),
+            **llm._get_model_kwargs(**kwargs),
+        }
+        options: dict[str, Any] = {}
+        for name, option in _REQUEST_OPTIONS.items():
+            if name in body:
+                options[option] = body.pop(name)
+        return body, options
+
     async def afirst_token_logprobs(
         self, messages: Sequence[ChatMessage], *, top: int = 10
     ) -> dict[str, float]:
@@ -266,22 +282,13 @@ class LeanStreamingMixin:
         log-probabilities: one chat completion of one token, ``logprobs`` on (what the citation
         judge reads "Yes" against "No" from). Empty when the server sends none."""
         llm: Any = self
-        body = {
-            "messages": to_openai_message_dicts(messages, model=llm.model),
-            **llm._get_model_kwargs(),
-            "temperature": 0.0,
-            "logprobs": True,
-            "top_logprobs": min(max(top, 0), 20),
-        }
+        body, options = self._chat_body(messages, {})
+        body.update(temperature=0.0, logprobs=True, top_logprobs=min(max(top, 0), 20))
         body.pop("stream_options", None)
         if "max_completion_tokens" in body:
             body["max_completion_tokens"] = 1
         else:
             body["max_tokens"] = 1
-        options: dict[str, Any] = {}
-        for name, option in _REQUEST_OPTIONS.items():
-            if name in body:
-                options[option] = body.pop(name)
         completion: ChatCompletion = await llm._get_aclient().post(
             "/chat/completions", body=body, options=options, cast_to=ChatCompletion
         )
@@ -310,14 +317,7 @@ class LeanStreamingMixin:
         """
         llm: Any = self
         client = llm._get_aclient()
-        body = {
-            "messages": to_openai_message_dicts(messages, model=llm.model),
-            **llm._get_model_kwargs(stream=True, **kwargs),
-        }
-        options: dict[str, Any] = {}
-        for name, option in _REQUEST_OPTIONS.items():
-            if name in body:
-                options[option] = body.pop(name)
+        body, options = self._chat_body(messages, {"stream": True, **kwargs})
         stream = await client.post(
             "/chat/completions",
             body=body,
