@@ -241,26 +241,36 @@ async def test_workflow_over_openai_compatible_http(kb: KnowledgeBase) -> None:
             await asyncio.wait_for(workflow.run(query="Who bought Viaweb?"), timeout=10)
 
 
-async def test_the_repair_gets_the_sources_retrieval_scores(kb: KnowledgeBase) -> None:
-    options = QueryOptions(relevance_threshold=0.2, citation_score_gap=0.07)
-    workflow = _workflow(kb, ScriptedLLM(["Yahoo bought Viaweb [1]."]), options=options)
+async def test_the_options_reach_the_citation_check_and_unsupported_is_reported(
+    kb: KnowledgeBase,
+) -> None:
+    options = QueryOptions(support_keep=0.3, support_threshold=0.6)
+    answer = "Yahoo bought Viaweb [1]. Penguins compose symphonies on distant moons [1]."
+    workflow = _workflow(kb, ScriptedLLM([answer]), options=options)
     policy = workflow.synthesizer.policy
-    assert (policy.score_gap, policy.keyword_below) == (0.07, 0.2)
+    assert (policy.keep, policy.add) == (0.3, 0.6)
     result = await workflow.run(query="Who bought Viaweb?")
     assert isinstance(result, CitedResponse)
     assert all(isinstance(node.score, float) for node in result.source_nodes)
+    # the supported sentence keeps a citation; the one no source supports loses its marker and
+    # is reported, never silently left looking sourced
+    assert result.cited == [_source_of(result, "Yahoo bought")]
+    assert result.unsupported == ["Penguins compose symphonies on distant moons."]
+    assert "moons." in result.response and "moons [" not in result.response
 
 
-async def test_hosted_judge_takes_away_a_citation_over_http(kb: KnowledgeBase) -> None:
-    """The workflow with an OpenAI LLM (the judge is on by default): the answer streams, then
-    each citation is put to the judge; "No" takes the marker out of the streamed and final text."""
-    from citeflow.citations.judge import build_judge_check
+async def test_hosted_judge_verifies_citations_over_http(kb: KnowledgeBase) -> None:
+    """The workflow with an OpenAI LLM (the judge verifies by default): each sentence's cited
+    source and best candidates are put to the judge; "No" to all takes the marker out of the
+    streamed and final text and reports the sentence, "Yes" keeps it."""
+    from citeflow.citations.judge import build_judge
     from citeflow.providers.llm import build_llm
     from citeflow.settings import Settings
-    from tests.fakes.openai_server import FakeOpenAIServer, Reply
+    from tests.fakes.openai_server import FakeOpenAIServer, RecordedRequest, Reply
 
     no = {"No": -0.1, "Yes": -2.5}
     yes = {"Yes": -0.1, "No": -2.5}
+    answer = "Yahoo bought Viaweb in 1998 [1]."
     with FakeOpenAIServer() as server:
         settings = Settings(
             _env_file=None,  # type: ignore[call-arg]
@@ -269,12 +279,17 @@ async def test_hosted_judge_takes_away_a_citation_over_http(kb: KnowledgeBase) -
             openai_base_url=server.openai_base_url,
         )
         llm = build_llm(settings, max_retries=0)
-        check = build_judge_check(settings, llm)
-        assert check is not None  # auto: on, the LLM gives log-probabilities
-        workflow = _workflow(kb, llm, check=check)  # type: ignore[arg-type]
-        answer = "Yahoo bought Viaweb in 1998 [1]."
+        judge = build_judge(settings, llm)
+        assert judge is not None  # auto: on for a hosted LLM with log-probabilities
+        workflow = _workflow(kb, llm, judge=judge)  # type: ignore[arg-type]
         for verdict, cited in ((no, False), (yes, True)):
-            server.script([answer, Reply(text="No", top_logprobs=verdict)])
+
+            def reply(request: RecordedRequest, verdict: dict[str, float] = verdict) -> Reply:
+                if request.json.get("logprobs"):
+                    return Reply(text="No", top_logprobs=verdict)
+                return Reply(text=answer)
+
+            server.script(reply)
             handler = workflow.run(query="Who bought Viaweb?")
             streamed = "".join(
                 [
@@ -288,6 +303,7 @@ async def test_hosted_judge_takes_away_a_citation_over_http(kb: KnowledgeBase) -
             assert streamed == result.response
             assert bool(result.citations) is cited
             assert bool(cited_numbers(result.response)) is cited
+            assert bool(result.unsupported) is not cited
             judged = server.last_request.json
             assert judged["max_tokens"] == 1 and judged["logprobs"] is True
             prompt = judged["messages"][-1]["content"]

@@ -132,6 +132,10 @@ async def _ask(args: argparse.Namespace) -> int:
         print(result.format_sources())
     elif not result.grounded:
         print("\n(no source in the documents supports an answer)")
+    if result.unsupported:
+        print("\nNot supported by any source:")
+        for sentence in result.unsupported:
+            print(f"- {sentence}")
     if args.timings:
         parts = ", ".join(f"{k} {v:.2f}s" for k, v in result.timings.items())
         _say(f"timings: {parts}")

@@ -122,7 +122,7 @@ class KnowledgeBase:
 
     def workflow(self, llm: LLM | None = None, **kwargs: Any) -> CitationQueryWorkflow:
         """The citation query workflow over this knowledge base."""
-        from citeflow.citations.judge import build_judge_check
+        from citeflow.citations.judge import build_judge
         from citeflow.providers.llm import build_llm
 
         llm = llm or build_llm(self.settings)
@@ -131,7 +131,7 @@ class KnowledgeBase:
             llm=llm,
             grader=build_grader(self.settings, llm),
             options=QueryOptions.from_settings(self.settings),
-            check=build_judge_check(self.settings, llm),
+            judge=build_judge(self.settings, llm),
             timeout=self.settings.workflow_timeout,
             **kwargs,
         )

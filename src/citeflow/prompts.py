@@ -44,6 +44,40 @@ CITATION_REFINE_TEMPLATE = PromptTemplate(
     "source numbers in brackets. If they do not help, repeat the existing answer."
 )
 
+CITATION_JSON_SYSTEM_PROMPT = (
+    "You answer questions using only the numbered sources you are given. Reply in JSON: the "
+    "answer's sentences, each with the numbers of the sources it is taken from, then its text. "
+    "Use only numbers of the sources shown. If the sources do not contain the answer, reply "
+    "with one sentence saying that the documents do not cover it, with no sources."
+)
+
+CITATION_JSON_QA_TEMPLATE = PromptTemplate(
+    "Example:\n"
+    "[1] The sky is red in the evening and blue in the morning.\n"
+    "[2] Water is wet when the sky is red.\n"
+    "Question: When is water wet?\n"
+    'Answer: {"sentences": [{"sources": [2], "text": "Water is wet when the sky is red."}, '
+    '{"sources": [1], "text": "That happens in the evening."}]}\n'
+    "\n"
+    "Sources:\n"
+    "{context_str}\n"
+    "\n"
+    "Question: {query_str}\n"
+    "Answer in a few sentences, each with the numbers of the sources it is taken from."
+)
+
+CITATION_JSON_REFINE_TEMPLATE = PromptTemplate(
+    "Existing answer (its [N] numbers refer to earlier sources and stay valid):\n"
+    "{existing_answer}\n"
+    "\n"
+    "More sources:\n"
+    "{context_str}\n"
+    "\n"
+    "Question: {query_str}\n"
+    "Rewrite the answer using the new sources where they help, each sentence with the numbers "
+    "of the sources it is taken from. If they do not help, repeat the existing answer."
+)
+
 REWRITE_PROMPT = PromptTemplate(
     "Rewrite the last question of this conversation as one standalone search query that can be "
     "understood without the conversation. Reply with the query only.\n"

@@ -16,13 +16,16 @@ class CitedResponse(Response):
 
     ``source_nodes[i]`` is "Source i+1", the target of ``[i+1]`` in ``response``. ``cited`` lists
     the source numbers the answer cites, in order of first citation; ``citations`` has one entry
-    per (sentence, source) pair with the supporting quote and its score.
+    per (sentence, source) pair with the supporting quote and its score; ``unsupported`` lists
+    the sentences that state something none of the sources supports.
     """
 
     query: str = ""
     search_query: str = ""
     cited: list[int] = field(default_factory=list)
     citations: list[Citation] = field(default_factory=list)
+    unsupported: list[str] = field(default_factory=list)
+    """Answer sentences that state something no source supports (they carry no marker)."""
     raw_response: str = ""  # the model's text before citation repair, for inspection
     grounded: bool = True
     rounds: int = 1

@@ -16,6 +16,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 Provider = Literal["local", "openai", "azure"]
 GraderKind = Literal["auto", "llm", "score", "none"]
 JudgeKind = Literal["auto", "on", "off"]
+CitationModeKind = Literal["auto", "markers", "structured", "evidence"]
 RetrievalMode = Literal["hybrid", "dense", "keyword"]
 FusionKind = Literal["rrf", "relative"]
 
@@ -187,77 +188,40 @@ class Settings(BaseSettings):
     repair_citations: bool = Field(
         default=True, description="Check [N] against sources; move, drop or add markers."
     )
-    # Calibrated against SciFact's gold evidence sentences on the calibration half of its claims:
-    # `citeflow eval ../shared/data/scifact --retrievers none --calibrate --calibration-claims 80`
-    # prints precision/recall by threshold for claims and for the local model's answers (repair
-    # replayed). No (threshold, relevance) pair reaches 0.9 precision on >= 20 of the 80 answers'
-    # citations; the best reach 0.87, and the held-out answers differ from the calibration
-    # answers by up to 0.1 at a pair (20-30 citations each). The two defaults are the fixed point
-    # of one rule applied to each, checked by tests/test_eval_citations.py: the value with the
-    # best precision on >= 20 citations, the other held at its default (the lowest on ties). At
-    # relevance 0.5, threshold 0.55 gives 0.870 on 23 (0.50: 0.808, 0.60: 0.864, 0.65: 0.850); at
-    # threshold 0.55, relevance 0.5 and 0.55 give 0.870 (0.45: 0.815, 0.3: 0.692 on 39). Stop 13,
-    # all 101 calibration answers (relevance 0.6, score gap 0.05): thresholds 0.40-0.60 keep the
-    # same 21 citations, 0.905 (0.65: 0.889 on 18, 0.70: 0.875 on 16). The answers cannot choose
-    # among them, so 0.55 stays (0.40 adds a wrong citation to the essay's recorded answers).
+    # Chosen on HotpotQA (bench/citation_settings.py and `citeflow eval --answers`), reported
+    # on SciFact, PubMedQA and the essay in the same run: see README "Citations".
+    support_keep: float = Field(
+        default=0.35,
+        ge=0.0,
+        le=1.0,
+        description="Word support (IDF-weighted share of a sentence's words in the source) at "
+        "which the model's own [N] stays.",
+    )
     support_threshold: float = Field(
         default=0.55,
         ge=0.0,
         le=1.0,
-        description="Lexical support needed to move or add [N] (the model's own [N] stays from "
-        "0.6 of it); calibrated with `citeflow eval DATASET --calibrate --citations N`.",
+        description="Word support at which citeflow moves a wrong [N] to the source that "
+        "supports the sentence, or adds one to an uncited sentence.",
     )
-    # 0.5 used to drop the essay's answers to questions about "the author" (a word the essay,
-    # written as "I", never uses, so it counted as a question word in no source, at the highest
-    # IDF); "author" is now no content word (citations/text.py), and bench/essay_citations.py
-    # cites 11 of its 12 answers at 0.5 (12 at 0.3, whose SciFact precision is 0.66). Stop 13: the
-    # same rule on all 101 calibration answers (80 before), with the direction rule, picks 0.6:
-    # 0.900 on 20 citations (0.55: 0.875 on 24, 0.5: 0.852 on 27); the essay then cites 10 of 12
-    # (its answer about Sam Altman quotes "... we'd try to recruit Sam Altman", half the question).
-    citation_relevance: float = Field(
-        default=0.6,
-        ge=0.0,
-        le=1.0,
-        description="Share of the question's words (IDF-weighted) a quote must hold for its "
-        "citation to stay: a citation must point at evidence for what was asked. 0: off.",
+    citation_mode: CitationModeKind = Field(
+        default="auto",
+        description="How the model cites: markers (prose with [N]) | structured (JSON whose "
+        "every sentence names its sources, by a grammar or structured outputs) | evidence "
+        "(markers, shown only the source sentences that bear on the question) | auto (the "
+        "measured best for the provider: see README).",
     )
-    # Every wrong citation the repair moved or added on the held-out SciFact answers went to a
-    # source whose chunk the retriever scored 0.047-0.31 below the best source's (stop 11: 5 of
-    # the 19 it moved or added on 87 answers). The default is the smallest step of 0.01 that
-    # loses none of the 80 frozen calibration answers' citations (tests/test_eval_citations.py):
-    # 0.04. Held out, 87 answers: precision 0.806 -> 0.929 on 28 citations (the rule's form was
-    # found by reading held-out errors; the calibration half, 101 answers: 0.871 -> 0.867). Stop
-    # 13: the same rule on all 101 calibration answers at relevance 0.6 gives 0.05 (0.04 loses
-    # one right citation of 21).
-    citation_score_gap: float = Field(
-        default=0.05,
-        ge=0.0,
-        le=2.0,
-        description="The repair moves or adds [N] only to a source whose chunk's similarity to "
-        "the question is within this of the best source's, or under the relevance threshold "
-        "(kept for its words) (2: any source).",
-    )
-    # The local 1.5B model as judge at P(Yes) 0.5 (bench/citation_judge.py), stop 14. Chosen by a
-    # rule fixed before the last untouched claims were judged: on by default if it raises the
-    # document-level precision of all 436 calibration-half SciFact train claims. It did: 0.866 on
-    # 67 citations -> 0.917 on 48; on the last 216 of them, judged once: 0.853 on 34 -> 0.920 on
-    # 25. All 809 train claims: 0.873 on 126 -> 0.901 on 101. SciFact test, sentence level: 0.905
-    # on 42 -> 0.923 on 39. It costs citations (right ones too: of the 216's 9 it took away, 6
-    # were right) and time (~1.5 s per citation on 2 cores); the essay's 12 recorded answers go
-    # from 10 cited (9 of 10 correct) to 8 (7 of 8). A hosted model is a stronger judge (not
-    # measurable here: no network).
     citation_judge: JudgeKind = Field(
         default="auto",
-        description="After the repair, ask the LLM whether each citation's quote supports its "
-        "sentence and drop the citations it rejects: auto (on when the LLM gives first-token "
-        "log-probabilities, as the local, openai and azure LLMs do) | on (an error without "
-        "them) | off.",
+        description="Verify citations with the LLM (P(Yes) to 'does the passage support the "
+        "statement?') instead of word support: auto (on for openai and azure, off for the "
+        "local model) | on (an error if the LLM gives no log-probabilities) | off.",
     )
     citation_judge_cut: float = Field(
         default=0.5,
         ge=0.0,
         le=1.0,
-        description="Citation judge: a citation stays when P(Yes) reaches this.",
+        description="Citation judge: the P(Yes) at which a source supports a sentence.",
     )
     workflow_timeout: float = Field(default=600.0, gt=0, description="Seconds per query, at most.")
 

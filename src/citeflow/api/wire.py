@@ -328,11 +328,14 @@ class ChatStream:
         if self._status_shown and not self._status_done:
             chunks.append(self.status("Done", done=True))
         usage = self.usage(result)
+        # sentences that state something no source supports: they carry no marker, and a
+        # client can flag them (non-streaming: the completion's ``unsupported``)
+        unsupported = {"unsupported": list(result.unsupported)} if result.unsupported else {}
         if self.include_usage:
-            chunks.append(self.delta_chunk({}, "stop"))
+            chunks.append({**self.delta_chunk({}, "stop"), **unsupported})
             chunks.append(self._chunk([], usage=usage))
         else:
-            chunks.append({**self.delta_chunk({}, "stop"), "usage": usage})
+            chunks.append({**self.delta_chunk({}, "stop"), "usage": usage, **unsupported})
         return chunks
 
     def fail(self, exc: BaseException) -> list[dict[str, Any]]:
@@ -377,6 +380,7 @@ class ChatStream:
             ],
             "usage": next(c["usage"] for c in finish if "usage" in c),
             "sources": list(self.sources),
+            "unsupported": list(result.unsupported),
         }
 
 

@@ -14,39 +14,33 @@ llama.cpp model does (`LocalLlamaCppLLM.afirst_token_logprobs`), and so do the O
 OpenAI LLMs (`citeflow.providers.openai_stream.LeanStreamingMixin`: one chat completion of one
 token with ``logprobs``).
 
-`JudgeCheck` puts the judge after the word-support repair (``CITEFLOW_CITATION_JUDGE``): each
-citation the repair kept is asked about, and one whose ``P(Yes)`` is under the cut loses its
-marker. The judge only takes citations away; a judge that fails, times out or answers neither Yes
-nor No leaves the citation as the repair made it (logged), so a failing judge never fails or
-hangs an answer.
+`citeflow.citations.verify.JudgeVerifier` uses the judge as the citation verifier
+(``CITEFLOW_CITATION_JUDGE``): it scores the sources the model cited and the best word-support
+candidates, and the repair keeps, moves or adds markers by its P(Yes).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from llama_index.core.llms import ChatMessage
 
-from citeflow.citations.markers import cited_numbers, renumber, strip_markers
+from citeflow.citations.markers import strip_markers
 from citeflow.citations.text import frame_denies, statement_of
 from citeflow.prompts import CITATION_JUDGE_PROMPT, CITATION_JUDGE_SYSTEM_PROMPT
 
 if TYPE_CHECKING:
-    from citeflow.citations.repair import Citation
     from citeflow.settings import Settings
 
 __all__ = [
     "DEFAULT_CUT",
     "Judge",
-    "JudgeCheck",
     "LLMJudge",
     "TokenLogprobs",
-    "build_judge_check",
+    "build_judge",
     "judge_on",
     "judged_statement",
     "yes_probability",
@@ -122,56 +116,17 @@ class Judge(Protocol):
     async def support(self, sentence: str, quote: str) -> float | None: ...
 
 
-@dataclass(frozen=True)
-class JudgeCheck:
-    """The judge after the repair: a citation whose quote the judge finds unsupportive
-    (``P(Yes) < cut``) loses its marker. ``timeout`` bounds each question; a failing or silent
-    judge leaves the citation."""
-
-    judge: Judge
-    cut: float = DEFAULT_CUT
-    timeout: float = 30.0
-
-    async def verdict(self, citation: Citation) -> float | None:
-        """The judge's P(Yes) for one citation; None when it failed, timed out or said neither."""
-        try:
-            return await asyncio.wait_for(
-                self.judge.support(citation.sentence, citation.quote), self.timeout
-            )
-        except TimeoutError:
-            logger.warning("citation judge timed out after %.0f s; citation kept", self.timeout)
-        except Exception as exc:  # a judge's failure must not fail the answer
-            from citeflow.providers.llm import first_line
-
-            logger.warning("citation judge failed (%s); citation kept", first_line(exc))
-        return None
-
-    async def __call__(
-        self, sentence: str, citations: Sequence[Citation]
-    ) -> tuple[str, list[Citation]]:
-        """``sentence`` (repaired, with its markers) and its ``citations``, without those the
-        judge rejects. Citations are asked about one at a time (a local model runs them in turn
-        anyway; a hosted one is asked about one or two per sentence)."""
-        rejected: set[int] = set()
-        for citation in citations:
-            p = await self.verdict(citation)
-            if p is not None and p < self.cut:
-                rejected.add(citation.number)
-        if not rejected:
-            return sentence, list(citations)
-        keep = {n: n for n in cited_numbers(sentence) if n not in rejected}
-        return renumber(sentence, keep), [c for c in citations if c.number not in rejected]
-
-
 def judge_on(settings: Settings) -> bool:
-    """Whether the settings ask for the citation judge (``CITEFLOW_CITATION_JUDGE`` auto or on;
-    never without the repair)."""
-    return settings.citation_judge != "off" and settings.repair_citations
+    """Whether the settings ask for the citation judge (``CITEFLOW_CITATION_JUDGE`` on, or auto
+    on a hosted LLM; never without the repair)."""
+    if settings.citation_judge == "off" or not settings.repair_citations:
+        return False
+    return settings.citation_judge == "on" or settings.llm_provider != "local"
 
 
-def build_judge_check(settings: Settings, llm: object) -> JudgeCheck | None:
-    """The citation judge the settings ask for (`judge_on`), over ``llm``; None when it is off
-    or (``auto``) when the LLM gives no log-probabilities (every provider's LLM gives them).
+def build_judge(settings: Settings, llm: object) -> LLMJudge | None:
+    """The citation judge the settings ask for (`judge_on`) over ``llm``; None when it is off
+    or (``auto``) when the LLM gives no log-probabilities.
 
     Raises:
         ConfigError: ``on``, but the LLM gives no first-token log-probabilities.
@@ -187,4 +142,4 @@ def build_judge_check(settings: Settings, llm: object) -> JudgeCheck | None:
                 "log-probabilities to judge with; set it to auto or off"
             )
         return None
-    return JudgeCheck(LLMJudge(llm), cut=settings.citation_judge_cut, timeout=settings.llm_timeout)
+    return LLMJudge(llm)

@@ -1,38 +1,23 @@
-"""Checking and repairing the citations of an answer, one sentence at a time.
+"""Checking the citations of an answer, one sentence at a time, against what its sources say.
 
-For each answer sentence: markers naming no existing source are dropped; a marker whose source
-does not support the sentence is moved to the source that does, or dropped; a factual sentence
-with no marker gets the source that clearly supports it. Each kept citation records the sentence,
-the source number, the supporting quote and its score. Working per sentence lets the workflow
-stream repaired text: what is streamed is exactly the final answer.
+The contract: every answer sentence that states something from the sources carries at least one
+marker to a source that supports it. For each sentence, a `CitationVerifier` scores every source
+for the sentence's statement (its text without markers or yes/no framing) and:
 
-What is checked is the sentence's statement: "Yes, it is true that X" is checked as "X" (the
-framing words are in no source and only lowered the score); a framing that denies ("No, it is
-not true that X") has "X" checked as a denial, so a quote stating X does not back it. A sentence
-with fewer than `MIN_CHECKABLE_TERMS` content words ("This is stated in [2].") cannot be checked,
-so its markers are dropped. The model's own marker stays when its source supports the sentence
-at least ``keep_ratio`` × threshold *and* ``relative`` × the best source's support; otherwise it
-moves to the best source, if that reaches the threshold. The threshold
-(``CITEFLOW_SUPPORT_THRESHOLD``) is calibrated with ``citeflow eval DATASET --calibrate
---citations N`` (see `citeflow.settings`).
+* the model's own marker stays when its source supports the statement (the verifier's ``keep``
+  score, and at least ``relative`` × the best source's: a marker far behind a better source is
+  on the wrong one);
+* a marker on a source that does not support the statement is moved to the source that supports
+  it best, when that one reaches the verifier's ``add`` score;
+* a sentence with no marker gets one to that source the same way;
+* markers are removed only when no source supports the statement; such a sentence is reported
+  as *unsupported* (`RepairedAnswer.unsupported`, and so `CitedResponse.unsupported` and the
+  API's ``unsupported``), never silently left looking sourced. Questions, refusals and sentences
+  with no content words state nothing and are not reported.
 
-A marker is moved, or a marker added, to the source that supports the sentence best only when
-the retriever found that source about as relevant to the question as the best source
-(``score_gap``, ``CITEFLOW_CITATION_SCORE_GAP``: its chunk's cosine similarity to the question
-within that much of the best source's, when the scores are known); otherwise the marker is
-dropped. Chunks scored under the grader's threshold (``keyword_below``,
-``CITEFLOW_RELEVANCE_THRESHOLD``) are exempt: the grader kept them for holding the question's
-words, which the embedder missed, so their cosine is no verdict on them (the essay's answers
-about Yahoo and Sam Altman are in such chunks). Word overlap alone moved citations to passages
-that share the sentence's words without being about it ("ALDH1 ... breast cancer outcomes" to a
-passage on PD-L1 in breast cancer). The model's own choice is not second-guessed this way, only
-the repair's.
-
-Only sources whose quote bears on the question take part: the quote must hold ``relevance`` of
-the question's words (`Support.relevance`, ``CITEFLOW_CITATION_RELEVANCE``). A sentence that only
-restates background from a source ("This is because carriers have a higher risk of X [1]") keeps
-no citation: the source does say it, but it is not evidence for the answer, and a reader checking
-the citation against the question finds it beside the point.
+Working per sentence lets the workflow stream checked text: what is streamed is exactly the
+final answer. Marker text is rewritten by `citeflow.citations.markers`, which leaves no
+dangling clause, space before punctuation or empty bracket behind.
 """
 
 from __future__ import annotations
@@ -40,23 +25,20 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal
 
 from citeflow.citations.markers import find_markers, render, renumber, strip_markers
 from citeflow.citations.stream import SentenceStream
 from citeflow.citations.support import LexicalSupport, Support
 from citeflow.citations.text import content_terms, frame_denies, statement_of
+from citeflow.citations.verify import CitationVerifier, JudgeVerifier, LexicalVerifier
+
+if TYPE_CHECKING:
+    from citeflow.citations.judge import Judge
 
 Origin = Literal["model", "moved", "added"]
 
-#: the share of the threshold at which the model's own marker stays (moves and additions need all
-#: of it): the model chose that source, the repair only second-guesses it
-KEEP_RATIO = 0.6
-
 _END_PUNCT = re.compile(r"([.!?:;]+[\"')\]]*)\s*$")
-#: content words a sentence needs before its citations can be checked at all ("This is stated
-#: in [2]." has one: its marker is dropped rather than trusted)
-MIN_CHECKABLE_TERMS = 2
 _NO_ANSWER = re.compile(
     r"\b(do(es)? not (cover|contain|mention|say|provide)|not (mentioned|covered|provided)|"
     r"no information|cannot (find|answer)|can't (find|answer)|unable to)\b",
@@ -78,241 +60,170 @@ class Citation:
 
 
 @dataclass(frozen=True, slots=True)
-class RepairPolicy:
-    """What the repair asks of a citation: the settings the workflow and every replay share.
+class CitationPolicy:
+    """How citations are checked: the settings the workflow and every re-check share.
 
-    ``threshold`` (``CITEFLOW_SUPPORT_THRESHOLD``): the support a moved or added marker needs;
-    ``relevance`` (``CITEFLOW_CITATION_RELEVANCE``): the question relevance of any quote;
-    ``score_gap`` (``CITEFLOW_CITATION_SCORE_GAP``) and ``keyword_below`` (the grader's
-    ``CITEFLOW_RELEVANCE_THRESHOLD``): which sources a marker may be moved or added to;
-    ``enabled`` (``CITEFLOW_REPAIR_CITATIONS``): off, citations are only scored;
-    ``keep_ratio``: the share of the threshold the model's own marker needs (no setting).
+    ``keep`` (``CITEFLOW_SUPPORT_KEEP``) and ``add`` (``CITEFLOW_SUPPORT_THRESHOLD``): the word
+    support at which the model's own marker stays, and at which a marker is moved or added;
+    ``relative``: the share of the best source's support the model's marker needs to stay;
+    ``judge`` with ``judge_cut`` (``CITEFLOW_CITATION_JUDGE``, ``..._CUT``): the LLM judge as the
+    verifier instead of word support; ``enabled`` (``CITEFLOW_REPAIR_CITATIONS``): off, the
+    model's markers are only validated (numbers that name no source are dropped).
     """
 
-    threshold: float
-    relevance: float = 0.0
-    score_gap: float | None = None
-    keyword_below: float = 0.0
+    keep: float = 0.35
+    add: float = 0.55
+    relative: float = 0.8
     enabled: bool = True
-    keep_ratio: float = KEEP_RATIO
+    judge: Judge | None = None
+    judge_cut: float = 0.5
+    judge_timeout: float = 30.0
 
-    def at(self, threshold: float) -> RepairPolicy:
-        """The same policy at another support threshold (a calibration sweep)."""
-        return replace(self, threshold=threshold)
+    def with_(self, **changes: object) -> CitationPolicy:
+        """The same policy with some settings changed (a sweep, a re-check)."""
+        return replace(self, **changes)  # type: ignore[arg-type]
 
-    def repairer(
-        self, support: LexicalSupport, source_scores: Sequence[float | None] | None = None
-    ) -> CitationRepairer:
-        """The repairer of one answer: ``support`` over its sources, whose retrieval scores
-        are ``source_scores`` (the score-gap rule applies when all are known)."""
-        return CitationRepairer(
-            support,
-            threshold=self.threshold,
-            keep_ratio=self.keep_ratio,
-            relevance=self.relevance,
+    def verifier(self, texts: Sequence[str], question: str | None = None) -> CitationVerifier:
+        """The verifier of one answer whose sources are ``texts`` (Source 1 first)."""
+        support = LexicalSupport(texts, question=question)
+        if self.judge is not None:
+            return JudgeVerifier(
+                support, self.judge, cut=self.judge_cut, timeout=self.judge_timeout
+            )
+        return LexicalVerifier(support, keep=self.keep, add=self.add)
+
+    def checker(self, texts: Sequence[str], question: str | None = None) -> CitationChecker:
+        """The checker of one answer whose sources are ``texts``."""
+        return CitationChecker(
+            self.verifier(texts, question),
+            len(texts),
+            relative=self.relative,
             enabled=self.enabled,
-            source_scores=source_scores,
-            score_gap=self.score_gap,
-            keyword_below=self.keyword_below,
         )
 
 
-class CitationRepairer:
-    """Repairs the sentences of one answer against its numbered sources."""
+@dataclass(frozen=True, slots=True)
+class CheckedSentence:
+    """One sentence after checking: its text, its citations, and whether it states something
+    no source supports."""
+
+    text: str
+    citations: list[Citation]
+    unsupported: bool = False
+
+
+class CitationChecker:
+    """Checks the sentences of one answer against its numbered sources."""
 
     def __init__(
         self,
-        support: LexicalSupport,
+        verifier: CitationVerifier,
+        count: int,
         *,
-        threshold: float,
-        keep_ratio: float = KEEP_RATIO,
-        relative: float = 0.9,
-        relevance: float = 0.0,
+        relative: float = 0.8,
         enabled: bool = True,
-        source_scores: Sequence[float | None] | None = None,
-        score_gap: float | None = None,
-        keyword_below: float = 0.0,
     ) -> None:
-        self._support = support
-        self._threshold = threshold
-        self._relevance = relevance
-        self._keep = threshold * keep_ratio
+        self._verifier = verifier
+        self._count = count
         self._relative = relative
         self._enabled = enabled
-        self._targets = move_targets(source_scores, score_gap, len(support), keyword_below)
 
-    def repair(self, sentence: str) -> tuple[str, list[Citation]]:
-        """The sentence with valid, supported markers, and its citations."""
-        count = len(self._support)
+    async def check(self, sentence: str) -> CheckedSentence:
+        """The sentence with supported markers only, and its citations."""
         bare = strip_markers(sentence).strip()
-        cited = list(
-            dict.fromkeys(n for m in find_markers(sentence) for n in m.numbers if 1 <= n <= count)
-        )
         if not bare:
-            return "", []
-        if not self._enabled:
-            checked = [self._citation(bare, self._support.score(bare, n), "model") for n in cited]
-            return renumber(sentence, {n: n for n in cited}), checked
-
+            return CheckedSentence("", [])
+        cited = list(
+            dict.fromkeys(
+                n for m in find_markers(sentence) for n in m.numbers if 1 <= n <= self._count
+            )
+        )
         statement = statement_of(bare)
-        if len(content_terms(statement)) < MIN_CHECKABLE_TERMS:
-            return renumber(sentence, {}), []  # nothing to check a citation against
-        mapping: dict[int, int] = {}
-        citations: list[Citation] = []
+        if not self._enabled:
+            return CheckedSentence(renumber(sentence, {n: n for n in cited}), [])
+        if not content_terms(statement):
+            return CheckedSentence(renumber(sentence, {}), [])  # states nothing to check
         denied = frame_denies(bare)  # "No, it is not true that X": checked as not-X
-        ranking = self._support.rank(statement, denied=denied) if count else []
-        # only quotes that bear on the question can back a citation
-        ranking = [s for s in ranking if s.relevance >= self._relevance - 1e-9]
-        best = ranking[0] if ranking else None
+        ranking = await self._verifier.rank(statement, cited, denied=denied)
         by_number = {s.number: s for s in ranking}
-        floor = max(self._keep, self._relative * best.score) if best is not None else self._keep
-        kept = [n for n in cited if n in by_number and by_number[n].score >= floor - 1e-9]
-        for number in kept:
-            mapping[number] = number
-            citations.append(self._citation(bare, by_number[number], "model"))
-        # where the repair may move or add a marker: the best-supporting source, if the
-        # retriever found it about as relevant as the best one (else the marker is dropped)
-        target = best if best is not None and best.number in self._targets else None
-        if target is not None and target.score >= self._threshold and target.number not in mapping:
-            for number in cited:
-                if number not in mapping:  # unsupported: moved to the source that supports it
-                    mapping[number] = target.number
-                    citations.append(self._citation(bare, target, "moved"))
-                    break
+        best = ranking[0] if ranking else None
+        keep, add = self._verifier.keep, self._verifier.add
+        floor = max(keep, self._relative * best.score) if best is not None else keep
+        kept = [n for n in cited if by_number[n].score >= floor - 1e-9]
+        citations = [_citation(bare, by_number[n], "model") for n in kept]
+        mapping = {n: n for n in kept}
+        supported = best is not None and best.score >= add - 1e-9
+        if not kept and supported and best is not None:
+            if cited:  # on the wrong source: moved to the one that supports the sentence
+                mapping[cited[0]] = best.number
+                citations.append(_citation(bare, best, "moved"))
+            elif needs_citation(bare):
+                text = insert_marker(renumber(sentence, {}), render([best.number]))
+                return CheckedSentence(text, [_citation(bare, best, "added")])
         text = _markers_last(renumber(sentence, mapping))
-        if (
-            not mapping
-            and target is not None
-            and target.score >= self._threshold
-            and needs_citation(bare)
-        ):
-            text = insert_marker(text, render([target.number]))
-            citations.append(self._citation(bare, target, "added"))
-        return text, citations
-
-    @staticmethod
-    def _citation(sentence: str, s: Support, origin: Origin) -> Citation:
-        return Citation(s.number, sentence, s.quote, s.quote_start, s.quote_end, s.score, origin)
+        unsupported = not citations and needs_citation(bare)
+        return CheckedSentence(text, citations, unsupported)
 
 
-def move_targets(
-    scores: Sequence[float | None] | None, gap: float | None, count: int, keyword_below: float
-) -> frozenset[int]:
-    """The source numbers the repair may move or add a marker to: those whose retrieval score is
-    within ``gap`` of the best one's, and those scored under ``keyword_below`` (chunks the grader
-    kept for holding the question's words, not for their embedding: their cosine says nothing);
-    every source when the gap or any score is unknown."""
-    every = frozenset(range(1, count + 1))
-    if gap is None or scores is None or len(scores) != count:
-        return every
-    known = [s for s in scores if s is not None]
-    if len(known) != count or not known:
-        return every
-    best = max(known)
-    return frozenset(
-        n for n, s in enumerate(known, start=1) if s >= best - gap - 1e-9 or s < keyword_below
-    )
-
-
-class SentenceCheck(Protocol):
-    """A second check after the repair, per sentence: the sentence (with its markers) and its
-    citations in, what is left of them out (`citeflow.citations.judge.JudgeCheck`)."""
-
-    async def __call__(
-        self, sentence: str, citations: Sequence[Citation]
-    ) -> tuple[str, list[Citation]]: ...
+def _citation(sentence: str, s: Support, origin: Origin) -> Citation:
+    return Citation(s.number, sentence, s.quote, s.quote_start, s.quote_end, s.score, origin)
 
 
 class RepairedAnswer:
     """An answer checked sentence by sentence as its text arrives (`SentenceStream` segments,
-    each repaired by a `CitationRepairer`, then given to ``check`` when there is one): what the
-    workflow streams and what a replay rebuilds. With a ``check``, feed it with `afeed` and
-    `aflush`.
-    """
+    each checked by a `CitationChecker`): what the workflow streams and what a re-check of a
+    recorded answer rebuilds."""
 
-    def __init__(self, repairer: CitationRepairer, check: SentenceCheck | None = None) -> None:
-        self._repairer = repairer
-        self._check = check
+    def __init__(self, checker: CitationChecker) -> None:
+        self._checker = checker
         self._stream = SentenceStream()
         self._parts: list[str] = []
         self.citations: list[Citation] = []
+        self.unsupported: list[str] = []
 
-    def feed(self, delta: str) -> list[str]:
-        """The repaired pieces that ``delta`` completes (empty ones left out)."""
-        self._sync_only()
-        return [p for segment in self._stream.feed(delta) if (p := self._add(segment))]
+    async def feed(self, delta: str) -> list[str]:
+        """The checked pieces that ``delta`` completes (empty ones left out)."""
+        return [p for segment in self._stream.feed(delta) if (p := await self._add(segment))]
 
-    def flush(self) -> list[str]:
-        """The repaired pieces of what is left at the end of the text."""
-        self._sync_only()
-        return [p for segment in self._stream.flush() if (p := self._add(segment))]
-
-    async def afeed(self, delta: str) -> list[str]:
-        """`feed`, each sentence also checked by ``check``."""
-        return [p for segment in self._stream.feed(delta) if (p := await self._aadd(segment))]
-
-    async def aflush(self) -> list[str]:
-        """`flush`, each sentence also checked by ``check``."""
-        return [p for segment in self._stream.flush() if (p := await self._aadd(segment))]
+    async def flush(self) -> list[str]:
+        """The checked pieces of what is left at the end of the text."""
+        return [p for segment in self._stream.flush() if (p := await self._add(segment))]
 
     @property
     def text(self) -> str:
         return "".join(self._parts).rstrip()
 
-    def _sync_only(self) -> None:
-        if self._check is not None:
-            raise TypeError("an answer with a sentence check is fed with afeed and aflush")
-
-    def _add(self, segment: str) -> str:
+    async def _add(self, segment: str) -> str:
         core = segment.rstrip()
-        fixed, found = self._repairer.repair(core)
-        return self._append(fixed, found, segment[len(core) :])
-
-    async def _aadd(self, segment: str) -> str:
-        core = segment.rstrip()
-        fixed, found = self._repairer.repair(core)
-        if self._check is not None and found:
-            fixed, found = await self._check(fixed, found)
-        return self._append(fixed, found, segment[len(core) :])
-
-    def _append(self, fixed: str, found: list[Citation], tail: str) -> str:
-        piece = fixed + tail if fixed else tail
-        if not self._parts and not fixed:
+        checked = await self._checker.check(core)
+        tail = segment[len(core) :]
+        piece = checked.text + tail if checked.text else tail
+        if not self._parts and not checked.text:
             return ""  # never start the answer with bare whitespace
-        self.citations.extend(found)
+        self.citations.extend(checked.citations)
+        if checked.unsupported:
+            self.unsupported.append(strip_markers(checked.text).strip())
         self._parts.append(piece)
         return piece
 
 
-def repair_text(repairer: CitationRepairer, text: str) -> tuple[str, list[Citation]]:
-    """Repair a whole answer text exactly as the workflow repairs it while streaming.
-
-    The same `RepairedAnswer` the workflow feeds token by token: replaying a model's raw reply
-    through this gives the answer and citations the workflow returned. The evaluation uses it to
-    score other thresholds without calling the model again.
-    """
-    answer = RepairedAnswer(repairer)
-    answer.feed(text)
-    answer.flush()
-    return answer.text, answer.citations
-
-
-async def arepair_text(
-    repairer: CitationRepairer, text: str, check: SentenceCheck | None
-) -> tuple[str, list[Citation]]:
-    """`repair_text` with each sentence also checked by ``check``, as the workflow does."""
-    answer = RepairedAnswer(repairer, check)
-    await answer.afeed(text)
-    await answer.aflush()
-    return answer.text, answer.citations
+async def check_text(checker: CitationChecker, text: str) -> RepairedAnswer:
+    """Check a whole answer text exactly as the workflow checks it while streaming: re-checking
+    a model's recorded reply gives the answer, citations and unsupported sentences the workflow
+    returned."""
+    answer = RepairedAnswer(checker)
+    await answer.feed(text)
+    await answer.flush()
+    return answer
 
 
 def needs_citation(sentence: str) -> bool:
-    """Whether a sentence states something a source should back (not a question or a refusal)."""
+    """Whether a sentence states something a source should back (not a question or a
+    refusal)."""
     stripped = sentence.strip()
     if stripped.endswith("?") or _NO_ANSWER.search(stripped):
         return False
-    return len(content_terms(stripped)) >= 3
+    return len(content_terms(statement_of(stripped))) >= 2
 
 
 def _markers_last(sentence: str) -> str:

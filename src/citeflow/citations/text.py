@@ -25,22 +25,22 @@ STOPWORDS = frozenset(
         "up very was we were what when where which while who whom why will with would you your "
         "yours yourself yourselves said says one two may might must shall us upon within without "
         "via per like well much many however therefore thus yet still even though although"
-        # how a question names a document's writer, who calls themself "I": "What did the
-        # author do?" must meet "I worked on ...", so the word carries no content of its own
-        " author authors narrator"
     ).split()
 )
 
 
 # How an answer to a yes/no question opens ("Yes,", "No, it is not true that", "According to
-# Source 2,"), and how such a question opens ("Is it true that"): framing, not content.
+# Source 2,", "The answer is"), and how such a question opens ("Is it true that"): framing, not
+# content.
 _FRAMING = re.compile(
     r"^\s*(?:(?:yes|no|indeed)\s*[,.;:!]\s*)?"
     r"(?:(?:is|was|are)\s+it\s+(?:true|correct|the case)\s+that\s+)?"
     r"(?:(?:it|this|that)\s+(?:is|was)\s+(?:not\s+)?(?:true|correct|false|the case)\s*"
     r"(?:that\b)?[,\s]*)?"
     r"(?:(?:according to|as (?:stated|shown|reported) in)\s+(?:the\s+)?"
-    r"(?:sources?|documents?|studies|study|text)(?:\s*\d+)?\s*,\s*)?",
+    r"(?:sources?|documents?|studies|study|text)(?:\s*\d+)?\s*,\s*)?"
+    r"(?:(?:so|thus|therefore|in short|in summary)\s*,?\s*)?"
+    r"(?:the\s+(?:short\s+|final\s+)?answer\s+(?:is|was)\s*:?\s*)?",
     re.IGNORECASE,
 )
 

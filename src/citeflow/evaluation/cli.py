@@ -6,14 +6,12 @@ prints the dataset, how the dense index was obtained (built, resumed or reused f
 and a table (one row per retriever) on stdout, and writes the full JSON report. `add_arguments`
 and `run` let the ``citeflow`` command mount the same options as a subcommand.
 
-    citeflow eval ../shared/data/scifact --retrievers none --calibrate --citations 40
+    citeflow eval ../shared/data/hotpotqa --retrievers none --answers 40
 
-adds the citation sections (`citeflow.evaluation.citations`): the support threshold's
-precision/recall table on the calibration half of the claims with gold evidence, and citation
-precision, recall, no-citation and broken rates of the workflow's answers (configured LLM) on the
-evaluation half. Answers are cached per claim: an interrupted run resumes, a re-run takes seconds.
-``--calibration-claims N`` sets how many calibration-half claims are answered apart from the
-evaluation half's ``--citations N``.
+answers the first 40 questions through the whole workflow (`citeflow.evaluation.answers`) and
+prints the citation figures of the model's own markers and of citeflow's checked answers (answers
+cited, precision, citations per answer, unsupported and broken sentences, accuracy, seconds).
+Answers are cached per question: an interrupted run resumes, a re-run only re-checks them.
 """
 
 from __future__ import annotations
@@ -29,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from citeflow.errors import CiteflowError, InvalidRequestError
 
-DEFAULT_QUESTION = "Is it true that {claim}?"  # citations.DEFAULT_QUESTION, without the import
+DEFAULT_QUESTION = "Is it true that {claim}?"  # answers.CLAIM_QUESTION, without the import
 
 if TYPE_CHECKING:
     from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -86,7 +84,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--retrievers",
         default="dense,bm25,hybrid",
         help="comma-separated retrievers to evaluate (default: dense,bm25,hybrid; "
-        "none: only --citations / --calibrate)",
+        "none: only --answers)",
     )
     parser.add_argument(
         "-k",
@@ -109,31 +107,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--concurrency", type=_positive, default=8, help="queries in flight (default: 8)"
     )
     parser.add_argument(
-        "--citations",
+        "--answers",
         type=_positive,
         metavar="N",
-        help="also answer N claims with gold evidence through the whole workflow (configured "
-        "LLM) and score the citations; answers are cached, a re-run only re-scores them",
-    )
-    parser.add_argument(
-        "--half",
-        choices=("evaluation", "calibration"),
-        default="evaluation",
-        help="whose claims --citations answers: the evaluation half (default) or the "
-        "calibration half (on a split nothing was calibrated on, e.g. SciFact train: more "
-        "untouched claims)",
-    )
-    parser.add_argument(
-        "--calibrate",
-        action="store_true",
-        help="also print the support threshold's precision/recall table (calibration claims)",
-    )
-    parser.add_argument(
-        "--calibration-claims",
-        type=_positive,
-        metavar="N",
-        help="with --calibrate: answer the first N calibration-half claims (default: the N of "
-        "--citations), without changing how many evaluation-half claims --citations answers",
+        help="answer the first N questions through the whole workflow and print, for the "
+        "model's own markers and for citeflow's checked answer: answers cited, citation "
+        "precision, citations per answer, broken sentences, accuracy, seconds per answer",
     )
     parser.add_argument(
         "--question",
@@ -149,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="citeflow eval",
         description="Score citeflow's retrieval on a BEIR-format dataset (nDCG, Recall, MRR) "
-        "and, with gold evidence (SciFact), its citations (--citations, --calibrate).",
+        "and the citations of its answers (--answers).",
     )
     add_arguments(parser)
     return parser
@@ -166,7 +145,7 @@ def run(
     """Run ``citeflow eval`` with parsed arguments; returns the exit status.
 
     ``settings`` default to the environment's; ``embed_model`` (with its ``embedder_name``)
-    replaces the configured embedder, and ``llm`` the configured LLM (``--citations``), for
+    replaces the configured embedder, and ``llm`` the configured LLM (``--answers``), for
     tests and notebooks.
 
     Raises:
@@ -176,9 +155,9 @@ def run(
     from citeflow.settings import load_settings
 
     names = [n.strip() for n in str(args.retrievers).split(",") if n.strip()]
-    extra = getattr(args, "citations", None) or getattr(args, "calibrate", False)
+    extra = getattr(args, "answers", None)
     if names == ["none"] and extra:
-        names = []  # citations or calibration only
+        names = []  # answers only
     unknown = [n for n in names if n not in RETRIEVERS]
     if unknown or (not names and not extra):
         raise InvalidRequestError(
@@ -268,29 +247,17 @@ def _citation_sections(
     report: EvalReport,
     llm: LLM | None,
 ) -> list[str]:
-    """``--calibrate`` and ``--citations N``: their tables, their sections of the report."""
-    from citeflow.evaluation import citations
-
+    """``--answers N``: its table, its section of the report."""
     template = getattr(args, "question", None) or DEFAULT_QUESTION
     tables = []
-    if getattr(args, "calibrate", False):
-        claims = getattr(args, "calibration_claims", None) or getattr(args, "citations", None)
-        calibration = citations.calibration_section(
-            dataset, context, template=template, claims=claims, llm=llm
+    if getattr(args, "answers", None):
+        from citeflow.evaluation.answers import answers_section
+
+        shown, section = answers_section(
+            dataset, context, count=args.answers, template=template, llm=llm
         )
-        report.extra["calibration"] = calibration.to_dict()
-        tables.append(calibration.table())
-    if getattr(args, "citations", None):
-        result = citations.citation_section(
-            dataset,
-            context,
-            claims=args.citations,
-            template=template,
-            llm=llm,
-            half=getattr(args, "half", "evaluation"),
-        )
-        report.extra["citations"] = result.to_dict()
-        tables.append(result.table())
+        report.extra["answers"] = section
+        tables.append(shown)
     return tables
 
 

@@ -85,6 +85,9 @@ class BeirDataset:
     """Query id → gold rationales (only queries that have some)."""
     sentences: dict[str, list[str]] = field(default_factory=dict)
     """Document id → its sentences (only with evidence); ``" ".join`` gives the text."""
+    answers: dict[str, Any] = field(default_factory=dict)
+    """Query id → gold answer from ``answers.json`` when present: a list of answer strings
+    (HotpotQA) or ``{"decision": "yes" | "no" | "maybe", ...}`` (PubMedQA)."""
     corpus_file: Path | None = None
     """The corpus file read (its content keys the embedding cache)."""
     full_corpus: bool = True
@@ -283,6 +286,19 @@ def _is_int(text: str) -> bool:
     return True
 
 
+def _read_answers(path: Path, root: Path, wanted: set[str]) -> dict[str, Any]:
+    """The gold answers of the split's queries (an optional ``answers.json``: query id → answer)."""
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise DatasetError(_rel(path, root), 0, f"not readable JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise DatasetError(_rel(path, root), 0, "expected an object: query id -> answer")
+    return {str(k): v for k, v in data.items() if str(k) in wanted}
+
+
 def _read_sentences(path: Path, root: Path, wanted: set[str]) -> dict[str, list[str]]:
     name = _rel(path, root)
     sentences: dict[str, list[str]] = {}
@@ -440,6 +456,7 @@ def load_beir(
         qrels=qrels,
         evidence=gold,
         sentences=sentences,
+        answers=_read_answers(root / "answers.json", root, set(queries)),
         corpus_file=corpus_path.resolve(),
         full_corpus=full,
     )

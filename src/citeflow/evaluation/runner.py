@@ -314,6 +314,22 @@ class EvalContext:
 RetrieverFactory = Callable[[BeirDataset, EvalContext], RetrieverLike]
 
 
+def index_key_of(dataset: BeirDataset, context: EvalContext) -> str:
+    """The corpus index's cache key, computed without opening it or loading the embedder."""
+    from citeflow.evaluation.dense import index_key
+
+    settings = context.settings
+    name = context.embedder_name
+    if name is None:
+        from citeflow.providers.embeddings import describe_embeddings
+
+        name = describe_embeddings(settings)
+    size = context.chunk_size or settings.chunk_size
+    overlap = context.chunk_overlap if context.chunk_overlap is not None else settings.chunk_overlap
+    key, _ = index_key(dataset, embedder=name, chunk_size=size, chunk_overlap=overlap)
+    return key
+
+
 def corpus_index(dataset: BeirDataset, context: EvalContext) -> DenseIndex:
     """The cached index of the dataset's corpus, opened once per evaluation."""
     from citeflow.evaluation.dense import DenseIndex

@@ -11,6 +11,10 @@ prompt processing (once per ``n_batch`` tokens): a consumer that goes away — a
 cancelled task — stops the work within about a second, even during a long prefill. One lock
 serializes generations: a second call waits for the first.
 
+A ``response_format`` among a call's keyword arguments (OpenAI-style: ``{"type": "json_schema",
+"json_schema": {"schema": ...}}``) constrains the reply to that JSON schema: llama.cpp turns it into
+a grammar that sampling cannot leave (`citeflow.citations.structured`).
+
 Note: llama.cpp's server engine also opens an HTTP listener on a random 127.0.0.1 port; it is
 given a random API key, so nothing else can use it, and its web UI is off.
 """
@@ -58,7 +62,9 @@ log = logging.getLogger("citeflow.llm")
 
 Endpoint = Literal["chat", "completion"]
 
-#: Request fields callers may pass through ``**kwargs`` (others are ignored).
+#: Request fields callers may pass through ``**kwargs`` (others are ignored). ``response_format``
+#: (OpenAI-style, e.g. ``{"type": "json_schema", "json_schema": {"schema": ...}}``) is passed
+#: too: llama.cpp turns the schema into a grammar the generation cannot leave.
 _PASSTHROUGH = (
     "stop",
     "seed",
@@ -73,6 +79,29 @@ _PASSTHROUGH = (
 #: LlamaIndex roles llama.cpp's chat templates do not know.
 _ROLES = {"developer": "system", "chatbot": "assistant", "model": "assistant", "function": "tool"}
 _LOCK_POLL = 0.05
+
+
+def _checked_response_format(response_format: Any) -> dict[str, Any]:
+    if not isinstance(response_format, dict) or not isinstance(response_format.get("type"), str):
+        raise ModelError(
+            "response_format must be an OpenAI-style object such as "
+            '{"type": "json_schema", "json_schema": {"schema": ...}}'
+        )
+    return response_format
+
+
+def _json_schema(response_format: Any) -> dict[str, Any] | None:
+    """The JSON schema an OpenAI-style ``response_format`` asks for (any object for
+    ``json_object`` without a schema), None for plain text."""
+    kind = _checked_response_format(response_format)["type"]
+    if kind == "json_schema":
+        spec = response_format.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
+        return schema if isinstance(schema, dict) else {}
+    if kind == "json_object":
+        schema = response_format.get("schema")
+        return schema if isinstance(schema, dict) else {"type": "object"}
+    return None
 
 
 def _assistant(text: str) -> ChatMessage:
@@ -316,6 +345,12 @@ class LocalLlamaCppLLM(CustomLLM):
             "temperature": float(kwargs.get("temperature", self.temperature)),
         }
         request.update({k: kwargs[k] for k in _PASSTHROUGH if kwargs.get(k) is not None})
+        response_format = kwargs.get("response_format")
+        if response_format is not None:
+            if "messages" in body:
+                request["response_format"] = _checked_response_format(response_format)
+            elif (schema := _json_schema(response_format)) is not None:
+                request["json_schema"] = schema  # llama.cpp's raw completion ignores the other
         return request
 
     def _chat_request(self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]) -> Any:

@@ -57,6 +57,7 @@ __all__ = [
     "observed",
     "server_sent_events",
     "stream_text",
+    "supports_response_format",
     "text_deltas",
 ]
 
@@ -237,18 +238,23 @@ class LeanStreamingMixin:
         lean: ChatResponseAsyncGen = await self._astream_chat(messages, **kwargs)
         return lean
 
-    async def astream_text(self, messages: Sequence[ChatMessage]) -> AsyncIterator[str]:
+    async def astream_text(
+        self, messages: Sequence[ChatMessage], **kwargs: Any
+    ) -> AsyncIterator[str]:
         """The reply's text, piece by piece (`text_deltas`); through `astream_chat` (and its
-        events) when something listens."""
+        events) when something listens. ``kwargs`` go into the request as in `astream_chat`
+        (``response_format``, ``temperature``, ...)."""
         llm: Any = self
-        if observed(llm) or not llm._use_chat_completions({}):
-            return _chat_text(await self.astream_chat(messages))
-        lean: AsyncIterator[str] = await self._astream_text(messages)
+        if observed(llm) or not llm._use_chat_completions(kwargs):
+            return _chat_text(await self.astream_chat(messages, **kwargs))
+        lean: AsyncIterator[str] = await self._astream_text(messages, **kwargs)
         return lean
 
     @llm_retry_decorator
-    async def _astream_text(self, messages: Sequence[ChatMessage]) -> AsyncIterator[str]:
-        return text_deltas(await self._post_streaming(messages, {}))
+    async def _astream_text(
+        self, messages: Sequence[ChatMessage], **kwargs: Any
+    ) -> AsyncIterator[str]:
+        return text_deltas(await self._post_streaming(messages, kwargs))
 
     @llm_retry_decorator
     async def _astream_chat(
@@ -336,11 +342,41 @@ async def _chat_text(stream: ChatResponseAsyncGen) -> AsyncIterator[str]:
             yield chunk.delta
 
 
-async def stream_text(llm: Any, messages: Sequence[ChatMessage]) -> AsyncIterator[str]:
+async def stream_text(
+    llm: Any, messages: Sequence[ChatMessage], **kwargs: Any
+) -> AsyncIterator[str]:
     """The text of ``llm``'s streamed reply to ``messages``, piece by piece: through its
-    ``astream_text`` when it has one (`LeanStreamingMixin`), else from ``astream_chat``."""
+    ``astream_text`` when it has one (`LeanStreamingMixin`), else from ``astream_chat``.
+
+    ``kwargs`` are passed to that call: request options such as ``response_format`` (only for an
+    LLM that `supports_response_format`; others may ignore it or fail).
+    """
     lean = getattr(llm, "astream_text", None)
     if lean is not None:
-        stream: AsyncIterator[str] = await lean(messages)
+        stream: AsyncIterator[str] = await lean(messages, **kwargs)
         return stream
-    return _chat_text(await llm.astream_chat(messages))
+    return _chat_text(await llm.astream_chat(messages, **kwargs))
+
+
+#: The first Azure OpenAI API version with structured outputs (``response_format`` of type
+#: ``json_schema``); versions are dates, so they compare as strings.
+AZURE_STRUCTURED_OUTPUTS_VERSION = "2024-08-01"
+
+
+def supports_response_format(llm: Any) -> bool:
+    """Whether ``llm`` can constrain its reply to a JSON schema with an OpenAI-style
+    ``response_format`` (``{"type": "json_schema", "json_schema": {...}}``) passed to its chat
+    calls (`stream_text`, ``achat``): the in-process llama.cpp LLM (a grammar), and the lean
+    OpenAI / Azure OpenAI chat LLMs (structured outputs; for Azure, from API version
+    2024-08-01). Any other LLM (LlamaIndex's, the test fakes) would ignore it."""
+    if isinstance(llm, LeanStreamingMixin):
+        if not getattr(getattr(llm, "metadata", None), "is_chat_model", False):
+            return False  # legacy completions: no response_format
+        from llama_index.llms.azure_openai import AzureOpenAI  # loaded with the LLM's class
+
+        if isinstance(llm, AzureOpenAI):
+            return str(llm.api_version or "")[:10] >= AZURE_STRUCTURED_OUTPUTS_VERSION
+        return True
+    from citeflow.providers.local_llm import LocalLlamaCppLLM
+
+    return isinstance(llm, LocalLlamaCppLLM)

@@ -1,10 +1,25 @@
 """Compact synthesis with the citation templates, streamed one checked sentence at a time.
 
 Compact mode: the numbered sources are packed into as few prompts as fit ``context_budget``
-tokens; the first prompt uses `CITATION_QA_TEMPLATE`, each further one `CITATION_REFINE_TEMPLATE`
-with the answer so far. Only the last call is streamed. Its tokens go through `RepairedAnswer`
-(`SentenceStream` segments, each checked by `CitationRepairer`, then by the citation judge when
-one is on), so every streamed piece is final, citation-checked text.
+tokens; the first prompt uses the QA template, each further one the refine template with the
+answer so far. Only the last call is streamed. Its sentences go through `RepairedAnswer` (each
+checked by a `CitationChecker` under the `CitationPolicy`), so every streamed piece is final,
+citation-checked text.
+
+How the model is asked to cite (`CitationMode`, ``CITEFLOW_CITATION_MODE``):
+
+* ``markers``: the model writes prose with ``[N]`` markers (`CITATION_QA_TEMPLATE`);
+* ``structured``: the model's reply is constrained to JSON whose every sentence names its
+  sources before its text (`citeflow.citations.structured`: a llama.cpp JSON-schema grammar for
+  the local model, structured outputs for OpenAI and Azure OpenAI); each sentence is rendered
+  with its markers as it completes;
+* ``evidence`` (attribute first): the markers template, but the model is shown only the source
+  sentences that bear on the question (`citeflow.citations.evidence`), under their numbers, so
+  each sentence is written from evidence chosen, with its source, before the answer.
+
+An LLM that cannot constrain its output (`supports_response_format`) is asked with the markers
+template in ``structured`` mode. Either way the text checked is the model's sentences with
+markers, kept as `Synthesis.raw_text`, so re-checking a recorded answer needs no model.
 """
 
 from __future__ import annotations
@@ -12,17 +27,28 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from llama_index.core.llms import LLM, ChatMessage
 from llama_index.core.schema import NodeWithScore
 
+from citeflow.citations.evidence import format_evidence, select_evidence
 from citeflow.citations.markers import cited_numbers
-from citeflow.citations.repair import Citation, RepairedAnswer, RepairPolicy, SentenceCheck
+from citeflow.citations.repair import Citation, CitationPolicy, RepairedAnswer
 from citeflow.citations.sources import format_sources, source_text
-from citeflow.citations.support import LexicalSupport
+from citeflow.citations.structured import StructuredSentenceStream, response_format
 from citeflow.citations.text import count_tokens
-from citeflow.prompts import CITATION_QA_TEMPLATE, CITATION_REFINE_TEMPLATE, CITATION_SYSTEM_PROMPT
-from citeflow.providers.openai_stream import stream_text
+from citeflow.prompts import (
+    CITATION_JSON_QA_TEMPLATE,
+    CITATION_JSON_REFINE_TEMPLATE,
+    CITATION_JSON_SYSTEM_PROMPT,
+    CITATION_QA_TEMPLATE,
+    CITATION_REFINE_TEMPLATE,
+    CITATION_SYSTEM_PROMPT,
+)
+from citeflow.providers.openai_stream import stream_text, supports_response_format
+
+CitationMode = Literal["markers", "structured", "evidence"]
 
 
 @dataclass
@@ -32,8 +58,9 @@ class Synthesis:
     text: str
     citations: list[Citation] = field(default_factory=list)
     cited: list[int] = field(default_factory=list)
+    unsupported: list[str] = field(default_factory=list)
     llm_calls: int = 0
-    raw_text: str = ""
+    raw_text: str = ""  # the model's sentences with their markers, before checking
     llm_seconds: float = 0.0  # time spent waiting on the LLM (its client included)
 
 
@@ -60,19 +87,40 @@ class CitationSynthesizer:
         llm: LLM,
         *,
         context_budget: int,
-        policy: RepairPolicy,
-        check: SentenceCheck | None = None,
+        policy: CitationPolicy,
+        mode: CitationMode = "markers",
     ) -> None:
         self.llm = llm
         self.context_budget = context_budget
         self.policy = policy
-        self.check = check  # e.g. the citation judge (`citeflow.citations.judge.JudgeCheck`)
+        self.mode = mode
+        self.structured = mode == "structured" and supports_response_format(llm)
 
     def messages(self, prompt: str) -> list[ChatMessage]:
+        system = CITATION_JSON_SYSTEM_PROMPT if self.structured else CITATION_SYSTEM_PROMPT
         return [
-            ChatMessage(role="system", content=CITATION_SYSTEM_PROMPT),
+            ChatMessage(role="system", content=system),
             ChatMessage(role="user", content=prompt),
         ]
+
+    def _context(self, group: Sequence[NodeWithScore], first: int, query: str) -> str:
+        if self.mode != "evidence":
+            return format_sources(group, first_number=first)
+        texts = [source_text(s) for s in group]
+        return format_evidence(texts, select_evidence(texts, query), first_number=first)
+
+    def _prompt(self, index: int, context: str, query: str, answer: str) -> str:
+        qa, refine = (
+            (CITATION_JSON_QA_TEMPLATE, CITATION_JSON_REFINE_TEMPLATE)
+            if self.structured
+            else (CITATION_QA_TEMPLATE, CITATION_REFINE_TEMPLATE)
+        )
+        if index == 0:
+            return qa.format(context_str=context, query_str=query)
+        return refine.format(context_str=context, query_str=query, existing_answer=answer)
+
+    def _options(self, count: int) -> dict[str, Any]:
+        return {"response_format": response_format(count)} if self.structured else {}
 
     async def synthesize(
         self,
@@ -86,40 +134,39 @@ class CitationSynthesizer:
         answer = ""
         first = 1
         calls = 0
-        prompts: list[str] = []
+        prompt = ""
+        options = self._options(len(sources))
         for index, group in enumerate(groups):
-            context = format_sources(group, first_number=first)
+            prompt = self._prompt(index, self._context(group, first, query), query, answer)
             first += len(group)
-            if index == 0:
-                prompts.append(CITATION_QA_TEMPLATE.format(context_str=context, query_str=query))
-            else:
-                prompts.append(
-                    CITATION_REFINE_TEMPLATE.format(
-                        context_str=context, query_str=query, existing_answer=answer
-                    )
-                )
             if index < len(groups) - 1:
                 waited = time.perf_counter()
-                reply = await self.llm.achat(self.messages(prompts[-1]))
+                reply = await self.llm.achat(self.messages(prompt), **options)
                 llm_seconds += time.perf_counter() - waited
-                answer = (reply.message.content or "").strip()
+                answer = self._sentences_of(reply.message.content or "")
                 calls += 1
-        repairer = self.policy.repairer(
-            LexicalSupport([source_text(s) for s in sources], question=query),
-            [s.score for s in sources],
-        )
-        check = _TimedCheck(self.check) if self.check is not None else None
-        repaired = RepairedAnswer(repairer, check)
+        checker = self.policy.checker([source_text(s) for s in sources], question=query)
+        repaired = RepairedAnswer(checker)
         raw: list[str] = []
+        checked = 0.0  # time spent checking citations (an LLM's when the judge verifies)
 
         def emit(pieces: list[str]) -> None:
             if on_delta is not None:
                 for piece in pieces:
                     on_delta(piece)
 
+        async def check(pieces: list[str]) -> None:
+            nonlocal checked
+            started = time.perf_counter()
+            for piece in pieces:
+                raw.append(piece)
+                emit(await repaired.feed(piece))
+            checked += time.perf_counter() - started
+
         waited = time.perf_counter()
-        chunks = aiter(await stream_text(self.llm, self.messages(prompts[-1])))
+        chunks = aiter(await stream_text(self.llm, self.messages(prompt), **options))
         calls += 1
+        sentences = StructuredSentenceStream() if self.structured else None
         while True:
             try:
                 delta = await anext(chunks)
@@ -127,33 +174,27 @@ class CitationSynthesizer:
                 break
             finally:
                 llm_seconds += time.perf_counter() - waited
-            raw.append(delta)
-            emit(await repaired.afeed(delta))
+            await check(sentences.feed(delta) if sentences is not None else [delta])
             waited = time.perf_counter()
-        emit(await repaired.aflush())
+        if sentences is not None:
+            await check(sentences.flush())
+        started = time.perf_counter()
+        emit(await repaired.flush())
+        checked += time.perf_counter() - started
         text = repaired.text
         return Synthesis(
             text=text,
             citations=repaired.citations,
             cited=cited_numbers(text),
+            unsupported=repaired.unsupported,
             llm_calls=calls,
             raw_text="".join(raw),
-            llm_seconds=llm_seconds + (check.seconds if check is not None else 0.0),
+            llm_seconds=llm_seconds + (checked if self.policy.judge is not None else 0.0),
         )
 
-
-class _TimedCheck:
-    """A sentence check whose time counts as model time (the judge is an LLM call)."""
-
-    def __init__(self, check: SentenceCheck) -> None:
-        self._check = check
-        self.seconds = 0.0
-
-    async def __call__(
-        self, sentence: str, citations: Sequence[Citation]
-    ) -> tuple[str, list[Citation]]:
-        started = time.perf_counter()
-        try:
-            return await self._check(sentence, citations)
-        finally:
-            self.seconds += time.perf_counter() - started
+    def _sentences_of(self, reply: str) -> str:
+        """A non-streamed reply as the answer text with markers (a JSON one rendered)."""
+        if not self.structured:
+            return reply.strip()
+        sentences = StructuredSentenceStream()
+        return "".join(sentences.feed(reply) + sentences.flush()).strip()

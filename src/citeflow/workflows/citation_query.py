@@ -21,7 +21,8 @@ from workflows import Context, Workflow, step
 from workflows.decorators import StepFunction
 from workflows.events import StopEvent
 
-from citeflow.citations.repair import RepairPolicy, SentenceCheck
+from citeflow.citations.judge import Judge
+from citeflow.citations.repair import CitationPolicy
 from citeflow.citations.sources import make_sources
 from citeflow.errors import CiteflowError, EmptyQueryError
 from citeflow.events import (
@@ -39,7 +40,7 @@ from citeflow.prompts import NOT_COVERED_ANSWER
 from citeflow.query.grading import Grader, ScoreGrader
 from citeflow.query.retrieval import Retriever
 from citeflow.query.rewriting import condense, reformulate
-from citeflow.query.synthesis import CitationSynthesizer
+from citeflow.query.synthesis import CitationMode, CitationSynthesizer
 from citeflow.result import CitedResponse
 from citeflow.settings import Settings
 from citeflow.store import Store
@@ -58,10 +59,12 @@ class QueryOptions:
     citation_chunk_overlap: int = 16
     max_sources: int = 4
     context_budget: int = 900
-    support_threshold: float = 0.55  # Settings.support_threshold (calibrated)
-    citation_relevance: float = 0.6  # Settings.citation_relevance (see there)
-    citation_score_gap: float = 0.05  # Settings.citation_score_gap (see there)
+    support_keep: float = 0.35  # Settings.support_keep
+    support_threshold: float = 0.55  # Settings.support_threshold
     repair_citations: bool = True
+    citation_mode: CitationMode = "markers"  # Settings.citation_mode, resolved per provider
+    judge_cut: float = 0.5  # Settings.citation_judge_cut
+    judge_timeout: float = 30.0  # Settings.llm_timeout
 
     @classmethod
     def from_settings(cls, settings: Settings) -> QueryOptions:
@@ -74,21 +77,39 @@ class QueryOptions:
             citation_chunk_overlap=settings.citation_chunk_overlap,
             max_sources=settings.max_sources,
             context_budget=settings.context_budget,
+            support_keep=settings.support_keep,
             support_threshold=settings.support_threshold,
-            citation_relevance=settings.citation_relevance,
-            citation_score_gap=settings.citation_score_gap,
             repair_citations=settings.repair_citations,
+            citation_mode=citation_mode_of(settings),
+            judge_cut=settings.citation_judge_cut,
+            judge_timeout=settings.llm_timeout,
         )
 
-    def repair_policy(self) -> RepairPolicy:
-        """The citation repair's settings among these knobs."""
-        return RepairPolicy(
-            threshold=self.support_threshold,
-            relevance=self.citation_relevance,
-            score_gap=self.citation_score_gap,
-            keyword_below=self.relevance_threshold,
+    def citation_policy(self, judge: Judge | None = None) -> CitationPolicy:
+        """How citations are checked under these knobs (``judge``: the LLM judge verifies)."""
+        return CitationPolicy(
+            keep=self.support_keep,
+            add=self.support_threshold,
             enabled=self.repair_citations,
+            judge=judge,
+            judge_cut=self.judge_cut,
+            judge_timeout=self.judge_timeout,
         )
+
+
+#: ``CITEFLOW_CITATION_MODE=auto`` per provider: what measured best (README "Citations")
+AUTO_CITATION_MODE: dict[str, CitationMode] = {
+    "local": "structured",
+    "openai": "structured",
+    "azure": "structured",
+}
+
+
+def citation_mode_of(settings: Settings) -> CitationMode:
+    """The citation mode the settings ask for, ``auto`` resolved for the LLM provider."""
+    if settings.citation_mode == "auto":
+        return AUTO_CITATION_MODE[settings.llm_provider]
+    return settings.citation_mode
 
 
 @contextmanager
@@ -129,7 +150,7 @@ class CitationQueryWorkflow(Workflow):
         llm: LLM,
         grader: Grader | None = None,
         options: QueryOptions | None = None,
-        check: SentenceCheck | None = None,
+        judge: Judge | None = None,
         timeout: float | None = 600.0,
         **kwargs: Any,
     ) -> None:
@@ -143,8 +164,8 @@ class CitationQueryWorkflow(Workflow):
         self.synthesizer = CitationSynthesizer(
             llm,
             context_budget=self.options.context_budget,
-            policy=self.options.repair_policy(),
-            check=check,
+            policy=self.options.citation_policy(judge),
+            mode=self.options.citation_mode,
         )
 
     @classmethod
@@ -289,7 +310,7 @@ class CitationQueryWorkflow(Workflow):
         trace = await self._trace(ctx)
         if not ev.sources:
             ctx.write_event_to_stream(AnswerDeltaEvent(delta=NOT_COVERED_ANSWER))
-            text, citations, cited = NOT_COVERED_ANSWER, [], []
+            text, citations, cited, unsupported = NOT_COVERED_ANSWER, [], [], []
             raw = text
         else:
             self._status(ctx, "writing", f"Writing the answer from {len(ev.sources)} sources")
@@ -300,6 +321,7 @@ class CitationQueryWorkflow(Workflow):
                     on_delta=lambda piece: ctx.write_event_to_stream(AnswerDeltaEvent(delta=piece)),
                 )
             text, citations, cited = synthesis.text, synthesis.citations, synthesis.cited
+            unsupported = synthesis.unsupported
             raw = synthesis.raw_text
             trace.timings["llm"] = trace.timings.get("llm", 0.0) + synthesis.llm_seconds
         trace.timed("synthesize", started)
@@ -313,6 +335,7 @@ class CitationQueryWorkflow(Workflow):
                 search_query=trace.search_query,
                 cited=cited,
                 citations=citations,
+                unsupported=unsupported,
                 raw_response=raw,
                 grounded=trace.grounded,
                 rounds=trace.rounds,

@@ -1,0 +1,110 @@
+"""Verifying citations: does source N support this sentence?
+
+A `CitationVerifier` scores every numbered source of an answer for one statement (an answer
+sentence without its markers and yes/no framing), best first; `citeflow.citations.repair` then
+keeps, moves or adds markers from those scores. Two verifiers answer the same question:
+
+* `LexicalVerifier`: IDF-weighted word support (`citeflow.citations.support.LexicalSupport`):
+  no model, well under a millisecond a sentence;
+* `JudgeVerifier`: the LLM asked "Does the passage support the statement?" for the sources the
+  model cited and the best lexical candidates (`shortlist`), its P(Yes) the score
+  (`citeflow.citations.judge`). A verdict that fails, times out or is neither Yes nor No falls
+  back to the lexical score, so a failing judge never fails or hangs an answer.
+
+Each verifier states the scores at which a citation stands: ``keep`` for the model's own marker
+(it chose that source) and ``add`` for a marker citeflow moves or adds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Protocol
+
+from citeflow.citations.judge import Judge
+from citeflow.citations.support import LexicalSupport, Support
+
+logger = logging.getLogger(__name__)
+
+
+class CitationVerifier(Protocol):
+    """Scores every source of one answer for a statement."""
+
+    keep: float
+    add: float
+
+    async def rank(
+        self, statement: str, cited: Sequence[int], *, denied: bool = False
+    ) -> list[Support]:
+        """The support of ``statement`` by every source, best first (``cited``: the sources the
+        model named for it; ``denied``: the answer denies the statement)."""
+        ...
+
+
+class LexicalVerifier:
+    """Word support over the answer's sources: the cheap verifier."""
+
+    def __init__(self, support: LexicalSupport, *, keep: float, add: float) -> None:
+        self.support = support
+        self.keep = keep
+        self.add = add
+
+    async def rank(
+        self, statement: str, cited: Sequence[int], *, denied: bool = False
+    ) -> list[Support]:
+        return self.support.rank(statement, denied=denied)
+
+
+class JudgeVerifier:
+    """The LLM judge over a lexical shortlist: the sources the model cited and the ``shortlist``
+    best lexical candidates with some support (``floor``); every other source scores 0."""
+
+    def __init__(
+        self,
+        support: LexicalSupport,
+        judge: Judge,
+        *,
+        cut: float,
+        shortlist: int = 2,
+        floor: float = 0.2,
+        timeout: float = 30.0,
+    ) -> None:
+        self.support = support
+        self.judge = judge
+        self.keep = self.add = cut
+        self.shortlist = shortlist
+        self.floor = floor
+        self.timeout = timeout
+
+    async def rank(
+        self, statement: str, cited: Sequence[int], *, denied: bool = False
+    ) -> list[Support]:
+        lexical = self.support.rank(statement, denied=denied)
+        asked = {n for n in cited if 1 <= n <= len(self.support)}
+        asked |= {s.number for s in lexical[: self.shortlist] if s.score >= self.floor}
+        scored: list[Support] = []
+        for candidate in lexical:
+            if candidate.number not in asked or not candidate.quote:
+                scored.append(_with_score(candidate, 0.0))
+                continue
+            verdict = await self._verdict(statement, candidate)
+            scored.append(_with_score(candidate, candidate.score if verdict is None else verdict))
+        return sorted(scored, key=lambda s: (-s.score, s.number))
+
+    async def _verdict(self, statement: str, candidate: Support) -> float | None:
+        try:
+            return await asyncio.wait_for(
+                self.judge.support(statement, candidate.quote), self.timeout
+            )
+        except TimeoutError:
+            logger.warning("citation judge timed out after %.0f s; word support used", self.timeout)
+        except Exception as exc:  # a judge's failure must not fail the answer
+            from citeflow.providers.llm import first_line
+
+            logger.warning("citation judge failed (%s); word support used", first_line(exc))
+        return None
+
+
+def _with_score(support: Support, score: float) -> Support:
+    return Support(support.number, score, support.quote, support.quote_start, support.quote_end)

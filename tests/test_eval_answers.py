@@ -1,0 +1,131 @@
+"""``citeflow eval --answers``: answers recorded from the workflow, re-checked, scored."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from citeflow.evaluation.cli import build_parser, run
+from citeflow.evaluation.dataset import load_beir
+from citeflow.evaluation.scoring import (
+    broken_sentences,
+    correct_answer,
+    decision_of,
+    normalise,
+    score_record,
+)
+from citeflow.settings import Settings
+from tests.conftest import REPO
+from tests.fakes.embedding import HashEmbedding
+from tests.fakes.llm import ScriptedLLM
+
+MINI = REPO / "tests" / "data" / "beir_mini"
+ESSAY = REPO / "tests" / "data" / "essay_qa"
+
+
+def test_broken_sentences_are_found_and_clean_ones_pass() -> None:
+    broken = [
+        "Erika Jayne was born on 10 July 1971, which is.",
+        "The Agronomist was created first,.",
+        "It won awards for photography .",
+        "It was sold [] in 1998.",
+        "Twice..",
+    ]
+    for sentence in broken:
+        assert broken_sentences(sentence) == [sentence], sentence
+    clean = 'Yahoo bought Viaweb in 1998 [1]. He said "go." It cost $49.5 million... Really?'
+    assert broken_sentences(clean) == []
+
+
+def test_answers_are_read_as_datasets_give_them() -> None:
+    assert normalise("The Kansas Song!") == "kansas song"
+    assert correct_answer("It is the Kansas Song [2].", ["Kansas song"]) is True
+    assert correct_answer("It is the Kansas anthem.", ["Kansas song"]) is False
+    assert correct_answer("Yes, they were both born in Ohio [1].", ["yes"]) is True
+    assert decision_of("Yes, it does [1].") == "yes"
+    assert decision_of("Maybe: the results were mixed.") == "maybe"
+    assert decision_of("Statins improve outcome after stroke [2].") == "yes"
+    assert decision_of("Statins do not improve outcome [2]. They help.") == "no"
+    assert correct_answer("Statins do not help [1].", {"decision": "no"}) is True
+    assert correct_answer("Anything.", None) is None
+
+
+def test_a_record_scores_citations_against_relevant_documents() -> None:
+    dataset = load_beir(MINI)
+    qid = next(iter(dataset.queries))
+    relevant = sorted(dataset.relevant(qid))[0]
+    record = {
+        "query_id": qid,
+        "sources": [{"doc_id": relevant, "text": "x"}, {"doc_id": "elsewhere", "text": "y"}],
+        "answer": "Right [1]. Wrong [2]. Past the end [7]. Uncited.",
+        "citations": [],
+        "unsupported": ["Uncited."],
+        "seconds": 2.0,
+    }
+    score = score_record(record, dataset)
+    assert (score.citations, score.doc_correct, score.with_gold, score.cited_with_gold) == (
+        2,
+        1,
+        1,
+        1,
+    )
+    assert score.unsupported == 1 and score.figures()["doc_precision"] == 0.5
+
+
+def _copying_model() -> ScriptedLLM:
+    """Answers with the first sentence of Source 1, cited, then a sentence no source holds."""
+
+    def reply(prompt: str) -> str:
+        sources = prompt.split("Sources:", 1)[-1]
+        first = re.search(r"\[1\][^\n]*\n([^\n]+)", sources)
+        sentence = re.split(r"(?<=[.!?])\s", first.group(1))[0] if first else "Nothing."
+        return f"{sentence.rstrip('.')} [1]. Penguins compose symphonies on distant moons [1]."
+
+    return ScriptedLLM([reply])
+
+
+def test_eval_answers_records_rechecks_and_prints_the_figures(
+    settings: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "report.json"
+    argv = [str(MINI), "--retrievers", "none", "--answers", "3", "-q"]
+    argv += ["--cache-dir", str(tmp_path / "cache"), "--out", str(out)]
+    llm = _copying_model()
+    args = build_parser().parse_args(argv)
+    assert run(args, settings=settings, embed_model=HashEmbedding(), llm=llm) == 0
+    printed = capsys.readouterr().out
+    assert "beir_mini: model's own markers" in printed and "beir_mini: citeflow" in printed
+    section = json.loads(out.read_text())["answers"]
+    assert section["answered_now"] == 3
+    checked = section["rows"]["beir_mini: citeflow"]
+    raw = section["rows"]["beir_mini: model's own markers"]
+    assert checked["answers"] == raw["answers"] == 3
+    # the penguin sentence loses its marker and is reported; the copied one keeps its citation
+    assert raw["citations_per_answer"] == 2.0
+    assert checked["citations_per_answer"] == 1.0
+    assert checked["unsupported_per_answer"] == 1.0
+    assert checked["broken_sentences"] == 0
+    records = [
+        json.loads(p.read_text())
+        for p in (tmp_path / "cache" / "answers").glob("*/*.json")
+        if p.name != "config.json"
+    ]
+    assert len(records) == 3
+    assert all(
+        r["unsupported"] == ["Penguins compose symphonies on distant moons."] for r in records
+    )
+    # a re-run answers from the recordings: the model is not asked again
+    asked = len(llm.prompts)
+    assert run(args, settings=settings, embed_model=HashEmbedding(), llm=llm) == 0
+    assert len(llm.prompts) == asked
+    assert json.loads(out.read_text())["answers"]["answered_now"] == 0
+
+
+def test_the_essay_questions_are_a_dataset() -> None:
+    essay = load_beir(ESSAY)
+    assert len(essay.queries) == 12
+    assert all(essay.relevant(qid) for qid in essay.queries)
+    assert all(doc.text for doc in essay.corpus.values())

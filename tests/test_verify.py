@@ -1,0 +1,166 @@
+"""Citation verifiers: word support, and the LLM judge (P(Yes) from first-token logprobs)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Sequence
+
+import pytest
+from llama_index.core.llms import ChatMessage
+
+from citeflow.citations.judge import (
+    LLMJudge,
+    TokenLogprobs,
+    build_judge,
+    judge_on,
+    judged_statement,
+    yes_probability,
+)
+from citeflow.citations.repair import CitationPolicy, check_text
+from citeflow.citations.verify import JudgeVerifier, LexicalVerifier
+from citeflow.errors import ConfigError
+from citeflow.settings import Settings
+
+
+class ScriptedLogprobs:
+    """A fake LLM that answers every judge question with the same first-token alternatives."""
+
+    def __init__(self, alternatives: dict[str, float]) -> None:
+        self.alternatives = alternatives
+        self.asked: list[list[ChatMessage]] = []
+
+    async def afirst_token_logprobs(
+        self, messages: Sequence[ChatMessage], *, top: int = 10
+    ) -> dict[str, float]:
+        self.asked.append(list(messages))
+        ranked = sorted(self.alternatives.items(), key=lambda kv: -kv[1])
+        return dict(ranked[:top])
+
+
+def test_yes_probability_weighs_yes_against_no_only() -> None:
+    alternatives = {
+        "Yes": math.log(0.6),
+        " yes": math.log(0.1),
+        "No": math.log(0.2),
+        "To": math.log(0.05),
+    }
+    assert yes_probability(alternatives) == pytest.approx(0.7 / 0.9)
+    assert yes_probability({"The": math.log(0.9), "It": math.log(0.1)}) is None
+    assert yes_probability({"NO": 0.0}) == 0.0
+
+
+def test_the_judge_is_asked_about_the_statement_not_its_frame() -> None:
+    assert judged_statement("Yes, it is true that X raises Y.") == "X raises Y."
+    assert judged_statement("X raises Y.") == "X raises Y."
+    denial = "No, it is not true that X raises Y."
+    assert judged_statement(denial) == denial  # a denial stays a denial
+
+
+async def test_llm_judge_asks_one_question_per_citation() -> None:
+    llm = ScriptedLogprobs({"No": math.log(0.75), "Yes": math.log(0.25)})
+    assert isinstance(llm, TokenLogprobs)
+    judge = LLMJudge(llm, top=2)
+    quote = "Ultrasound imaging  reduced the risk\nof traumatic procedures."
+    score = await judge.support("Yes, ultrasound raises the risk of trauma [1].", quote)
+    assert score == pytest.approx(0.25)
+    [messages] = llm.asked
+    assert messages[0].role.value == "system" and "Yes or No" in (messages[0].content or "")
+    user = messages[1].content or ""
+    assert "Passage: Ultrasound imaging reduced the risk of traumatic procedures.\n" in user
+    assert "Statement: ultrasound raises the risk of trauma.\n" in user  # no marker
+
+
+# --- the judge as the verifier ----------------------------------------------------------------
+
+SOURCES = [
+    "Yahoo bought Viaweb in 1998 for about 49 million dollars.",
+    "Viaweb was bought by a large web company at the end of the nineties.",
+    "Ducks live near ponds and rivers all over the world.",
+]
+
+
+class ScriptedJudge:
+    """A judge with a fixed P(Yes) per quote's first word; raises or stalls when told to."""
+
+    def __init__(self, verdicts: dict[str, float | BaseException | None], stall: float = 0) -> None:
+        self.verdicts = verdicts
+        self.stall = stall
+        self.asked: list[tuple[str, str]] = []
+
+    async def support(self, sentence: str, quote: str) -> float | None:
+        self.asked.append((sentence, quote))
+        if self.stall:
+            await asyncio.sleep(self.stall)
+        verdict = self.verdicts.get(quote.split()[0], 0.0)
+        if isinstance(verdict, BaseException):
+            raise verdict
+        return verdict
+
+
+def _judged(judge: ScriptedJudge, **policy: float) -> CitationPolicy:
+    return CitationPolicy(judge=judge, **policy)  # type: ignore[arg-type]
+
+
+async def test_the_judge_moves_a_marker_to_the_source_it_finds_supporting() -> None:
+    judge = ScriptedJudge({"Yahoo": 0.2, "Viaweb": 0.9})
+    answer = await check_text(_judged(judge).checker(SOURCES), "Yahoo bought Viaweb [1].")
+    assert answer.text == "Yahoo bought Viaweb [2]."
+    assert [(c.number, c.origin, c.score) for c in answer.citations] == [(2, "moved", 0.9)]
+    # asked about the cited source and the best word-support candidates only, never ducks
+    assert {quote.split()[0] for _, quote in judge.asked} == {"Yahoo", "Viaweb"}
+    assert all(sentence == "Yahoo bought Viaweb." for sentence, _ in judge.asked)
+
+
+async def test_a_sentence_the_judge_finds_unsupported_is_reported() -> None:
+    judge = ScriptedJudge({"Yahoo": 0.1, "Viaweb": 0.3})
+    answer = await check_text(_judged(judge).checker(SOURCES), "Yahoo bought Viaweb [1].")
+    assert answer.text == "Yahoo bought Viaweb."
+    assert answer.citations == [] and answer.unsupported == ["Yahoo bought Viaweb."]
+    lower = _judged(judge, judge_cut=0.25).checker(SOURCES)
+    kept = await check_text(lower, "Yahoo bought Viaweb [1].")
+    assert kept.text == "Yahoo bought Viaweb [2]."  # the cut decides: at 0.25, Source 2 does
+    assert kept.unsupported == []
+
+
+async def test_a_failing_silent_or_slow_judge_falls_back_to_word_support(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    raw = "Yahoo bought Viaweb in 1998 for about 49 million dollars [1]."
+    for verdicts, stall in (
+        ({"Yahoo": RuntimeError("HTTP 500 from the judge"), "Viaweb": None}, 0.0),
+        ({"Yahoo": 0.0, "Viaweb": 0.0}, 5.0),
+    ):
+        policy = CitationPolicy(judge=ScriptedJudge(verdicts, stall=stall), judge_timeout=0.05)
+        started = time.perf_counter()
+        answer = await check_text(policy.checker(SOURCES), raw)
+        assert time.perf_counter() - started < 2.0  # never waits for a stalled judge
+        assert answer.text == raw and [c.number for c in answer.citations] == [1]
+    assert "HTTP 500 from the judge" in caplog.text and "timed out" in caplog.text
+
+
+def test_the_policy_picks_the_verifier() -> None:
+    assert isinstance(CitationPolicy().verifier(SOURCES), LexicalVerifier)
+    judged = CitationPolicy(judge=ScriptedJudge({}), judge_cut=0.7).verifier(SOURCES)
+    assert isinstance(judged, JudgeVerifier) and judged.keep == judged.add == 0.7
+
+
+def test_the_judge_verifies_by_default_for_hosted_llms_only() -> None:
+    llm = ScriptedLogprobs({"Yes": 0.0})
+
+    def settings(**values: object) -> Settings:
+        return Settings(_env_file=None, **values)  # type: ignore[call-arg, arg-type]
+
+    for provider in ("openai", "azure"):
+        assert judge_on(settings(llm_provider=provider))
+        assert isinstance(build_judge(settings(llm_provider=provider), llm), LLMJudge)
+    # the local model: word support by default (its judge took more right citations than wrong)
+    assert build_judge(settings(llm_provider="local"), llm) is None
+    assert build_judge(settings(llm_provider="local", citation_judge="on"), llm) is not None
+    assert build_judge(settings(llm_provider="openai", citation_judge="off"), llm) is None
+    assert build_judge(settings(llm_provider="openai", repair_citations=False), llm) is None
+    # an LLM without log-probabilities: auto quietly goes without, on is a clear error
+    assert build_judge(settings(llm_provider="openai"), object()) is None
+    with pytest.raises(ConfigError, match="CITEFLOW_CITATION_JUDGE=on"):
+        build_judge(settings(citation_judge="on"), object())
