@@ -39,6 +39,12 @@ if TYPE_CHECKING:
 Origin = Literal["model", "moved", "added"]
 
 _END_PUNCT = re.compile(r"([.!?:;]+[\"')\]]*)\s*$")
+#: an answer sentence that is only a decision ("Yes.", "No, it does not.", "The answer is yes.")
+_BARE_DECISION = re.compile(
+    r"^\W*(?:(?:so|thus|therefore|in short)\s*,?\s*)?(?:the\s+answer\s+is\s*:?\s*)?"
+    r"(?:yes|no)\b",
+    re.IGNORECASE,
+)
 _NO_ANSWER = re.compile(
     r"\b(do(es)? not (cover|contain|mention|say|provide)|not (mentioned|covered|provided)|"
     r"no information|cannot (find|answer)|can't (find|answer)|unable to)\b",
@@ -99,6 +105,7 @@ class CitationPolicy:
             len(texts),
             relative=self.relative,
             enabled=self.enabled,
+            question=question,
         )
 
 
@@ -122,11 +129,14 @@ class CitationChecker:
         *,
         relative: float = 0.8,
         enabled: bool = True,
+        question: str | None = None,
     ) -> None:
         self._verifier = verifier
         self._count = count
         self._relative = relative
         self._enabled = enabled
+        # what a bare "Yes." or "The answer is no." states: the question's proposition
+        self._proposition = statement_of(question or "").strip().rstrip("?").strip()
 
     async def check(self, sentence: str) -> CheckedSentence:
         """The sentence with supported markers only, and its citations."""
@@ -141,9 +151,13 @@ class CitationChecker:
         statement = statement_of(bare)
         if not self._enabled:
             return CheckedSentence(renumber(sentence, {n: n for n in cited}), [])
+        denied = frame_denies(bare)  # "No, it is not true that X": checked as not-X
+        states = needs_citation(bare)
+        decision = _BARE_DECISION.match(bare)
+        if decision and self._proposition and not content_terms(bare[decision.end() :]):
+            statement, states = self._proposition, True  # "Yes." says the question's claim
         if not content_terms(statement):
             return CheckedSentence(renumber(sentence, {}), [])  # states nothing to check
-        denied = frame_denies(bare)  # "No, it is not true that X": checked as not-X
         ranking = await self._verifier.rank(statement, cited, denied=denied)
         by_number = {s.number: s for s in ranking}
         best = ranking[0] if ranking else None
@@ -157,11 +171,11 @@ class CitationChecker:
             if cited:  # on the wrong source: moved to the one that supports the sentence
                 mapping[cited[0]] = best.number
                 citations.append(_citation(bare, best, "moved"))
-            elif needs_citation(bare):
+            elif states:
                 text = insert_marker(renumber(sentence, {}), render([best.number]))
                 return CheckedSentence(text, [_citation(bare, best, "added")])
         text = _markers_last(renumber(sentence, mapping))
-        unsupported = not citations and needs_citation(bare)
+        unsupported = not citations and states
         return CheckedSentence(text, citations, unsupported)
 
 

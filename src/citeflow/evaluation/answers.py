@@ -252,6 +252,7 @@ def answers_section(
     report's section."""
     import asyncio
 
+    from citeflow.citations.judge import build_judge, judge_on
     from citeflow.evaluation.runner import corpus_index, index_key_of
     from citeflow.evaluation.scoring import score_all, table
     from citeflow.providers.llm import build_llm, describe_llm
@@ -266,28 +267,37 @@ def answers_section(
     )
     owned: list[Any] = []
 
+    def model() -> LLM:
+        """The LLM given, else the configured one, built on first need (a cached run and a
+        re-check without the judge never load it)."""
+        if llm is not None:
+            return llm
+        if not owned:
+            owned.append(build_llm(settings))
+        built: LLM = owned[0]
+        return built
+
     def workflow() -> CitationQueryWorkflow:
-        model = llm
-        if model is None:
-            model = build_llm(settings)
-            owned.append(model)
-        return corpus_index(dataset, context).kb.workflow(model)
+        return corpus_index(dataset, context).kb.workflow(model())
 
     ids = list(dataset.queries)[:count]
     try:
         records, answered = asyncio.run(
             answer_all(dataset, ids, cache, workflow, template=template, progress=context.progress)
         )
+        judge = build_judge(settings, model()) if judge_on(settings) else None
+        policy = QueryOptions.from_settings(settings).citation_policy(judge)
+        rechecked = asyncio.run(recheck_all(records, policy))
     finally:
-        for model in owned:
-            close = getattr(model, "close", None)
+        for built in owned:
+            close = getattr(built, "close", None)
             if callable(close):
                 close()
-    policy = QueryOptions.from_settings(settings).citation_policy()
-    rechecked = asyncio.run(recheck_all(records, policy))
     rows = {
         f"{dataset.name}: model's own markers": score_all(records.values(), dataset, raw=True),
-        f"{dataset.name}: citeflow": score_all(rechecked, dataset),
+        f"{dataset.name}: citeflow" + (" (judge)" if judge is not None else ""): score_all(
+            rechecked, dataset
+        ),
     }
     title = (
         f"Answers: {dataset.name}/{dataset.split}, first {len(ids)} questions, {name} "
