@@ -287,7 +287,7 @@ def test_support_backs_what_the_sentence_adds_to_the_question() -> None:
     ]
     question = "What language did the author use on the IBM 1401?"
     answer = "The author used Fortran on the IBM 1401 [1]."
-    text, cits, _ = _check(sources, answer, question=question, keep=0.36, add=0.6)
+    text, cits, _ = _check(sources, answer, question=question, keep=0.36, add=0.6, relative=0.8)
     assert text == "The author used Fortran on the IBM 1401 [2]."
     assert [(c.number, c.origin) for c in cits] == [(2, "moved")]
     assert "Fortran" in cits[0].quote

@@ -59,7 +59,7 @@ class QueryOptions:
     citation_chunk_overlap: int = 16
     max_sources: int = 4
     context_budget: int = 900
-    support_keep: float = 0.35  # Settings.support_keep
+    support_keep: float = 0.2  # Settings.support_keep
     support_threshold: float = 0.55  # Settings.support_threshold
     repair_citations: bool = True
     citation_mode: CitationMode = "markers"  # Settings.citation_mode, resolved per provider
