@@ -5,11 +5,11 @@
 
 Reads the answers `citeflow eval DATASET --retrievers none --answers N` recorded for the current
 settings (run it first for each dataset; nothing is generated here), re-checks the model's
-recorded text under each (keep, add, relative) setting of the grid, and prints each dataset's figures. The
-setting is chosen on the FIRST dataset only, by one rule fixed in advance: the highest
-min(answers cited, document precision), ties to the higher precision, then to the stricter
-setting (higher add, keep, relative); the
-chosen setting and the defaults are then printed on every dataset side by side.
+recorded text under each (keep, add, relative) setting of the grid, and prints each dataset's
+figures. The setting is chosen on the FIRST dataset only, by one rule fixed in advance: the
+highest min(answers cited, document precision), ties to the higher precision, then to the
+stricter setting (higher add, keep, relative); the chosen setting and the defaults are then
+printed on every dataset side by side.
 """
 
 from __future__ import annotations
