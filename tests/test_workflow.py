@@ -309,3 +309,27 @@ async def test_hosted_judge_verifies_citations_over_http(kb: KnowledgeBase) -> N
             prompt = judged["messages"][-1]["content"]
             assert "Statement: Yahoo bought Viaweb in 1998." in prompt
             assert "Passage: Yahoo bought Viaweb" in prompt
+
+
+async def test_bad_model_output_still_gives_a_clean_answer(kb: KnowledgeBase) -> None:
+    """An empty reply, a reply of markers only, markers past the last source, a reply cut off
+    mid-JSON: each gives a clean answer, never a traceback or an empty string."""
+    from citeflow.prompts import NOT_COVERED_ANSWER
+
+    for reply, expected in (
+        (" \n", NOT_COVERED_ANSWER),  # (a reply of nothing at all breaks the fake itself)
+        ("[1][2]", NOT_COVERED_ANSWER),
+        ("Yahoo bought Viaweb [99].", None),
+        ('{"sentences": [{"sources": [1], "text": "Yahoo bought', None),
+    ):
+        workflow = _workflow(kb, ScriptedLLM([reply]))
+        handler = workflow.run(query="Who bought Viaweb?")
+        streamed = "".join(
+            [ev.delta async for ev in handler.stream_events() if isinstance(ev, AnswerDeltaEvent)]
+        )
+        result = await handler
+        assert isinstance(result, CitedResponse)
+        assert result.response and streamed == result.response
+        assert "[99]" not in result.response
+        if expected is not None:
+            assert result.response == expected

@@ -45,6 +45,7 @@ from citeflow.prompts import (
     CITATION_QA_TEMPLATE,
     CITATION_REFINE_TEMPLATE,
     CITATION_SYSTEM_PROMPT,
+    NOT_COVERED_ANSWER,
 )
 from citeflow.providers.openai_stream import stream_text, supports_response_format
 
@@ -182,6 +183,9 @@ class CitationSynthesizer:
         emit(await repaired.flush())
         checked += time.perf_counter() - started
         text = repaired.text
+        if not text:  # the model said nothing (or only markers): say so instead of nothing
+            text = NOT_COVERED_ANSWER
+            emit([text])
         return Synthesis(
             text=text,
             citations=repaired.citations,
