@@ -1,0 +1,379 @@
+"""The perfect-model harness: prompt parsing, the three authors, scoring, and the real workflow
+answering with the author over HTTP (fake OpenAI server)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import fields
+
+from llama_index.core.llms import ChatMessage
+from llama_index.core.schema import Document, NodeWithScore, TextNode
+
+from citeflow.citations.markers import cited_numbers, strip_markers
+from citeflow.citations.sources import format_sources
+from citeflow.evaluation.perfect_model import (
+    AuthoredSentence,
+    Gold,
+    PerfectAuthor,
+    PerfectModelLLM,
+    PerfectScore,
+    Variant,
+    paraphrase,
+    parse_prompt,
+    score_answer,
+)
+from citeflow.knowledge_base import KnowledgeBase
+from citeflow.prompts import CITATION_QA_TEMPLATE, CITATION_REFINE_TEMPLATE, NOT_COVERED_ANSWER
+from citeflow.result import CitedResponse
+from citeflow.settings import Settings
+from citeflow.store import Store
+from citeflow.workflows.citation_query import CitationQueryWorkflow, QueryOptions
+from tests.fakes.embedding import HashEmbedding
+
+QUESTION = "Who bought Viaweb?"
+P1 = (
+    "Viaweb, a company known as a pioneer of online stores, was founded in 1995 by Paul Graham "
+    "and Robert Morris (two friends from college). It made software for building shops."
+)
+P2 = "In 1998, Yahoo purchased Viaweb for about 49 million dollars. It became Yahoo Store."
+DISTRACTOR = "Ducks are waterfowl birds. They live near ponds, rivers and lakes."
+GOLD = Gold(QUESTION, (P1, P2), "Yahoo")
+
+S1 = (
+    "Viaweb, a company known as a pioneer of online stores, was founded in 1995 by Paul Graham "
+    "and Robert Morris (two friends from college)."
+)
+S2 = "In 1998, Yahoo purchased Viaweb for about 49 million dollars."
+
+
+def _source(number: int, text: str, title: str | None = None) -> NodeWithScore:
+    metadata = {"title": title} if title else {}
+    return NodeWithScore(node=TextNode(text=f"Source {number}:\n{text}", metadata=metadata))
+
+
+def _messages(texts: Sequence[str], question: str = QUESTION) -> list[dict[str, str]]:
+    """The synthesizer's messages for sources with ``texts`` (numbered from 1)."""
+    sources = [_source(i, text, f"doc {i}") for i, text in enumerate(texts, start=1)]
+    prompt = CITATION_QA_TEMPLATE.format(context_str=format_sources(sources), query_str=question)
+    return [{"role": "system", "content": "Cite."}, {"role": "user", "content": prompt}]
+
+
+# --- parse_prompt --------------------------------------------------------------------------------
+
+
+def test_parse_prompt_reads_the_qa_template_without_its_worked_example() -> None:
+    sources = [_source(1, P1, "Viaweb (company)"), _source(2, DISTRACTOR), _source(3, P2, "Yahoo")]
+    context = format_sources(sources)
+    prompt = CITATION_QA_TEMPLATE.format(context_str=context, query_str="  Who bought\tViaweb? ")
+    question, parsed = parse_prompt(prompt)
+    assert question == "Who bought\tViaweb?"
+    assert parsed == [(1, P1), (2, DISTRACTOR), (3, P2)]
+    assert "The sky is red" not in " ".join(text for _, text in parsed)
+
+
+def test_parse_prompt_reads_the_refine_template_and_its_numbering() -> None:
+    context = format_sources([_source(4, P2, "Yahoo"), _source(5, DISTRACTOR)], first_number=4)
+    prompt = CITATION_REFINE_TEMPLATE.format(
+        context_str=context,
+        query_str="Who bought Viaweb,\nand when?",
+        existing_answer="Viaweb was founded in 1995 [1].\n\nSources: none.",
+    )
+    question, parsed = parse_prompt(prompt)
+    assert question == "Who bought Viaweb,\nand when?"
+    assert parsed == [(4, P2), (5, DISTRACTOR)]
+    assert parse_prompt("Just a question?") == ("", [])
+
+
+# --- the authors ---------------------------------------------------------------------------------
+
+
+def test_verbatim_author_copies_the_first_evidence_sentence_of_each_supporting_source() -> None:
+    author = PerfectAuthor([GOLD], "verbatim")
+    messages = _messages([P1, DISTRACTOR, P2])
+    assert author.reply(messages) == (
+        "Viaweb, a company known as a pioneer of online stores, was founded in 1995 by Paul "
+        "Graham and Robert Morris (two friends from college) [1]. In 1998, Yahoo purchased "
+        "Viaweb for about 49 million dollars [3]. The answer is Yahoo [3]."
+    )
+    assert author.authored(messages) == [
+        AuthoredSentence(S1, frozenset({1}), (1,)),
+        AuthoredSentence(S2, frozenset({3}), (3,)),
+        AuthoredSentence("The answer is Yahoo.", frozenset({3}), (3,)),
+    ]
+    # a ChatMessage conversation is read the same way
+    chat = [ChatMessage(role=m["role"], content=m["content"]) for m in messages]
+    assert author.reply(chat) == author.reply(messages)
+
+
+def test_paraphrase_author_rewords_but_keeps_the_facts_and_the_citations() -> None:
+    author = PerfectAuthor([GOLD], "paraphrase")
+    messages = _messages([P1, DISTRACTOR, P2])
+    assert author.reply(messages) == (
+        "Viaweb, a company called a pioneer of online stores, was established in 1995 by Paul "
+        "Graham and Robert Morris [1]. Yahoo bought Viaweb for about 49 million dollars in "
+        "1998 [3]. The answer is Yahoo [3]."
+    )
+    authored = author.authored(messages)
+    assert [(s.correct, s.written) for s in authored] == [
+        (frozenset({1}), (1,)),
+        (frozenset({3}), (3,)),
+        (frozenset({3}), (3,)),
+    ]
+    assert authored[1].text == "Yahoo bought Viaweb for about 49 million dollars in 1998."
+
+
+def test_paraphrase_drops_a_connective_and_cuts_a_long_sentence_at_a_clause() -> None:
+    long = (
+        "However, the museum, which opened in 1950, received approximately 20,000 visitors in "
+        "its first year, and it later became the largest museum in the region by floor area."
+    )
+    assert paraphrase(long) == (
+        "The museum, which opened in 1950, got about 20,000 visitors in its first year."
+    )
+    assert paraphrase("It was built in 1871") == "It was constructed in 1871."
+
+
+def test_wrong_author_cites_the_next_source_that_supports_nothing() -> None:
+    author = PerfectAuthor([GOLD], "wrong")
+    messages = _messages([P1, DISTRACTOR, P2])
+    authored = author.authored(messages)
+    assert [s.text for s in authored] == [S1, S2, "The answer is Yahoo."]
+    assert [(s.correct, s.written) for s in authored] == [
+        (frozenset({1}), (2,)),
+        (frozenset({3}), (2,)),
+        (frozenset({3}), (2,)),
+    ]
+    assert author.reply(messages).endswith("49 million dollars [2]. The answer is Yahoo [2].")
+    # every source supports: the wrong marker points past the last source
+    everything = author.authored(_messages([P1, P2]))
+    assert [s.written for s in everything] == [(3,), (3,), (3,)]
+    assert [s.correct for s in everything] == [frozenset({1}), frozenset({2}), frozenset({2})]
+
+
+def test_overlapping_sources_share_a_sentence_which_is_written_once() -> None:
+    author = PerfectAuthor([Gold(QUESTION, (P1, P2), "yes")], "verbatim")
+    overlap = S1 + " " + S2  # the next chunk repeats the first one's opening sentence
+    authored = author.authored(_messages([P1, overlap]))
+    assert authored == [
+        AuthoredSentence(S1, frozenset({1, 2}), (1,)),
+        AuthoredSentence(S2, frozenset({2}), (2,)),
+        AuthoredSentence("The answer is yes.", frozenset({1, 2}), (1,)),
+    ]
+
+
+def test_single_sentence_evidence_supports_even_when_short() -> None:
+    ducks = "Ducks are birds. Ducks eat seeds. They swim well."
+    scifact = Gold("Is it true that ducks eat seeds?", ("Ducks eat seeds.",), "yes")
+    author = PerfectAuthor([scifact], "verbatim")
+    reply = author.reply(_messages([DISTRACTOR, ducks], scifact.question))
+    assert reply == "Ducks eat seeds [2]. The answer is yes [2]."
+    # in a paragraph of evidence, a sentence under six words makes no source supporting
+    paragraph = Gold(scifact.question, ("Ducks eat seeds. They swim well in ponds and lakes.",))
+    author = PerfectAuthor([paragraph], "verbatim")
+    assert author.reply(_messages(["Ducks eat seeds."], scifact.question)) == NOT_COVERED_ANSWER
+
+
+def test_unknown_question_or_no_supporting_source_is_not_covered() -> None:
+    author = PerfectAuthor([GOLD], "verbatim")
+    assert author.reply(_messages([P1, P2], "Who sold Viaweb?")) == NOT_COVERED_ANSWER
+    assert author.authored(_messages([P1, P2], "Who sold Viaweb?")) == []
+    assert author.reply(_messages([DISTRACTOR])) == NOT_COVERED_ANSWER
+    # the question matches after whitespace normalisation, and the answer sentence is left out
+    # when no supporting source holds the answer
+    author = PerfectAuthor([Gold(" Who  bought Viaweb? ", (P1,), "Yahoo")], "verbatim")
+    assert author.reply(_messages([P1])) == f"{S1[:-1]} [1]."
+
+
+# --- scoring -------------------------------------------------------------------------------------
+
+AUTHORED = [
+    AuthoredSentence("Viaweb was founded in 1995.", frozenset({1}), (1,)),
+    AuthoredSentence("In 1998, Yahoo bought Viaweb.", frozenset({3, 4}), (3,)),
+    AuthoredSentence("The answer is Yahoo.", frozenset({3, 4}), (3,)),
+]
+
+
+def test_score_counts_correct_markers_kept_moved_and_removed() -> None:
+    final = (
+        "Viaweb was founded in 1995 [1]. In 1998, Yahoo bought Viaweb [3]. The answer is Yahoo [3]."
+    )
+    same = score_answer(AUTHORED, final)
+    assert (same.sentences, same.correct_written, same.correct_kept, same.unaligned) == (3, 3, 3, 0)
+    assert same.kept_rate == 1.0 and same.fixed_or_removed_rate is None
+    # punctuation and spacing tidied, a marker moved inside its sentence, one after the period,
+    # one moved to the other correct source
+    edited = (
+        "Viaweb [1] was founded in 1995 . In 1998,Yahoo bought Viaweb [4].\n"
+        "The answer is Yahoo. [3]"
+    )
+    score = score_answer(AUTHORED, edited)
+    assert (score.correct_written, score.correct_kept, score.unaligned) == (3, 2, 0)
+    assert score.wrong_added == 0  # [4] is correct too
+    assert score.kept_rate == 2 / 3
+    # one removed
+    removed = score_answer(AUTHORED, final.replace(" [1]", "", 1))
+    assert (removed.correct_kept, removed.unaligned) == (2, 0)
+
+
+def test_score_counts_wrong_markers_fixed_removed_kept_and_added() -> None:
+    wrong = [AuthoredSentence(s.text, s.correct, (2,)) for s in AUTHORED]
+    final = "Viaweb was founded in 1995 [1]. In 1998, Yahoo bought Viaweb [4]. The answer is Yahoo."
+    score = score_answer(wrong, final)
+    fates = (score.wrong_fixed, score.wrong_removed, score.wrong_kept)
+    assert score.wrong_written == 3 and fates == (2, 1, 0)
+    assert score.wrong_added == 0
+    assert score.correct_written == 0 and score.kept_rate is None
+    assert score.fixed_or_removed_rate == 1.0
+    # kept, with a number added that is neither written nor correct
+    final = "Viaweb was founded in 1995 [2][5]. In 1998, Yahoo bought Viaweb. The answer is Yahoo."
+    score = score_answer(wrong, final)
+    fates = (score.wrong_fixed, score.wrong_removed, score.wrong_kept)
+    assert fates == (0, 2, 1) and score.wrong_added == 1
+    assert score.fixed_or_removed_rate == 2 / 3
+
+
+def test_a_reworded_sentence_is_unaligned_and_keeps_nothing() -> None:
+    final = "Viaweb started in 1995 [1]. In 1998, Yahoo bought Viaweb [3]. The answer is Yahoo [3]."
+    score = score_answer(AUTHORED, final)
+    assert (score.unaligned, score.correct_written, score.correct_kept) == (1, 3, 2)
+
+
+def test_sentences_align_in_order() -> None:
+    twice = [
+        AuthoredSentence("It rained.", frozenset({1}), (1,)),
+        AuthoredSentence("It rained.", frozenset({2}), (2,)),
+    ]
+    score = score_answer(twice, "It rained [1]. It rained [2].")
+    assert (score.unaligned, score.correct_kept) == (0, 2)
+    # one left: it is the first authored sentence's, whose correct source is not [2]
+    once = score_answer(twice, "It rained [2].")
+    assert (once.unaligned, once.correct_kept, once.wrong_added) == (1, 0, 1)
+
+
+def test_scores_merge_field_by_field() -> None:
+    a = score_answer(AUTHORED, "Viaweb was founded in 1995 [1].")
+    b = score_answer(AUTHORED[1:], "In 1998, Yahoo bought Viaweb [9]. The answer is Yahoo [3].")
+    total = PerfectScore.total([a, b])
+    assert total == a.merge(b)
+    for field in fields(PerfectScore):
+        assert getattr(total, field.name) == getattr(a, field.name) + getattr(b, field.name)
+    assert (total.sentences, total.unaligned, total.correct_kept, total.wrong_added) == (5, 2, 2, 1)
+
+
+# --- the LLM and the workflow ---------------------------------------------------------------------
+
+
+async def test_perfect_model_llm_streams_the_reply_word_by_word() -> None:
+    author = PerfectAuthor([GOLD], "verbatim")
+    llm = PerfectModelLLM(author)
+    messages = _messages([P1, DISTRACTOR, P2])
+    chat = [ChatMessage(role=m["role"], content=m["content"]) for m in messages]
+    deltas = [r.delta async for r in await llm.astream_chat(chat) if r.delta]
+    assert "".join(deltas) == author.reply(messages)
+    assert len(deltas) == len(author.reply(messages).split())
+    assert (await llm.achat(chat)).message.content == author.reply(messages)
+    assert llm.complete(messages[1]["content"]).text == author.reply(messages)
+    assert llm.authored_for(QUESTION) == author.authored(messages)
+    assert llm.authored_for("Never asked?") == []
+    assert llm.metadata.context_window >= 32768 and llm.metadata.is_chat_model
+
+
+DOCS = {
+    "lighthouse": (
+        "The Old Harbor Lighthouse was built in 1871 on a rocky point north of the town. It was "
+        "designed by the engineer Martha Greene, who also planned the harbor walls. The light "
+        "was automated in 1962 and the keeper's house became a small museum."
+    ),
+    "bridge": (
+        "The Iron Creek Bridge was completed in 1903 to carry the railway over the gorge. Its "
+        "central span is 140 meters long and was the longest in the region for decades. The "
+        "bridge closed to trains in 1988 and now carries walkers and cyclists."
+    ),
+    "orchard": (
+        "Halden Orchard grows more than forty kinds of apples on the hills above the river. The "
+        "orchard was founded by the Lind family in 1923 after they left the coast. Every autumn "
+        "it holds a cider festival that draws visitors from nearby villages."
+    ),
+    "ducks": (
+        "Ducks are waterfowl birds that live near ponds, rivers and lakes. They eat plants, "
+        "seeds and small insects found in shallow water near the shore."
+    ),
+}
+GOLDS = [
+    Gold("Who designed the Old Harbor Lighthouse?", (DOCS["lighthouse"],), "Martha Greene"),
+    Gold("How long is the central span of the Iron Creek Bridge?", (DOCS["bridge"],), "140 meters"),
+    Gold(
+        "Was Halden Orchard founded before the Iron Creek Bridge closed to trains?",
+        (DOCS["orchard"], DOCS["bridge"]),
+        "yes",
+    ),
+    Gold(
+        "When was the Old Harbor Lighthouse automated?",
+        ("The light was automated in 1962 and the keeper's house became a small museum.",),
+    ),
+]
+
+
+async def _run_over_http(
+    kb: KnowledgeBase, variant: Variant
+) -> list[tuple[list[AuthoredSentence], str, str]]:
+    """Each gold question through the real workflow, its LLM the author behind a fake OpenAI
+    server: (what the author wrote for the prompt the server received, its raw reply, the
+    final answer)."""
+    from citeflow.providers.llm import build_llm
+    from tests.fakes.openai_server import FakeOpenAIServer
+
+    author = PerfectAuthor(GOLDS, variant)
+    out = []
+    with FakeOpenAIServer(lambda request: author.reply(request.json["messages"])) as server:
+        llm_settings = Settings(
+            _env_file=None,  # type: ignore[call-arg]
+            llm_provider="openai",
+            llm_model="qwen2.5:1.5b",
+            openai_base_url=server.openai_base_url,
+        )
+        workflow = CitationQueryWorkflow(
+            retriever=kb.retriever(top_k=3),
+            llm=build_llm(llm_settings, max_retries=0),
+            options=QueryOptions(relevance_threshold=0.2),
+        )
+        for gold in GOLDS:
+            result: object = await workflow.run(query=gold.question)
+            assert isinstance(result, CitedResponse)
+            request = server.last_request
+            assert request is not None and request.stream
+            messages = request.json["messages"]
+            assert gold.question in messages[-1]["content"]
+            out.append((author.authored(messages), result.raw_response, str(result)))
+    return out
+
+
+async def test_workflow_over_http_is_scored_from_its_real_answers(
+    settings: Settings, store: Store
+) -> None:
+    kb = KnowledgeBase(settings, store=store, embed_model=HashEmbedding(), collection="kb")
+    kb.add_documents([Document(id_=k, text=v, metadata={"title": k}) for k, v in DOCS.items()])
+    variants: tuple[Variant, ...] = ("verbatim", "paraphrase", "wrong")
+    for variant in variants:
+        runs = await _run_over_http(kb, variant)
+        scores = []
+        for authored, raw, final in runs:
+            assert authored, f"{variant}: the author found no gold evidence in the sources"
+            # the model's reply reached citeflow unchanged; citeflow did not reword it
+            assert strip_markers(raw) == " ".join(s.text for s in authored)
+            assert cited_numbers(raw) == list(dict.fromkeys(n for s in authored for n in s.written))
+            score = score_answer(authored, final)
+            assert score.sentences == len(authored) and score.unaligned == 0
+            markers = sum(len(s.written) for s in authored)
+            assert score.correct_written + score.wrong_written == markers
+            assert score.wrong_kept + score.wrong_fixed + score.wrong_removed == score.wrong_written
+            assert 0 <= score.correct_kept <= score.correct_written
+            scores.append(score)
+        total = PerfectScore.total(scores)
+        assert total.sentences == sum(len(a) for a, _, _ in runs)
+        if variant != "wrong":
+            assert total.correct_written > 0 and total.wrong_written == 0
+            assert total.kept_rate is not None
+        else:
+            assert total.wrong_written > 0 and total.correct_written == 0
+            assert total.fixed_or_removed_rate is not None
