@@ -1,15 +1,19 @@
 """Choose the citation check's thresholds on one dataset, report them on the others.
 
     .venv/bin/python bench/citation_settings.py ../shared/data/hotpotqa ../shared/data/pubmedqa \\
-        ../shared/data/scifact tests/data/essay_qa [--answers 40]
+        ../shared/data/scifact tests/data/essay_qa [--answers 40] [--perfect 100]
 
 Reads the answers `citeflow eval DATASET --retrievers none --answers N` recorded for the current
-settings (run it first for each dataset; nothing is generated here), re-checks the model's
-recorded text under each (keep, add, relative) setting of the grid, and prints each dataset's
-figures. The setting is chosen on the FIRST dataset only, by one rule fixed in advance: the
-highest min(answers cited, document precision), ties to the higher precision, then to the
-stricter setting (higher add, keep, relative); the chosen setting and the defaults are then
-printed on every dataset side by side.
+settings (run it first for each dataset; the LLM is not called here), and has the perfect-model
+fake answer the first ``--perfect`` questions of the FIRST dataset in its three variants (correct
+citations verbatim, paraphrased, and wrong numbers). Each (keep, add, relative) setting of the
+grid re-checks both. The setting is chosen on the FIRST dataset only, by one rule fixed in
+advance: among the settings that meet the perfect-model targets there (≥ 98% of correct
+citations kept and none added wrong in both correct variants, ≥ 90% of the wrong variant's
+citations fixed or removed), the highest min(answers cited, document precision) of the real
+model's answers, ties to the higher precision, then to the stricter setting (higher add, keep,
+relative); when no setting meets the targets, the rule is applied to all and that is said. The
+chosen setting and the defaults are then printed on every dataset, perfect model included.
 """
 
 from __future__ import annotations
@@ -17,12 +21,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
-from citeflow.evaluation.answers import AnswerCache, generation_facts, recheck_all
+from citeflow.citations.repair import CitationPolicy
+from citeflow.evaluation.answers import (
+    AnswerCache,
+    generation_facts,
+    perfect_answers,
+    perfect_figures,
+    question_of,
+    recheck,
+    recheck_all,
+)
 from citeflow.evaluation.dataset import BeirDataset, load_beir
 from citeflow.evaluation.dense import default_cache_dir
+from citeflow.evaluation.perfect_model import AuthoredSentence, PerfectScore, score_answer
 from citeflow.evaluation.runner import EvalContext, index_key_of
 from citeflow.evaluation.scoring import DatasetScore, score_all, table
 from citeflow.providers.llm import describe_llm
@@ -31,19 +47,19 @@ from citeflow.workflows.citation_query import QueryOptions
 
 KEEP = (0.1, 0.2, 0.35, 0.5)
 ADD = (0.35, 0.45, 0.55, 0.65)
-RELATIVE = (0.0, 0.5, 0.8)
+RELATIVE = (0.0, 0.5, 0.65, 0.8)
+VARIANTS = ("verbatim", "paraphrase", "wrong")
+Setting = tuple[float, float, float]
+Perfect = dict[str, list[tuple[dict[str, Any], list[AuthoredSentence]]]]
 
 
-def recorded(dataset: BeirDataset, settings: Settings, count: int) -> dict[str, dict[str, object]]:
-    """The answers recorded for the first ``count`` questions under ``settings``."""
-    with ExitStack() as stack:
-        context = EvalContext(settings=settings, cache_dir=default_cache_dir(), stack=stack)
-        facts = generation_facts(
-            settings, index_key=index_key_of(dataset, context), llm=describe_llm(settings)
-        )
-    cache = AnswerCache.under(default_cache_dir() / "answers", dataset.name, facts)
-    from citeflow.evaluation.answers import question_of
-
+def recorded(dataset: BeirDataset, context: EvalContext, count: int) -> dict[str, Any]:
+    """The real model's answers recorded for the first ``count`` questions."""
+    settings = context.settings
+    facts = generation_facts(
+        settings, index_key=index_key_of(dataset, context), llm=describe_llm(settings)
+    )
+    cache = AnswerCache.under(context.cache_dir / "answers", dataset.name, facts)
     out = {}
     for qid in list(dataset.queries)[:count]:
         record = cache.get(qid, question_of(dataset.queries[qid]))
@@ -52,57 +68,107 @@ def recorded(dataset: BeirDataset, settings: Settings, count: int) -> dict[str, 
     return out
 
 
+def perfect_of(dataset: BeirDataset, context: EvalContext, count: int) -> Perfect:
+    ids = list(dataset.queries)[:count]
+    return {v: perfect_answers(dataset, context, ids, v) for v in VARIANTS}  # type: ignore[arg-type]
+
+
+def perfect_scores(perfect: Perfect, policy: CitationPolicy) -> dict[str, PerfectScore]:
+    async def one(answers: Sequence[tuple[dict[str, Any], list[AuthoredSentence]]]) -> PerfectScore:
+        scores = []
+        for record, authored in answers:
+            checked = await recheck(record, policy)
+            scores.append(score_answer(authored, checked["answer"]))
+        return PerfectScore.total(scores)
+
+    return {variant: asyncio.run(one(answers)) for variant, answers in perfect.items()}
+
+
+def meets_targets(scores: Mapping[str, PerfectScore]) -> bool:
+    """≥ 98% of correct citations kept and none added wrong (verbatim, paraphrase); ≥ 90% of
+    wrong citations fixed or removed (wrong)."""
+    correct = [scores[v] for v in ("verbatim", "paraphrase")]
+    kept = all(s.kept_rate is not None and s.kept_rate >= 0.98 for s in correct)
+    fixed = scores["wrong"].fixed_or_removed_rate or 0.0
+    return kept and not any(s.wrong_added for s in correct) and fixed >= 0.9
+
+
 def rule(score: DatasetScore) -> tuple[float, float]:
     f = score.figures()
     cited, precision = float(f["cited"] or 0.0), float(f["doc_precision"] or 0.0)
     return min(cited, precision), precision
 
 
+def perfect_line(name: str, scores: Mapping[str, PerfectScore]) -> str:
+    parts = []
+    for variant, score in scores.items():
+        f = perfect_figures(score)
+        parts.append(
+            f"{variant}: kept {f['kept_rate']}, added wrong {f['wrong_added']}"
+            + (f", fixed/removed {f['fixed_or_removed_rate']}" if variant == "wrong" else "")
+        )
+        # (the correct variants write no wrong numbers; the wrong one writes no correct ones)
+    return f"  {name} perfect model | " + " | ".join(parts)
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("datasets", nargs="+", type=Path)
     parser.add_argument("--answers", type=int, default=40)
+    parser.add_argument("--perfect", type=int, default=100)
     args = parser.parse_args()
-    settings = load_settings()
+    settings: Settings = load_settings()
     defaults = QueryOptions.from_settings(settings).citation_policy()
-    sets = []
-    for path in args.datasets:
-        dataset = load_beir(path)
-        records = recorded(dataset, settings, args.answers)
-        if not records:
-            print(f"{dataset.name}: no recorded answers; run citeflow eval first", file=sys.stderr)
-            return 1
-        sets.append((dataset, records))
-    grid = [(k, a, r) for k in KEEP for a in ADD for r in RELATIVE if a >= k]
-    first, first_records = sets[0]
-    scores = {
-        pair: score_all(
-            asyncio.run(
-                recheck_all(
-                    first_records, defaults.with_(keep=pair[0], add=pair[1], relative=pair[2])
-                )
-            ),
-            first,
+    with ExitStack() as stack:
+        sets = []
+        for path in args.datasets:
+            dataset = load_beir(path)
+            context = EvalContext(
+                settings=settings, cache_dir=default_cache_dir(), stack=stack, progress=False
+            )
+            records = recorded(dataset, context, args.answers)
+            if not records:
+                print(f"{dataset.name}: no recorded answers; run citeflow eval", file=sys.stderr)
+                return 1
+            sets.append((dataset, records, perfect_of(dataset, context, args.perfect)))
+        first, first_records, first_perfect = sets[0]
+        grid: list[Setting] = [(k, a, r) for k in KEEP for a in ADD for r in RELATIVE if a >= k]
+        real: dict[Setting, DatasetScore] = {}
+        perfect: dict[Setting, dict[str, PerfectScore]] = {}
+        for k, a, r in grid:
+            policy = defaults.with_(keep=k, add=a, relative=r)
+            real[(k, a, r)] = score_all(asyncio.run(recheck_all(first_records, policy)), first)
+            perfect[(k, a, r)] = perfect_scores(first_perfect, policy)
+        print(
+            table(
+                f"{first.name}: the grid ({len(first_records)} answers; * meets the "
+                "perfect-model targets)",
+                {
+                    f"{'*' if meets_targets(perfect[s]) else ' '} keep {s[0]} add {s[1]} "
+                    f"relative {s[2]}": real[s]
+                    for s in grid
+                },
+            )
         )
-        for pair in grid
-    }
-    print(
-        table(
-            f"{first.name}: the grid ({len(first_records)} answers)",
-            {f"keep {k} add {a} relative {r}": s for (k, a, r), s in scores.items()},
-        )
-    )
-    default_pair = (defaults.keep, defaults.add, defaults.relative)
-    chosen = max(grid, key=lambda p: (*rule(scores[p]), p[1], p[0], p[2]))
-    print(f"chosen on {first.name}: keep {chosen[0]}, add {chosen[1]}, relative {chosen[2]}")
-    rows: dict[str, DatasetScore] = {}
-    for dataset, records in sets:
-        rows[f"{dataset.name}: model's markers"] = score_all(records.values(), dataset, raw=True)
-        for name, (keep, add, rel) in (("defaults", default_pair), ("chosen", chosen)):
-            policy = defaults.with_(keep=keep, add=add, relative=rel)
-            checked = asyncio.run(recheck_all(records, policy))
-            rows[f"{dataset.name}: {name} ({keep}/{add}/{rel})"] = score_all(checked, dataset)
-    print(table("every dataset", rows))
+        eligible = [s for s in grid if meets_targets(perfect[s])]
+        if not eligible:
+            print("no setting meets the perfect-model targets: the rule is applied to all")
+        chosen = max(eligible or grid, key=lambda s: (*rule(real[s]), s[1], s[0], s[2]))
+        print(f"chosen on {first.name}: keep {chosen[0]}, add {chosen[1]}, relative {chosen[2]}")
+        default = (defaults.keep, defaults.add, defaults.relative)
+        rows: dict[str, DatasetScore] = {}
+        lines = []
+        for dataset, records, answers in sets:
+            rows[f"{dataset.name}: model's markers"] = score_all(
+                records.values(), dataset, raw=True
+            )
+            for name, (k, a, r) in (("defaults", default), ("chosen", chosen)):
+                policy = defaults.with_(keep=k, add=a, relative=r)
+                label = f"{dataset.name}: {name} ({k}/{a}/{r})"
+                rows[label] = score_all(asyncio.run(recheck_all(records, policy)), dataset)
+                lines.append(perfect_line(label, perfect_scores(answers, policy)))
+        print(table("every dataset", rows))
+        print("\n".join(lines))
     return 0
 
 

@@ -4,10 +4,9 @@ The contract: every answer sentence that states something from the sources carri
 marker to a source that supports it. For each sentence, a `CitationVerifier` scores every source
 for the sentence's statement (its text without markers or yes/no framing) and:
 
-* the model's own marker stays when its source supports the statement (the verifier's ``keep``
-  score; optionally also ``relative`` × the best source's, off by default: measured on
-  HotpotQA, second-guessing a supported marker for a better-scoring source moved as many right
-  citations away as wrong ones);
+* the model's own marker stays when its source supports the statement: the verifier's ``keep``
+  score, and at least ``relative`` × the best source's (a marker far behind a better source is
+  on the wrong one);
 * a marker on a source that does not support the statement is moved to the source that supports
   it best, when that one reaches the verifier's ``add`` score;
 * a sentence with no marker gets one to that source the same way;
@@ -80,7 +79,7 @@ class CitationPolicy:
 
     keep: float = 0.2
     add: float = 0.55
-    relative: float = 0.0
+    relative: float = 0.8
     enabled: bool = True
     judge: Judge | None = None
     judge_cut: float = 0.5
@@ -128,7 +127,7 @@ class CitationChecker:
         verifier: CitationVerifier,
         count: int,
         *,
-        relative: float = 0.0,
+        relative: float = 0.8,
         enabled: bool = True,
         question: str | None = None,
     ) -> None:

@@ -115,6 +115,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "precision, citations per answer, broken sentences, accuracy, seconds per answer",
     )
     parser.add_argument(
+        "--perfect-model",
+        choices=("verbatim", "paraphrase", "wrong"),
+        help="with --answers: answer with the perfect-model fake instead of the LLM (it cites "
+        "gold evidence correctly, paraphrased, or with wrong numbers) and print how many correct "
+        "citations citeflow kept and how many wrong ones it fixed or removed",
+    )
+    parser.add_argument(
         "--question",
         default=DEFAULT_QUESTION,
         metavar="TEMPLATE",
@@ -251,11 +258,17 @@ def _citation_sections(
     template = getattr(args, "question", None) or DEFAULT_QUESTION
     tables = []
     if getattr(args, "answers", None):
-        from citeflow.evaluation.answers import answers_section
+        from citeflow.evaluation.answers import answers_section, perfect_section
 
-        shown, section = answers_section(
-            dataset, context, count=args.answers, template=template, llm=llm
-        )
+        variant = getattr(args, "perfect_model", None)
+        if variant:
+            shown, section = perfect_section(
+                dataset, context, count=args.answers, variant=variant, template=template
+            )
+        else:
+            shown, section = answers_section(
+                dataset, context, count=args.answers, template=template, llm=llm
+            )
         report.extra["answers"] = section
         tables.append(shown)
     return tables

@@ -32,7 +32,7 @@ from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_ca
 from pydantic import PrivateAttr
 
 from citeflow.citations.markers import find_markers, render, strip_footnotes, strip_markers
-from citeflow.citations.text import split_sentences
+from citeflow.citations.text import split_sentences, term_set
 from citeflow.prompts import NOT_COVERED_ANSWER
 
 Variant = Literal["verbatim", "paraphrase", "wrong"]
@@ -277,7 +277,12 @@ class PerfectAuthor:
             if holders:
                 text = f"The answer is {answer.rstrip('.')}."
                 written = (self._number(holders[0], numbers, supporting),)
-                out.append(AuthoredSentence(text, frozenset(holders), written))
+                # any supporting source that names the answer in its own words ("Pasek and
+                # Paul" for "Pasek & Paul") supports the sentence too
+                terms = term_set(answer)
+                named = {n for n, t in sources if n in supporting and terms <= term_set(t)}
+                correct = frozenset(holders) | (named if terms else frozenset())
+                out.append(AuthoredSentence(text, correct, written))
         return out
 
     def _number(self, number: int, numbers: list[int], supporting: list[int]) -> int:
