@@ -11,7 +11,9 @@ from __future__ import annotations
 import re
 
 _BOUNDARY = re.compile(
-    r"[.!?][\"')\]]*(?:\s*\[[^\[\]\n]{1,24}\]|\s*\(\s*[Ss]ources?\s*[\d ,]+\))*[ \t]+(?=[^\s\[a-z])"
+    r"[.!?][\"')\]]*"
+    r"(?:\s*\[[^\[\]\n]{1,24}\]|\s*【[^】\n]{1,24}】|\s*\(\s*[Ss]ources?\s*[\d ,]+\))*"
+    r"[ \t]+(?=[^\s\[【a-z])"
     r"|\n+",
 )
 
