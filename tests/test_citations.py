@@ -428,7 +428,7 @@ def test_a_bare_decision_is_checked_as_the_question_it_answers() -> None:
     """ "Yes [1]." states the question's claim: its citation is checked against that claim."""
     sources = ["Statins improve clinical outcome after stroke in treated patients.", "Ducks swim."]
     question = "Does pretreatment with statins improve clinical outcome after stroke?"
-    for yes in ("Yes [1].", "The answer is yes [1].", "Yes [2]."):
+    for yes in ("Yes [1].", "The answer is yes [1].", "Yes [2].", "The answer is maybe [1]."):
         text, cits, unsupported = _check(sources, yes, question=question)
         assert [c.number for c in cits] == [1] and text.endswith("[1].") and not unsupported
     # the denial of what the only source affirms: no marker, reported

@@ -39,10 +39,11 @@ if TYPE_CHECKING:
 Origin = Literal["model", "moved", "added"]
 
 _END_PUNCT = re.compile(r"([.!?:;]+[\"')\]]*)\s*$")
-#: an answer sentence that is only a decision ("Yes.", "No, it does not.", "The answer is yes.")
+#: an answer sentence that is only a decision ("Yes.", "No, it does not.", "The answer is
+#: maybe."): it is about the question's claim, so that is what its citation is checked against
 _BARE_DECISION = re.compile(
     r"^\W*(?:(?:so|thus|therefore|in short)\s*,?\s*)?(?:the\s+answer\s+is\s*:?\s*)?"
-    r"(?:yes|no)\b",
+    r"(?:yes|no|maybe)\b",
     re.IGNORECASE,
 )
 _NO_ANSWER = re.compile(
