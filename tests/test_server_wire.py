@@ -437,3 +437,29 @@ async def test_the_done_chunk_ends_the_response_in_the_same_message() -> None:
     await EventStreamResponse(lines())(scope, receive, send)
     bodies = [(m["body"], m["more_body"]) for m in sent if m["type"] == "http.response.body"]
     assert bodies == [(b"data: {}\n\n", True), (("data: {}\n\n" + DONE).encode(), False)]
+
+
+async def test_unsupported_sentences_reach_api_clients() -> None:
+    """A sentence no source supports is reported: on the streamed finish chunk and in the
+    non-streaming completion; an answer with none says so with an empty list (non-streaming)
+    and nothing extra on the stream."""
+    text = "Ducks live near ponds [2]. Penguins compose symphonies."
+    result = _result(text, [2])
+    result.unsupported = ["Penguins compose symphonies."]
+    events: list[Event] = [
+        CitationSourcesEvent(query="q", sources=SOURCES),
+        AnswerDeltaEvent(delta=text),
+    ]
+    items = await _run(_scripted(events, result))
+    finish = next(
+        i
+        for i in items
+        if isinstance(i, dict) and i.get("choices") and i["choices"][0].get("finish_reason")
+    )
+    assert finish["unsupported"] == ["Penguins compose symphonies."]
+    writer = ChatStream(model="citeflow-kb", collection="kb", prompt_text="question")
+    assert writer.completion(result)["unsupported"] == ["Penguins compose symphonies."]
+    clean = await _run(_scripted(events, _result(text, [2])))
+    assert all("unsupported" not in i for i in clean if isinstance(i, dict))
+    plain = ChatStream(model="citeflow-kb", collection="kb", prompt_text="question")
+    assert plain.completion(_result(text, [2]))["unsupported"] == []
