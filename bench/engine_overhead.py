@@ -80,9 +80,7 @@ async def time_workflow(
         retriever=retriever,
         llm=ScriptedLLM([ANSWER], chunk_words=8),
         grader=ScoreGrader(0.0),
-        # the hash embedder retrieves chunks at random, so the quoted sentences rarely bear on
-        # the question: the relevance gate is off to keep the citations (its scoring still runs)
-        options=QueryOptions(citation_relevance=0.0),
+        options=QueryOptions(),
         timeout=None,
     )
     for q in QUESTIONS:  # warm-up
