@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import fields
+from pathlib import Path
 
 from llama_index.core.llms import ChatMessage
 from llama_index.core.schema import Document, NodeWithScore, TextNode
 
 from citeflow.citations.markers import cited_numbers, strip_markers
 from citeflow.citations.sources import format_sources
+from citeflow.evaluation.answers import golds_of
+from citeflow.evaluation.dataset import BeirDataset, CorpusDocument, Evidence
 from citeflow.evaluation.perfect_model import (
     AuthoredSentence,
     Gold,
@@ -20,6 +23,7 @@ from citeflow.evaluation.perfect_model import (
     Variant,
     paraphrase,
     parse_prompt,
+    render_reply,
     score_answer,
 )
 from citeflow.knowledge_base import KnowledgeBase
@@ -258,6 +262,29 @@ def test_scores_merge_field_by_field() -> None:
     for field in fields(PerfectScore):
         assert getattr(total, field.name) == getattr(a, field.name) + getattr(b, field.name)
     assert (total.sentences, total.unaligned, total.correct_kept, total.wrong_added) == (5, 2, 2, 1)
+    assert a.merge(PerfectScore()) == a
+
+
+# --- golds from a dataset -------------------------------------------------------------------------
+
+
+def test_golds_of_reads_rationales_else_relevant_documents_and_the_answers() -> None:
+    texts = {"d1": P1, "d2": P2, "d3": DISTRACTOR}
+    dataset = BeirDataset(
+        path=Path("mini"),
+        split="test",
+        corpus={d: CorpusDocument(d, d, text) for d, text in texts.items()},
+        queries={"q1": "Viaweb was founded in 1995.", "q2": "Who  bought Viaweb?", "q3": "Ducks?"},
+        qrels={"q1": {"d1": 1}, "q2": {"d2": 1, "d1": 0}, "q3": {"d3": 2}},
+        evidence={"q1": [Evidence("d1", "SUPPORT", (0,))]},
+        sentences={"d1": [S1, "It made software for building shops."]},
+        answers={"q2": ["Yahoo", "Yahoo!"], "q3": {"decision": "maybe", "long_answer": "Ponds."}},
+    )
+    assert golds_of(dataset, list(dataset.queries), "Is it true that {claim}?") == [
+        Gold("Is it true that Viaweb was founded in 1995?", (S1,), None),
+        Gold("Who bought Viaweb?", (P2,), "Yahoo"),
+        Gold("Ducks?", (DISTRACTOR,), "maybe"),
+    ]
 
 
 # --- the LLM and the workflow ---------------------------------------------------------------------
@@ -314,6 +341,46 @@ GOLDS = [
 ]
 
 
+def _kb(settings: Settings, store: Store) -> KnowledgeBase:
+    kb = KnowledgeBase(settings, store=store, embed_model=HashEmbedding(), collection="kb")
+    kb.add_documents([Document(id_=k, text=v, metadata={"title": k}) for k, v in DOCS.items()])
+    return kb
+
+
+async def test_perfect_model_llm_answers_the_in_process_workflow(
+    settings: Settings, store: Store
+) -> None:
+    kb = _kb(settings, store)
+    variants: tuple[Variant, ...] = ("verbatim", "wrong")
+    for variant in variants:
+        llm = PerfectModelLLM(PerfectAuthor(GOLDS, variant))
+        workflow = CitationQueryWorkflow(
+            retriever=kb.retriever(top_k=3),
+            llm=llm,
+            options=QueryOptions(relevance_threshold=0.2),
+        )
+        total = PerfectScore()
+        for gold in GOLDS:
+            result: object = await workflow.run(query=gold.question)
+            assert isinstance(result, CitedResponse)
+            authored = llm.authored_for(gold.question)
+            assert authored, f"{variant}: the author found no gold evidence in the sources"
+            # the streamed reply reached citeflow whole (stream_text over astream_chat)
+            assert result.raw_response == render_reply(authored)
+            score = score_answer(authored, str(result))
+            assert score.unaligned == 0
+            total = total.merge(score)
+        markers = sum(len(s.written) for g in GOLDS for s in llm.authored_for(g.question))
+        assert total.correct_written + total.wrong_written == markers
+        if variant == "verbatim":
+            assert total.correct_written == markers > 0
+            assert 0 <= total.correct_kept <= total.correct_written
+        else:
+            assert total.wrong_written == markers > 0
+            fates = total.wrong_kept + total.wrong_fixed + total.wrong_removed
+            assert fates == total.wrong_written
+
+
 async def _run_over_http(
     kb: KnowledgeBase, variant: Variant
 ) -> list[tuple[list[AuthoredSentence], str, str]]:
@@ -351,8 +418,7 @@ async def _run_over_http(
 async def test_workflow_over_http_is_scored_from_its_real_answers(
     settings: Settings, store: Store
 ) -> None:
-    kb = KnowledgeBase(settings, store=store, embed_model=HashEmbedding(), collection="kb")
-    kb.add_documents([Document(id_=k, text=v, metadata={"title": k}) for k, v in DOCS.items()])
+    kb = _kb(settings, store)
     variants: tuple[Variant, ...] = ("verbatim", "paraphrase", "wrong")
     for variant in variants:
         runs = await _run_over_http(kb, variant)
