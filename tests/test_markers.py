@@ -1,6 +1,9 @@
-"""Citation markers: every form models write is read, and removing one leaves clean text."""
+"""Citation markers: every form models write is read, nothing else is, and removing markers
+leaves clean text with lists and tables intact."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
@@ -8,7 +11,9 @@ from citeflow.citations.markers import (
     cited_numbers,
     find_markers,
     remove_markers,
+    render,
     renumber,
+    strip_footnotes,
     strip_markers,
 )
 from citeflow.citations.stream import SentenceStream
@@ -19,33 +24,70 @@ from citeflow.citations.stream import SentenceStream
     [
         ("A [1].", [(1,)]),
         ("A [1, 2].", [(1, 2)]),
+        ("A [1][2].", [(1,), (2,)]),
         ("A [1,2][3].", [(1, 2), (3,)]),
         ("A [1-3].", [(1, 2, 3)]),
-        ("A [2–4].", [(2, 3, 4)]),
-        ("A [1-40].", [(1, 40)]),  # a range too long to mean itself: its two ends
+        ("A [2–4].", [(2, 3, 4)]),  # en dash
+        ("A [1 - 3].", [(1, 2, 3)]),
+        ("A [1-20].", [tuple(range(1, 21))]),  # twenty numbers: still a range
+        ("A [1-21].", [(1, 21)]),  # longer: only its two ends
+        ("A [3-1].", [(3, 1)]),  # reversed: only its two ends
+        ("A [1-999].", [(1, 999)]),
         ("A [Source 2].", [(2,)]),
+        ("A [Sources 1, 2].", [(1, 2)]),
         ("A (Source 1).", [(1,)]),
         ("A (Sources 1, 2).", [(1, 2)]),
         ("A 【3】.", [(3,)]),
         ("A 【3†source】.", [(3,)]),
         ("A [^4].", [(4,)]),
+        ("A [^1][^2].", [(1,), (2,)]),
         ("It was founded in 1998 (2).", [(2,)]),
+        ("It was founded (1), and sold.", [(1,)]),
+        ("It was founded (1, 2).", [(1, 2)]),
+        ("It was founded (1)(2).", [(1, 2)]),
         ('He said "go" (1), and left.', [(1,)]),
+        ("Was it sold (3)?", [(3,)]),
         ("[1] Opens a sentence.", [(1,)]),
+        ("- Paris is big [1]\n1. Rome is old [2]", [(1,), (2,)]),
+        ("| Paris | capital [1] |\n| Rome | old [2][3] |", [(1,), (2,), (3,)]),
     ],
 )
 def test_every_form_is_read(text: str, numbers: list[tuple[int, ...]]) -> None:
     assert [m.numbers for m in find_markers(text)] == numbers
 
 
+def test_a_marker_spans_exactly_its_text() -> None:
+    text = "Yahoo bought Viaweb (2), then 【1†source】 ended [3-4]."
+    assert [text[m.start : m.end] for m in find_markers(text)] == ["(2)", "【1†source】", "[3-4]"]
+    assert cited_numbers(text) == [2, 1, 3, 4]
+
+
 @pytest.mark.parametrize(
     "text",
     [
         "In (2019) it rained.",
+        "It rained in Paris (2019).",  # a year is never a marker
         "(1) first item",
+        "(1) first item\n(2) second item.",
+        "- (1) first item",
         "Step (2): mix the flour.",
+        "Then do step (2).",
+        "As shown in Section 5 (2).",
+        "See equation (3), then go on.",
+        "The answers are: (2).",
         "Do option (3).",
         "Compute f(x) = (2 + 3).",
+        "It calls f(1).",
+        "It is a 501(c)(3).",
+        "It cost (1,000).",
+        "It returned (0).",
+        "Ingredients (3): flour, sugar.",
+        "We need (1) flour, (2) sugar, and (3) eggs.",
+        "Index it with `arr[1]` first.",
+        "```python\nx = arr[1]\n```",
+        "[1]: https://example.com",
+        "[^1]: The note itself.",
+        "See [1](https://example.com).",
     ],
 )
 def test_numbers_in_brackets_that_are_not_markers_stay(text: str) -> None:
@@ -53,29 +95,84 @@ def test_numbers_in_brackets_that_are_not_markers_stay(text: str) -> None:
     assert strip_markers(text) == text
 
 
+def test_document_footnotes_are_stripped_before_prompting() -> None:
+    assert strip_footnotes("It was the largest lair [15]. It was") == (
+        "It was the largest lair. It was"
+    )
+    assert strip_footnotes("lair. [2] It was") == "lair. It was"
+
+
+def test_render_is_canonical() -> None:
+    assert render([1, 3]) == "[1][3]"
+    assert renumber("A [Source 1], B (Sources 2, 3).", {1: 1, 2: 2, 3: 3}) == "A [1], B [2][3]."
+
+
 def test_removal_leaves_no_broken_sentence() -> None:
-    assert strip_markers("Erika Jayne was born on 10 July 1971, which is [2].") == (
-        "Erika Jayne was born on 10 July 1971."
-    )
-    assert strip_markers("The Agronomist was created first, [3].") == (
-        "The Agronomist was created first."
-    )
-    assert strip_markers('It won prizes for photography." [2].') == (
-        'It won prizes for photography."'
-    )
-    assert remove_markers("X [1], and Y [2].", [1]) == "X, and Y [2]."
-    assert remove_markers("X [1][3] and Y [2-3].", [3]) == "X [1] and Y [2]."
-    assert renumber("A [1]. B [2].", {2: 1}) == "A. B [1]."
+    broken = {
+        "Erika Jayne was born on 10 July 1971, which is [2].": (
+            "Erika Jayne was born on 10 July 1971."
+        ),
+        "The Agronomist was created first, [3].": "The Agronomist was created first.",
+        'It won prizes for photography." [2].': 'It won prizes for photography."',
+    }
+    for text, clean in broken.items():
+        assert strip_markers(text) == clean
+        assert remove_markers(text) == clean
+        assert renumber(text, {}) == clean
+        assert remove_markers(text, [2, 3]) == clean
+
+
+@pytest.mark.parametrize(
+    ("text", "numbers", "clean"),
+    [
+        ("X [1], and Y [2].", [1], "X, and Y [2]."),
+        ("X [1], and Y [2].", [2], "X [1], and Y."),
+        ("X [1][3] and Y [2-3].", [3], "X [1] and Y [2]."),
+        ("A [1, 2, 3].", [2], "A [1][3]."),
+        ("A [1, 2] B.", [1, 2], "A B."),
+        ("Results were mixed [1], [2].", None, "Results were mixed."),
+        ("A fact ([1]).", None, "A fact."),
+        ("A fact (see [1], [2]) holds.", None, "A fact holds."),
+        ("A fact (see [1], [2]) holds.", [1], "A fact (see [2]) holds."),
+        ("A fact ([1], [2]) holds.", [2], "A fact ([1]) holds."),
+        ("A fact ([1]; [2]) holds.", [1], "A fact ([2]) holds."),
+        ("It helps [1] [2] .", [1], "It helps [2]."),
+        ("[1], [2] Pet ducks eat peas.", [1], "[2] Pet ducks eat peas."),
+        ("He said it worked [^1]... or so.", None, "He said it worked... or so."),
+        ("Really?! [1] Yes.", None, "Really?! Yes."),
+        ("Why? [1]. Because.", None, "Why? Because."),
+        ('He said "go [1]" twice.', None, 'He said "go" twice.'),
+        ("See the table [1] . It helps [2] .", None, "See the table. It helps."),
+        ("A is b. 【1】 ", None, "A is b. "),  # a text's trailing space stays
+        ("Use `arr[1]` or ```a[2]``` here [3].", None, "Use `arr[1]` or ```a[2]``` here."),
+        ("Run:\n```\nx = a[1]\n```\nDone [2].", None, "Run:\n```\nx = a[1]\n```\nDone."),
+        ("Built with .NET [1], see ../docs [2].", None, "Built with .NET, see ../docs."),
+        ("It was founded in 1998 (2), and sold (3).", [2], "It was founded in 1998, and sold [3]."),
+    ],
+)
+def test_removing_markers_joins_the_text_cleanly(
+    text: str, numbers: list[int] | None, clean: str
+) -> None:
+    assert remove_markers(text, numbers) == clean
 
 
 def test_lists_and_tables_keep_their_shape() -> None:
-    listed = "- Paris is big [1]\n- Rome is old [2]\n1. Oslo is cold [3]"
-    assert strip_markers(listed) == "- Paris is big\n- Rome is old\n1. Oslo is cold"
-    table = "| city | fact |\n| --- | --- |\n| Paris | capital [1] |\n| Rome | old [2] |"
-    assert strip_markers(table) == (
-        "| city | fact |\n| --- | --- |\n| Paris | capital |\n| Rome | old |"
+    listed = "Facts [1]:\n- Paris is big [1]\n- [2] Rome is old\n  * Oslo [3]\n1. Oslo is cold [3]"
+    assert strip_markers(listed) == (
+        "Facts:\n- Paris is big\n- Rome is old\n  * Oslo\n1. Oslo is cold"
     )
-    assert cited_numbers(table) == [1, 2]
+    assert remove_markers(listed, [1]) == (
+        "Facts:\n- Paris is big\n- [2] Rome is old\n  * Oslo [3]\n1. Oslo is cold [3]"
+    )
+    table = "| city | fact |\n| --- | --- |\n| Paris | capital [1] |\n| [2] | old [2][3] |"
+    assert strip_markers(table) == "| city | fact |\n| --- | --- |\n| Paris | capital |\n| | old |"
+    assert remove_markers(table, [2]) == (
+        "| city | fact |\n| --- | --- |\n| Paris | capital [1] |\n| | old [3] |"
+    )
+    for text in (listed, table):
+        cleaned = strip_markers(text)
+        assert cleaned.count("\n") == text.count("\n")
+        assert [line[:1] for line in cleaned.split("\n")] == [line[:1] for line in text.split("\n")]
 
 
 SENTENCES = [
@@ -99,15 +196,29 @@ SENTENCES = [
     "Results were mixed [1], [2].",
     "It is large, with 9,984 people [2].",
     "See the table [1] . It helps [2] .",
+    "Erika Jayne was born on 10 July 1971, which is [2].",
+    "The Agronomist was created first, [3].",
+    'It won prizes for photography." [2].',
+    "Paris is the capital (see [1], [2]).",
+    "| Paris | capital [1] |\n| Rome | [2] |",
 ]
 
 
-def test_no_removal_leaves_broken_text() -> None:
-    for sentence in SENTENCES:
-        for cleaned in (strip_markers(sentence), renumber(sentence, {})):
-            for bad in (" .", " ,", ",.", " ;", "[]", "()", "【】", "  ", " \n"):
-                assert bad not in cleaned, (sentence, cleaned, bad)
-            assert ".." not in cleaned.replace("...", ""), (sentence, cleaned)
+@pytest.mark.parametrize("sentence", SENTENCES)
+def test_no_removal_leaves_broken_text(sentence: str) -> None:
+    everything = [strip_markers(sentence), remove_markers(sentence), renumber(sentence, {})]
+    assert len(set(everything)) == 1
+    partly = [remove_markers(sentence, [n]) for n in cited_numbers(sentence)]
+    for cleaned in [*everything, *partly]:
+        for bad in (" .", " ,", " ;", " ?", ",.", "[]", "()", "【】", "[,]", "  ", " \n"):
+            assert bad not in cleaned, (sentence, cleaned, bad)
+        assert ".." not in cleaned.replace("...", ""), (sentence, cleaned)
+        assert cleaned == cleaned.rstrip(), (sentence, cleaned)
+        assert cleaned.count("\n") == sentence.count("\n")
+    assert find_markers(everything[0]) == []
+    # every word of the sentence that is neither a marker nor a dangling function word stays
+    kept = re.findall(r"[A-Za-z]{3,}", everything[0])
+    assert kept and set(kept) <= set(re.findall(r"[A-Za-z]{3,}", sentence))
 
 
 def test_a_fullwidth_marker_after_the_stop_stays_with_its_sentence() -> None:

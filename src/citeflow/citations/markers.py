@@ -1,39 +1,55 @@
-"""Finding, validating and rewriting ``[N]`` citation markers.
+"""Finding, validating and rewriting the citation markers an LLM writes in its answers.
 
-Answers cite with ``[1]``, ``[1, 2]``, ``[1][2]`` or a range ``[1-3]``; models also write
-``[Source 1]``, ``(Source 1)``, ``[^1]``, ``【1】`` / ``【1†source】`` and, at the end of a clause,
-``(1)``; all are read as the same thing. A bare ``(N)`` counts only right after a word or closing
-quote and before punctuation or the end of the line, never opening a line or a list item, never
-after a word such as "step", and never with four digits (a year): a false marker would delete
-text. Bracketed numbers that stand in the documents themselves (footnotes such as ``[15]``) are
-removed from the text the model sees (`strip_footnotes`), so that the only numbers in brackets
-the model has seen are source numbers.
+Answers cite with ``[1]``, ``[1, 2]``, ``[1][2]`` or a range ``[1-3]`` / ``[1–3]``; models also
+write ``[Source 1]``, ``(Source 1)``, ``(Sources 1, 2)``, ``[^1]``, ``【1】`` / ``【1†source】``
+and, closing a clause, a bare ``(1)`` or ``(1, 2)``: all name the same source numbers. A range
+names each of its numbers only when it counts up and is at most `MAX_RANGE` long ("[1-999]"
+names 1 and 999). A false marker would delete text, so the bare form is read only after a word
+or a bracket and a space, or after a closing quote, and right before ``.``, ``,``, ``;``, ``!`` or
+``?``: never opening a line or list item, after a colon, after a word such as "step" ("Step 2
+(3)"), as 0, with a leading zero or with four digits (a year). No form is read in a number
+such as ``(1,000)``, inside code (backticks), as a link (``[1](url)``) or as a link or footnote
+definition (``[^1]:`` opening a line). Bracketed numbers in the documents themselves
+(footnotes such as ``[15]``) are removed from the text the model sees (`strip_footnotes`), so
+the only numbers in brackets the model has seen are source numbers.
 
-Removing a marker never leaves broken text behind (`tidy`): no space before punctuation, no
-doubled punctuation, no empty bracket, no trailing clause of function words (", which is."), and
-lists and tables keep their structure.
+Removing a marker (`strip_markers`, `remove_markers`, `renumber`) repairs the text only where a
+marker was, so the answer's own wording (".NET", "cd ..") is never touched: no space before
+punctuation, no doubled stop ('first, [3].', 'photography." [2].'; an ellipsis stays), no
+emptied bracket ("([1])", "(see [1])"), no double or trailing space, no dangling clause of
+function words (", which is [2]."), no joined lines; list items and table cells keep their
+bullets and pipes.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-_NUM = r"\d{1,3}(?:\s*[-–]\s*\d{1,3})?"
-_NUMS = rf"{_NUM}(?:\s*(?:,|;|and|&)\s*(?:Source\s*)?{_NUM})*"
+_NUM = r"\d{1,3}(?:[ \t]*[-–][ \t]*\d{1,3})?"
+_NUMS = rf"{_NUM}(?:[ \t]*(?:,|;|and|&)[ \t]*(?:Sources?[ \t]*)?{_NUM})*"
+_BARE = r"\([1-9]\d{0,2}(?:[ \t]*,[ \t]*[1-9]\d{0,2})*\)"
 MARKER_RE = re.compile(
-    rf"\[\s*(?:Sources?\s*)?(?P<a>{_NUMS})\s*\]"
-    rf"|\(\s*Sources?\s*(?P<b>{_NUMS})\s*\)"
-    rf"|\[\s*\^\s*(?P<c>\d{{1,3}})\s*\]"
-    rf"|【\s*(?P<d>{_NUMS})\s*(?:†[^】]*)?】"
-    # a bare "(2)" closing a clause: after a word or a closing quote, before punctuation or EOL
-    rf"|(?<=[\w\"'”’)])[ \t]?\((?P<e>\d{{1,3}}(?:\s*,\s*\d{{1,3}})*)\)(?=[ \t]*(?:[.,;:!?]|$))",
+    rf"\[[ \t]*(?:Sources?[ \t]*)?(?P<a>{_NUMS})[ \t]*\](?!\()"
+    rf"|\([ \t]*Sources?[ \t]*(?P<b>{_NUMS})[ \t]*\)"
+    rf"|\[[ \t]*\^[ \t]*(?P<c>\d{{1,3}})[ \t]*\](?!\()"
+    rf"|【[ \t]*(?P<d>{_NUMS})[ \t]*(?:†[^】\n]*)?】"
+    # a bare "(2)" closing a clause: after a word or bracket and a space, or after a closing quote
+    rf"|(?:(?<=[\w)][ \t])|(?<=[\"'”’])|(?<=[\"'”’][ \t]))"
+    rf"(?P<e>{_BARE}(?:[ \t]?{_BARE})*)(?=[ \t]?[.,;!?](?:\s|$))",
     re.IGNORECASE | re.MULTILINE,
 )
-#: words after which "(2)" names a step or an item, not a source
-_ENUMERATING = re.compile(r"\b(?:step|option|item|case|phase|stage|part|point|no)\.?\s*$", re.I)
+#: words after which "(2)" names a step, an item or a part of a text, not a source
+_ENUMERATING = re.compile(
+    r"\b(?:step|option|item|case|phase|stage|part|point|no|number|question|example|exercise"
+    r"|figure|fig|table|equation|eq|section|chapter|article|paragraph|clause|rule|page|line"
+    r"|appendix|level|round|version|type)s?\.?(?:[ \t]+\d+[a-z]?)?[ \t]*$",
+    re.IGNORECASE,
+)
 _RANGE = re.compile(r"(\d{1,3})\s*[-–]\s*(\d{1,3})")
+_THOUSANDS = re.compile(r"\d,\d{3}(?!\d)")  # "(1,000)" is a number, not sources 1 and 0
+_CODE = re.compile(r"^[ \t]*(`{3,}|~{3,})[^`\n]*$.*?(?:^[ \t]*\1|\Z)|(`+)[^`\n]+\2", re.M | re.S)
 _FOOTNOTE_RE = re.compile(r"\[\s*\d{1,3}\s*\]")
 #: a range longer than this names only its two ends
 MAX_RANGE = 20
@@ -43,10 +59,10 @@ _FUNCTION = (
     "|this|these|it|its|be|been|being|such|also"
 )
 _TIDY = (
-    (re.compile(r"\[\s*[,;]?\s*\]|\(\s*[,;]?\s*\)|【\s*】"), ""),  # emptied brackets
+    (re.compile(r"\[[ \t]*[,;]?[ \t]*\]|\([ \t]*[,;]?[ \t]*\)|【[ \t]*】"), ""),  # emptied brackets
     (re.compile(r"[ \t]+([.,;:!?])"), r"\1"),  # no space before punctuation
     # a clause of function words left at a sentence's end: "1971, which is." -> "1971."
-    (re.compile(rf",\s+(?:(?:{_FUNCTION})\s+)*(?:{_FUNCTION})\s*(?=[.!?](?:\s|$))", re.I), ""),
+    (re.compile(rf",(?:[ \t]+(?:{_FUNCTION}))+[ \t]*(?=[.!?](?:\s|$))", re.I), ""),
     (re.compile(r"[,;:]+(?=[.!?](?:\s|$))"), ""),  # "first,." -> "first."
     (re.compile(r"([.!?][\"'”’)\]])[.]"), r"\1"),  # 'photography."' + '.' -> 'photography."'
     (re.compile(r"(?<![.])\.\.(?![.])"), "."),  # doubled full stop (an ellipsis stays)
@@ -54,6 +70,12 @@ _TIDY = (
     (re.compile(r"[ \t]+(?=\n)"), ""),  # trailing spaces before a line break
     (re.compile(r"(?<=\S)[ \t]{2,}"), " "),  # double spaces (indentation stays)
 )
+# where a marker was removed: the text before it (``left``) and after it
+_DANGLING = re.compile(rf"[ \t]*[,;:]+(?:[ \t]+(?:{_FUNCTION}))*[ \t]*\Z", re.I)
+_STOPPED = re.compile(r"[.!?][\"'”’)\]]*\Z")
+_OPENED = re.compile(r"[(\[【][ \t]*(?:see(?: also)?|cf\.|sources?)?[ \t,;:]*\Z", re.I)
+_CLOSED = re.compile(r"[ \t,;]*[)\]】]")
+_CLOSERS = ".,;:!?)]}】”’\r\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,9 +89,8 @@ class Marker:
 
 def _numbers(group: str) -> tuple[int, ...]:
     out: list[int] = []
-    for part in re.split(r"\s*(?:,|;|and|&)\s*", group, flags=re.IGNORECASE):
-        part = re.sub(r"(?i)source\s*", "", part).strip()
-        span = _RANGE.fullmatch(part)
+    for part in re.split(r"[,;&()]|and|sources?", group, flags=re.IGNORECASE):
+        span = _RANGE.fullmatch(part := part.strip())
         if span:
             a, b = int(span.group(1)), int(span.group(2))
             out += range(a, b + 1) if a <= b and b - a < MAX_RANGE else [a, b]
@@ -79,20 +100,28 @@ def _numbers(group: str) -> tuple[int, ...]:
 
 
 def _group(match: re.Match[str]) -> str | None:
-    """The numbers' text of a marker match, or None when a bare "(N)" names an item."""
-    if match.group("e") is not None and _ENUMERATING.search(match.string[: match.start()]):
+    """The numbers' text of a marker match, or None when it is no citation after all."""
+    text, start, end = match.string, match.start(), match.end()
+    if match.group("e") is not None and _ENUMERATING.search(text[max(0, start - 32) : start]):
         return None
-    return next((g for g in match.group("a", "b", "c", "d", "e") if g is not None), None)
+    line_start = text.rfind("\n", 0, start) + 1
+    if text[end : end + 1] == ":" and not text[line_start:start].strip():
+        return None  # "[1]: https://…", "[^1]: note" define a link or a footnote
+    group = next((g for g in match.group("a", "b", "c", "d", "e") if g is not None), "")
+    return None if _THOUSANDS.search(group) else group
+
+
+def _matches(text: str) -> Iterator[tuple[re.Match[str], tuple[int, ...]]]:
+    code = [span.span() for span in _CODE.finditer(text)] if "`" in text or "~" in text else []
+    for match in MARKER_RE.finditer(text):
+        group = _group(match)
+        if group and not any(a <= match.start() < b for a, b in code):
+            yield match, _numbers(group)
 
 
 def find_markers(text: str) -> list[Marker]:
     """All citation markers in ``text``, in order."""
-    out: list[Marker] = []
-    for match in MARKER_RE.finditer(text):
-        group = _group(match)
-        if group is not None:
-            out.append(Marker(match.start(), match.end(), _numbers(group)))
-    return out
+    return [Marker(match.start(), match.end(), numbers) for match, numbers in _matches(text)]
 
 
 def cited_numbers(text: str) -> list[int]:
@@ -105,7 +134,8 @@ def cited_numbers(text: str) -> list[int]:
 
 
 def tidy(text: str) -> str:
-    """Fix what removed markers leave behind (see the module's docstring)."""
+    """Fix, anywhere in ``text``, what removed markers typically leave behind (the rewriting
+    functions make these fixes only where they removed a marker)."""
     for pattern, replacement in _TIDY:
         text = pattern.sub(replacement, text)
     return text
@@ -116,30 +146,68 @@ def render(numbers: Iterable[int]) -> str:
     return "".join(f"[{n}]" for n in numbers)
 
 
+def _close(left: str, text: str, j: int) -> tuple[str, int]:
+    """Join ``left`` (the rewritten text before a removed marker) to ``text[j:]`` (the text after
+    it): the joined ``left`` and where in ``text`` to go on."""
+    while True:
+        core = left.rstrip(" \t")
+        k = j
+        while text[k : k + 1] in (" ", "\t"):
+            k += 1
+        opened, closed = _OPENED.search(core), _CLOSED.match(text, k)
+        if opened and closed:  # an emptied bracket: "([1])", "([1], [2])", "(see [1])"
+            left, j = core[: opened.start()], closed.end()
+        elif (not core or core.endswith("\n") or opened) and text[k : k + 1] in (",", ";"):
+            left, j = core, k + 1  # a separator opening a line or bracket: "[1], [2] Text"
+        elif core[-1:] in (",", ";") and text[k : k + 1] in (")", "]", "】"):
+            left = core[:-1]  # a separator closing a bracket: "([1], [2])" without 2
+        elif core[-1:] in (",", ";", ":") and text[k : k + 1] in (",", ";", ":"):
+            left, j = core, k + 1  # "X, [1], Y"
+        else:
+            break
+    pre, post, nxt = left[len(core) :], text[j:k], text[k : k + 1]
+    if not nxt:
+        return core + post, k  # the text's end keeps the space it ended with
+    closing_quote = nxt in "\"'" and text[k + 1 : k + 2] in ("", " ", *_CLOSERS)
+    if nxt in ".!?":
+        dangling = _DANGLING.search(core)  # "first, [3]." "1971, which is [2]."
+        if dangling:
+            core = core[: dangling.start()]
+        if nxt == "." and _STOPPED.search(core) and text[k : k + 2] != "..":
+            k += 1  # 'photography." [2].'
+    if nxt in _CLOSERS or closing_quote:
+        return core, k
+    if not core or core.endswith("\n"):
+        return core + pre, k  # a line's start: its indentation stays
+    if core[-1] in "([【":
+        return core, k
+    return core + (" " if pre or post else ""), k
+
+
 def _rewrite(text: str, keep: dict[int, int] | None) -> str:
-    """Every marker rewritten through ``keep`` (old → new; None: all removed), then tidied."""
-
-    def sub(match: re.Match[str]) -> str:
-        group = _group(match)
-        if group is None:
-            return match.group(0)
-        if keep is None:
-            return ""
-        new = [keep[n] for n in _numbers(group) if n in keep]
-        return render(dict.fromkeys(new))
-
-    rewritten = tidy(MARKER_RE.sub(sub, text))
-    # a marker that ended the text leaves no space behind (a text that ended in one keeps it)
-    return rewritten if text[-1:].isspace() else rewritten.rstrip(" \t")
+    """Every marker rewritten through ``keep`` (old → new; None: all removed), the text joined
+    cleanly where one was removed."""
+    out, i = "", 0
+    for match, numbers in _matches(text):
+        out += text[i : match.start()]
+        new = "" if keep is None else render(dict.fromkeys(keep[n] for n in numbers if n in keep))
+        if not new:
+            out, i = _close(out, text, match.end())
+            continue
+        out, i = out + new, match.end()
+        spaced = re.match(r"[ \t]+(?=[.,;:!?])", text[i : i + 8])  # "[2] ." -> "[2]."
+        i += spaced.end() if spaced else 0
+    return out + text[i:]
 
 
 def strip_markers(text: str) -> str:
-    """``text`` without its citation markers, tidied."""
+    """``text`` without its citation markers, joined cleanly where they were."""
     return _rewrite(text, None)
 
 
 def remove_markers(text: str, numbers: Iterable[int] | None = None) -> str:
-    """``text`` without the markers of ``numbers`` (None: all), the rest rendered canonically."""
+    """``text`` without the markers of ``numbers`` (None: all), joined cleanly where they were;
+    the markers left are rendered canonically ("[1, 2, 3]" without 2 is "[1][3]")."""
     if numbers is None:
         return strip_markers(text)
     gone = set(numbers)
