@@ -56,3 +56,16 @@ def test_env_example_documents_every_setting() -> None:
     assert text == env_example(), "run `make env-example`"
     for name in Settings.model_fields:
         assert f"CITEFLOW_{name.upper()}=" in text
+
+
+def test_retired_settings_are_named_with_what_to_do(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from citeflow.settings import load_settings, retired_settings
+
+    assert retired_settings({}) == []
+    monkeypatch.setenv("CITEFLOW_CITATION_RELEVANCE", "0.6")
+    [line] = retired_settings()
+    assert line.startswith("CITEFLOW_CITATION_RELEVANCE is no longer used:") and "remove" in line
+    load_settings(_env_file=None)
+    assert "CITEFLOW_CITATION_RELEVANCE is no longer used" in caplog.text

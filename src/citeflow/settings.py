@@ -7,6 +7,7 @@ file; ``.env.example`` documents each one. Nothing in citeflow builds a `Setting
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -298,12 +299,32 @@ class Settings(BaseSettings):
         return self.local_model_path or self.default_model_path
 
 
+#: settings that no longer exist, and what to do instead (said once, at load, in one line each)
+RETIRED = {
+    "CITEFLOW_CITATION_RELEVANCE": "citations are checked for support of their sentence, not "
+    "for the question's words; remove it",
+    "CITEFLOW_CITATION_SCORE_GAP": "a marker moves to the source that supports its sentence; "
+    "remove it",
+}
+
+
+def retired_settings(environ: Mapping[str, str] | None = None) -> list[str]:
+    """One line per retired ``CITEFLOW_*`` variable that is still set."""
+    env = os.environ if environ is None else environ
+    return [f"{name} is no longer used: {why}" for name, why in RETIRED.items() if name in env]
+
+
 def load_settings(**overrides: object) -> Settings:
-    """Build the settings from the environment and ``.env``; a bad value is one clear error."""
+    """Build the settings from the environment and ``.env``; a bad value is one clear error; a
+    retired variable still set is logged as a warning (one line each)."""
+    import logging
+
     from pydantic import ValidationError
 
     from citeflow.errors import ConfigError
 
+    for line in retired_settings():
+        logging.getLogger(__name__).warning(line)
     try:
         return Settings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:
