@@ -33,6 +33,8 @@ from citeflow.citations.stream import SentenceStream
         ("A [1-21].", [(1, 21)]),  # longer: only its two ends
         ("A [3-1].", [(3, 1)]),  # reversed: only its two ends
         ("A [1-999].", [(1, 999)]),
+        ("A [1]-[3].", [(1, 2, 3)]),
+        ("A [2] – [4].", [(2, 3, 4)]),
         ("A [Source 2].", [(2,)]),
         ("A [Sources 1, 2].", [(1, 2)]),
         ("A (Source 1).", [(1,)]),
@@ -76,6 +78,9 @@ def test_a_marker_spans_exactly_its_text() -> None:
         "See equation (3), then go on.",
         "The answers are: (2).",
         "Do option (3).",
+        "You can choose (1) or (2).",  # after a function word: an item, not a source
+        "Pick one of (1) and (2).",
+        "As shown in (2).",
         "Compute f(x) = (2 + 3).",
         "It calls f(1).",
         "It is a 501(c)(3).",
@@ -128,6 +133,8 @@ def test_removal_leaves_no_broken_sentence() -> None:
         ("X [1], and Y [2].", [1], "X, and Y [2]."),
         ("X [1], and Y [2].", [2], "X [1], and Y."),
         ("X [1][3] and Y [2-3].", [3], "X [1] and Y [2]."),
+        ("A [1]-[3] B [4].", None, "A B."),
+        ("A [1]-[3] B [4].", [2], "A [1][3] B [4]."),
         ("A [1, 2, 3].", [2], "A [1][3]."),
         ("A [1, 2] B.", [1, 2], "A B."),
         ("Results were mixed [1], [2].", None, "Results were mixed."),

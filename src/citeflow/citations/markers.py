@@ -1,17 +1,18 @@
 """Finding, validating and rewriting the citation markers an LLM writes in its answers.
 
-Answers cite with ``[1]``, ``[1, 2]``, ``[1][2]`` or a range ``[1-3]`` / ``[1–3]``; models also
-write ``[Source 1]``, ``(Source 1)``, ``(Sources 1, 2)``, ``[^1]``, ``【1】`` / ``【1†source】``
-and, closing a clause, a bare ``(1)`` or ``(1, 2)``: all name the same source numbers. A range
-names each of its numbers only when it counts up and is at most `MAX_RANGE` long ("[1-999]"
-names 1 and 999). A false marker would delete text, so the bare form is read only after a word
-or a bracket and a space, or after a closing quote, and right before ``.``, ``,``, ``;``, ``!`` or
-``?``: never opening a line or list item, after a colon, after a word such as "step" ("Step 2
-(3)"), as 0, with a leading zero or with four digits (a year). No form is read in a number
-such as ``(1,000)``, inside code (backticks), as a link (``[1](url)``) or as a link or footnote
-definition (``[^1]:`` opening a line). Bracketed numbers in the documents themselves
-(footnotes such as ``[15]``) are removed from the text the model sees (`strip_footnotes`), so
-the only numbers in brackets the model has seen are source numbers.
+Answers cite with ``[1]``, ``[1, 2]``, ``[1][2]`` or a range ``[1-3]`` / ``[1–3]`` / ``[1]-[3]``;
+models also write ``[Source 1]``, ``(Source 1)``, ``(Sources 1, 2)``, ``[^1]``, ``【1】`` /
+``【1†source】`` and, closing a clause, a bare ``(1)`` or ``(1, 2)``: all name the same source
+numbers. A range names each of its numbers only when it counts up and is at most `MAX_RANGE` long
+("[1-999]" names 1 and 999). A false marker would delete text, so the bare form is read only after
+a word or a bracket and a space, or after a closing quote, and right before ``.``, ``,``, ``;``,
+``!`` or ``?``: never opening a line or list item, after a colon, after a word such as "step"
+("Step 2 (3)") or a function word ("choose (1) or (2)."), as 0, with a leading zero or with four
+digits (a year). No form is read in a number such as ``(1,000)``, inside code (backticks), as a
+link (``[1](url)``) or as a link or footnote definition (``[^1]:`` opening a line). Bracketed
+numbers in the documents themselves (footnotes such as ``[15]``) are removed from the text the
+model sees (`strip_footnotes`), so the only numbers in brackets the model has seen are source
+numbers.
 
 Removing a marker (`strip_markers`, `remove_markers`, `renumber`) repairs the text only where a
 marker was, so the answer's own wording (".NET", "cd ..") is never touched: no space before
@@ -31,7 +32,8 @@ _NUM = r"\d{1,3}(?:[ \t]*[-–][ \t]*\d{1,3})?"
 _NUMS = rf"{_NUM}(?:[ \t]*(?:,|;|and|&)[ \t]*(?:Sources?[ \t]*)?{_NUM})*"
 _BARE = r"\([1-9]\d{0,2}(?:[ \t]*,[ \t]*[1-9]\d{0,2})*\)"
 MARKER_RE = re.compile(
-    rf"\[[ \t]*(?:Sources?[ \t]*)?(?P<a>{_NUMS})[ \t]*\](?!\()"
+    rf"\[[ \t]*(?P<f>\d{{1,3}}[ \t]*\][ \t]*[-–][ \t]*\[[ \t]*\d{{1,3}})[ \t]*\](?!\()"  # [1]-[3]
+    rf"|\[[ \t]*(?:Sources?[ \t]*)?(?P<a>{_NUMS})[ \t]*\](?!\()"
     rf"|\([ \t]*Sources?[ \t]*(?P<b>{_NUMS})[ \t]*\)"
     rf"|\[[ \t]*\^[ \t]*(?P<c>\d{{1,3}})[ \t]*\](?!\()"
     rf"|【[ \t]*(?P<d>{_NUMS})[ \t]*(?:†[^】\n]*)?】"
@@ -48,6 +50,7 @@ _ENUMERATING = re.compile(
     re.IGNORECASE,
 )
 _RANGE = re.compile(r"(\d{1,3})\s*[-–]\s*(\d{1,3})")
+_BRACKETS = str.maketrans("", "", "[]")
 _THOUSANDS = re.compile(r"\d,\d{3}(?!\d)")  # "(1,000)" is a number, not sources 1 and 0
 _CODE = re.compile(r"^[ \t]*(`{3,}|~{3,})[^`\n]*$.*?(?:^[ \t]*\1|\Z)|(`+)[^`\n]+\2", re.M | re.S)
 _FOOTNOTE_RE = re.compile(r"\[\s*\d{1,3}\s*\]")
@@ -58,6 +61,7 @@ _FUNCTION = (
     "which|that|who|is|are|was|were|and|or|but|as|of|to|in|on|at|by|for|with|from|the|a|an"
     "|this|these|it|its|be|been|being|such|also"
 )
+_AFTER_FUNCTION = re.compile(rf"\b(?:{_FUNCTION}|between)[ \t]*$", re.I)  # "(1) or (2)."
 _TIDY = (
     (re.compile(r"\[[ \t]*[,;]?[ \t]*\]|\([ \t]*[,;]?[ \t]*\)|【[ \t]*】"), ""),  # emptied brackets
     (re.compile(r"[ \t]+([.,;:!?])"), r"\1"),  # no space before punctuation
@@ -89,7 +93,7 @@ class Marker:
 
 def _numbers(group: str) -> tuple[int, ...]:
     out: list[int] = []
-    for part in re.split(r"[,;&()]|and|sources?", group, flags=re.IGNORECASE):
+    for part in re.split(r"[,;&()]|and|sources?", group.translate(_BRACKETS), flags=re.I):
         span = _RANGE.fullmatch(part := part.strip())
         if span:
             a, b = int(span.group(1)), int(span.group(2))
@@ -102,12 +106,15 @@ def _numbers(group: str) -> tuple[int, ...]:
 def _group(match: re.Match[str]) -> str | None:
     """The numbers' text of a marker match, or None when it is no citation after all."""
     text, start, end = match.string, match.start(), match.end()
-    if match.group("e") is not None and _ENUMERATING.search(text[max(0, start - 32) : start]):
+    before = text[max(0, start - 32) : start]
+    if match.group("e") is not None and (
+        _ENUMERATING.search(before) or _AFTER_FUNCTION.search(before)
+    ):
         return None
     line_start = text.rfind("\n", 0, start) + 1
     if text[end : end + 1] == ":" and not text[line_start:start].strip():
         return None  # "[1]: https://…", "[^1]: note" define a link or a footnote
-    group = next((g for g in match.group("a", "b", "c", "d", "e") if g is not None), "")
+    group = next((g for g in match.group("a", "b", "c", "d", "e", "f") if g is not None), "")
     return None if _THOUSANDS.search(group) else group
 
 
