@@ -113,3 +113,22 @@ def test_bad_gguf_is_one_line(
     assert main(["ask", "anything?"]) == 1
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("citeflow: error:") and "model.gguf" in err
+
+
+@pytest.mark.parametrize("keys", ["k1", "k1,k2", '["k1", "k2"]'])
+def test_one_api_key_or_several_work_with_every_command(
+    env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], keys: str
+) -> None:
+    monkeypatch.setenv("CITEFLOW_API_KEYS", keys)
+    assert main(["collections"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_an_empty_api_key_is_one_line(
+    env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("CITEFLOW_API_KEYS", "")
+    assert main(["collections"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("citeflow: error: CITEFLOW_API_KEYS: is set but empty")
+    assert err.count("\n") == 1 and "Traceback" not in err

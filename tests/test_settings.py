@@ -69,3 +69,95 @@ def test_retired_settings_are_named_with_what_to_do(
     assert line.startswith("CITEFLOW_CITATION_RELEVANCE is no longer used:") and "remove" in line
     load_settings(_env_file=None)
     assert "CITEFLOW_CITATION_RELEVANCE is no longer used" in caplog.text
+
+
+def _keys(settings: Settings) -> list[str]:
+    return [key.get_secret_value() for key in settings.api_keys]
+
+
+@pytest.mark.parametrize(
+    ("value", "keys"),
+    [
+        ("k1", ["k1"]),
+        ("k1,k2", ["k1", "k2"]),
+        (" k1 , k2 ", ["k1", "k2"]),
+        ('["k1", "k2"]', ["k1", "k2"]),
+        ("[]", []),
+    ],
+)
+def test_api_keys_plain_comma_separated_or_json(
+    monkeypatch: pytest.MonkeyPatch, value: str, keys: list[str]
+) -> None:
+    monkeypatch.setenv("CITEFLOW_API_KEYS", value)
+    assert _keys(load_settings(_env_file=None)) == keys
+
+
+def test_api_keys_from_a_dotenv_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / ".env").write_text("CITEFLOW_API_KEYS=k1,k2\n")
+    monkeypatch.chdir(tmp_path)
+    assert _keys(load_settings()) == ["k1", "k2"]
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        ("", "set but empty"),
+        ("   ", "set but empty"),
+        ("k1,", "empty key"),
+        ("k1,,k2", "empty key"),
+        ('["k1", ""]', "empty key"),
+        ('["k1"', "not a JSON list"),
+        ("[1, 2]", "list of strings"),
+    ],
+)
+def test_bad_api_keys_are_one_clear_line(
+    monkeypatch: pytest.MonkeyPatch, value: str, words: str
+) -> None:
+    monkeypatch.setenv("CITEFLOW_API_KEYS", value)
+    with pytest.raises(ConfigError) as info:
+        load_settings(_env_file=None)
+    message = str(info.value)
+    assert message.startswith("CITEFLOW_API_KEYS: ") and words in message, message
+    assert "\n" not in message and "Value error" not in message
+
+
+def test_api_keys_file_adds_its_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = tmp_path / "keys"
+    secret.write_text("# rotated 2025-01\nfile-key-1\n\n  file-key-2  \nk1\n")
+    monkeypatch.setenv("CITEFLOW_API_KEYS", "k1")
+    monkeypatch.setenv("CITEFLOW_API_KEYS_FILE", str(secret))
+    assert _keys(load_settings(_env_file=None)) == ["k1", "file-key-1", "file-key-2"]
+    monkeypatch.delenv("CITEFLOW_API_KEYS")
+    assert _keys(load_settings(_env_file=None)) == ["file-key-1", "file-key-2", "k1"]
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        (None, "cannot read"),
+        ("", "holds no key"),
+        ("# only a comment\n\n", "holds no key"),
+        (b"\xff\xfe\x00k", "not UTF-8"),
+    ],
+)
+def test_bad_api_keys_file_is_one_clear_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content: str | bytes | None, words: str
+) -> None:
+    secret = tmp_path / "keys"
+    if isinstance(content, bytes):
+        secret.write_bytes(content)
+    elif content is not None:
+        secret.write_text(content)
+    monkeypatch.setenv("CITEFLOW_API_KEYS_FILE", str(secret))
+    with pytest.raises(ConfigError) as info:
+        load_settings(_env_file=None)
+    message = str(info.value)
+    assert message.startswith("CITEFLOW_API_KEYS_FILE: ") and words in message, message
+    assert str(secret) in message and "\n" not in message
+
+
+def test_a_dict_setting_that_is_not_json_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CITEFLOW_AZURE_HEADERS", "{not json")
+    with pytest.raises(ConfigError) as info:
+        load_settings(_env_file=None)
+    assert str(info.value).startswith("CITEFLOW_AZURE_HEADERS: not valid JSON")

@@ -6,13 +6,14 @@ file; ``.env.example`` documents each one. Nothing in citeflow builds a `Setting
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 Provider = Literal["local", "openai", "azure"]
 GraderKind = Literal["auto", "llm", "score", "none"]
@@ -231,8 +232,16 @@ class Settings(BaseSettings):
     # --- server --------------------------------------------------------------------------------
     host: str = Field(default="127.0.0.1", description="`citeflow serve` address.")
     port: int = Field(default=8000, ge=1, le=65535, description="`citeflow serve` port.")
-    api_keys: list[SecretStr] = Field(
-        default_factory=list, description='Bearer keys, JSON list: ["k1", "k2"]; empty: no auth.'
+    # NoDecode: a plain key or a comma-separated list is not JSON (`parse_api_keys`)
+    api_keys: Annotated[list[SecretStr], NoDecode] = Field(
+        default_factory=list,
+        description='Bearer keys: one key, several separated by commas, or a JSON list ["k1", '
+        '"k2"]; unset or []: no auth (`citeflow serve` then refuses a non-loopback host).',
+    )
+    api_keys_file: Path | None = Field(
+        default=None,
+        description="File of bearer keys, one per line (blank lines and # comments ignored), "
+        "e.g. a Docker or Kubernetes secret; its keys are added to CITEFLOW_API_KEYS.",
     )
     public_url: str = Field(
         default="",
@@ -262,10 +271,22 @@ class Settings(BaseSettings):
         "requests. 0: the runtime's default (one per core).",
     )
 
-    @field_validator("data_dir", "model_dir", "local_model_path")
+    @field_validator("data_dir", "model_dir", "local_model_path", "api_keys_file")
     @classmethod
     def _expand_user(cls, value: Path | None) -> Path | None:
         return value.expanduser() if value is not None else None
+
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _parse_api_keys(cls, value: object) -> object:
+        return parse_api_keys(value) if isinstance(value, str) else value
+
+    @field_validator("api_keys")
+    @classmethod
+    def _no_empty_key(cls, value: list[SecretStr]) -> list[SecretStr]:
+        if any(not key.get_secret_value().strip() for key in value):
+            raise ValueError("holds an empty key; every key needs at least one character")
+        return value
 
     @field_validator("collection")
     @classmethod
@@ -285,6 +306,14 @@ class Settings(BaseSettings):
             )
         return self
 
+    @model_validator(mode="after")
+    def _key_file(self) -> Settings:
+        if self.api_keys_file is not None:
+            known = {key.get_secret_value() for key in self.api_keys}
+            extra = [k for k in read_api_keys_file(self.api_keys_file) if k not in known]
+            self.api_keys = [*self.api_keys, *(SecretStr(k) for k in extra)]
+        return self
+
     @property
     def qdrant_path(self) -> Path:
         """Embedded Qdrant's directory (used only when no `qdrant_url` is set)."""
@@ -297,6 +326,59 @@ class Settings(BaseSettings):
     @property
     def gguf_path(self) -> Path:
         return self.local_model_path or self.default_model_path
+
+
+def parse_api_keys(text: str) -> list[str]:
+    """``CITEFLOW_API_KEYS``: one key, keys separated by commas, or a JSON list of strings.
+
+    Raises:
+        ValueError: the value is empty, holds an empty key, or is a malformed JSON list.
+    """
+    text = text.strip()
+    if not text:
+        raise ValueError(
+            "is set but empty: give a key, several separated by commas, or a JSON list; "
+            "unset it to serve without keys"
+        )
+    if text.startswith("["):
+        try:
+            value = json.loads(text)
+        except ValueError as exc:
+            raise ValueError(
+                f"starts with '[' but is not a JSON list ({exc.args[0]}); write "
+                '["k1", "k2"] or k1,k2'
+            ) from None
+        if not isinstance(value, list) or not all(isinstance(k, str) for k in value):
+            raise ValueError('a JSON value must be a list of strings: ["k1", "k2"]')
+        keys = [k.strip() for k in value]
+    else:
+        keys = [k.strip() for k in text.split(",")]
+    if not all(keys):
+        raise ValueError("holds an empty key (a stray comma?); every key needs a character")
+    return keys
+
+
+def read_api_keys_file(path: Path) -> list[str]:
+    """The keys of a key file: one per line; blank lines and lines starting with # ignored.
+
+    Raises:
+        ValueError: the file cannot be read, is not UTF-8 text, or holds no key.
+    """
+    where = "CITEFLOW_API_KEYS_FILE"
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError:
+        raise ValueError(f"{where}: {path} is not UTF-8 text; put one key per line") from None
+    except OSError as exc:
+        raise ValueError(f"{where}: cannot read {path} ({exc.strerror or exc})") from None
+    keys = [line.strip() for line in text.splitlines()]
+    keys = [k for k in keys if k and not k.startswith("#")]
+    if not keys:
+        raise ValueError(
+            f"{where}: {path} holds no key; put one key per line (blank lines and # comments "
+            "are ignored)"
+        )
+    return keys
 
 
 #: settings that no longer exist, and what to do instead (said once, at load, in one line each)
@@ -318,8 +400,10 @@ def load_settings(**overrides: object) -> Settings:
     """Build the settings from the environment and ``.env``; a bad value is one clear error; a
     retired variable still set is logged as a warning (one line each)."""
     import logging
+    import re
 
     from pydantic import ValidationError
+    from pydantic_settings import SettingsError
 
     from citeflow.errors import ConfigError
 
@@ -329,15 +413,18 @@ def load_settings(**overrides: object) -> Settings:
         return Settings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(p) for p in first.get("loc", ())) or "settings"
-        name = f"CITEFLOW_{where.upper()}" if where != "settings" else where
-        raise ConfigError(f"{name}: {first.get('msg', 'invalid value')}") from None
+        what = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
+        where = ".".join(str(p) for p in first.get("loc", ()) if not isinstance(p, int))
+        # a model-wide check names its settings in its message
+        raise ConfigError(f"CITEFLOW_{where.upper()}: {what}" if where else what) from None
+    except SettingsError as exc:  # a list or dict setting that is not JSON
+        found = re.search(r'field "(\w+)"', str(exc))
+        name = f"CITEFLOW_{found.group(1).upper()}" if found else "a setting"
+        raise ConfigError(f"{name}: not valid JSON (lists and dicts are JSON values)") from None
 
 
 def env_example() -> str:
     """The text of ``.env.example``: every setting, its meaning and its default."""
-    import json
-
     lines = [
         "# citeflow settings. Every variable is optional: the defaults run fully offline",
         "# (local llama.cpp LLM, local all-MiniLM-L6-v2 embeddings, embedded Qdrant).",
