@@ -132,3 +132,28 @@ def test_an_empty_api_key_is_one_line(
     err = capsys.readouterr().err
     assert err.startswith("citeflow: error: CITEFLOW_API_KEYS: is set but empty")
     assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_serve_without_keys_on_a_network_address_is_refused(
+    env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["serve", "--host", "0.0.0.0", "--port", "8765"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("citeflow: error: refusing to serve on 0.0.0.0:8765 without API keys")
+    assert "--insecure-no-auth" in err
+
+
+def test_serve_with_insecure_no_auth_warns_at_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    fake = tmp_path / "model.gguf"
+    fake.write_bytes(b"definitely not a gguf file")  # start-up fails after the check
+    monkeypatch.setenv("CITEFLOW_DATA_DIR", str(tmp_path / "store"))
+    monkeypatch.setenv("CITEFLOW_LOCAL_MODEL_PATH", str(fake))
+    monkeypatch.setenv("CITEFLOW_EMBED_PROVIDER", "openai")
+    monkeypatch.setenv("CITEFLOW_OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    assert main(["serve", "--host", "0.0.0.0", "--insecure-no-auth"]) == 1
+    err = capsys.readouterr().err
+    assert "AUTH IS OFF on 0.0.0.0:8000 (--insecure-no-auth)" in err
+    assert err.strip().splitlines()[-1].startswith("citeflow: error:") and "model.gguf" in err

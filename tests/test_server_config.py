@@ -9,8 +9,10 @@ from typing import Any
 
 import httpx
 import pytest
+from pydantic import SecretStr
 
 from citeflow import server
+from citeflow.api import exposure
 from citeflow.api.options import ServerOptions
 from citeflow.errors import ConfigError
 from citeflow.settings import Settings
@@ -122,3 +124,46 @@ def test_no_route_depends_on_a_plain_def() -> None:
         }
     )
     assert sync == []
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("127.0.1.1", True),
+        ("localhost", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("192.168.1.20", False),
+        ("citeflow.example.com", False),
+        ("", False),
+    ],
+)
+def test_loopback_hosts(host: str, loopback: bool) -> None:
+    assert exposure.is_loopback(host) is loopback
+
+
+def _settings(**values: Any) -> Settings:
+    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+
+
+def test_no_keys_on_a_network_address_is_refused_in_one_line() -> None:
+    with pytest.raises(ConfigError) as info:
+        exposure.check_bind(_settings(host="0.0.0.0"))
+    message = str(info.value)
+    assert "0.0.0.0:8000" in message and "CITEFLOW_API_KEYS" in message
+    assert "--insecure-no-auth" in message and "\n" not in message
+
+
+def test_insecure_no_auth_serves_with_a_loud_warning() -> None:
+    warning = exposure.check_bind(_settings(host="0.0.0.0"), insecure_no_auth=True)
+    assert warning is not None and warning.startswith("AUTH IS OFF on 0.0.0.0:8000")
+    assert "\n" not in warning
+
+
+def test_keys_or_loopback_need_no_flag_and_say_nothing() -> None:
+    assert exposure.check_bind(_settings(host="0.0.0.0", api_keys=[SecretStr("k")])) is None
+    assert exposure.check_bind(_settings(host="127.0.0.1")) is None
+    assert exposure.check_bind(_settings(host="localhost"), insecure_no_auth=True) is None

@@ -153,7 +153,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         overrides["port"] = args.port
     settings = load_settings(**overrides)
     _announce(settings)
-    serve(settings)
+    serve(settings, insecure_no_auth=args.insecure_no_auth)
     return 0
 
 
@@ -229,6 +229,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve", help="run the OpenAI-compatible chat server (Open WebUI)")
     p.add_argument("--host", help="address to listen on (CITEFLOW_HOST)")
     p.add_argument("--port", type=int, help="port to listen on (CITEFLOW_PORT)")
+    p.add_argument(
+        "--insecure-no-auth",
+        action="store_true",
+        help="serve without API keys on a non-loopback address (anyone who can reach it can "
+        "read, upload and delete documents)",
+    )
     p.set_defaults(func=cmd_serve)
 
     models = sub.add_parser("models", help="local model files").add_subparsers(

@@ -25,6 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from citeflow import __version__
 from citeflow.api import documents, errors, routes
 from citeflow.api.engine import Engine
+from citeflow.api.exposure import check_bind
 from citeflow.api.limits import ChatLimits
 from citeflow.api.links import DocumentLinks
 from citeflow.api.options import ServerOptions
@@ -187,22 +188,29 @@ def uvicorn_config(app: Any, settings: Settings, options: ServerOptions) -> Any:
     )
 
 
-def serve(settings: Settings, *, options: ServerOptions | None = None) -> None:
+def serve(
+    settings: Settings, *, options: ServerOptions | None = None, insecure_no_auth: bool = False
+) -> None:
     """Build the engine from ``settings`` and serve it on ``settings.host``:``settings.port``.
 
-    Blocks until the server stops (Ctrl-C); the store is closed on the way out.
+    Blocks until the server stops (Ctrl-C); the store is closed on the way out. Without API
+    keys, a host other than loopback needs ``insecure_no_auth`` (`citeflow.api.exposure`).
 
     Raises:
+        ConfigError: no API keys on a non-loopback host without ``insecure_no_auth``.
         CiteflowError: a provider or the store cannot be opened (e.g. `StoreLockedError`).
     """
     import uvicorn
 
     from citeflow.providers.llm import describe_providers
 
+    warning = check_bind(settings, insecure_no_auth=insecure_no_auth)
     if not logging.getLogger("citeflow").handlers:
         from citeflow import logs
 
         logs.configure("INFO")
+    if warning:
+        log.warning(warning)
     use_embed_threads(settings)
     use_one_blas_thread()
     engine = Engine.from_settings(settings, options)
