@@ -15,6 +15,7 @@ from citeflow.api.engine import Engine
 from citeflow.citations.markers import cited_numbers
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.server import create_app
+from citeflow.store import Store
 from tests.fakes.llm import ScriptedLLM
 from tests.server_helpers import CountingEmbedding, content_of, events_of, make_engine, parse_sse
 
@@ -90,9 +91,21 @@ async def test_health_needs_no_key(kb: KnowledgeBase, llm: ScriptedLLM) -> None:
     async with await _client(engine) as c:
         assert (await c.get("/health")).json() == {"status": "ok"}
         ready = await c.get("/health/ready")
-        assert ready.status_code == 200 and ready.json()["status"] == "ready"
-        assert ready.json()["collections"] == 1
+        # open to anyone: its status only (no store path, no provider names or versions)
+        assert ready.status_code == 200 and ready.json() == {"status": "ready"}
         _assert_error(await c.get("/v1/models"), 401, "authentication_error", "Bearer")
+
+
+async def test_unready_health_says_only_so(kb: KnowledgeBase, llm: ScriptedLLM) -> None:
+    class UnreachableStore(Store):
+        def collections(self) -> list[str]:
+            raise OSError("/srv/secret/qdrant: input/output error")
+
+    engine = make_engine(kb, llm)
+    engine.store = UnreachableStore(kb.store.client, location="/srv/secret/qdrant")
+    async with await _client(engine) as c:
+        ready = await c.get("/health/ready")
+    assert ready.status_code == 503 and ready.json() == {"status": "unavailable"}
 
 
 # --- answers -------------------------------------------------------------------------------------

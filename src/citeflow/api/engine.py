@@ -299,23 +299,16 @@ class Engine:
         return record
 
     # --- health ------------------------------------------------------------------------------
-    async def readiness(self) -> dict[str, Any]:
-        """What is ready: the store answers and the providers are loaded.
+    async def readiness(self) -> None:
+        """Return when the store answers (the providers are loaded: the engine exists).
 
         Raises:
             NotReadyError: the store does not answer within 5 s or fails.
         """
         try:
-            collections = await asyncio.wait_for(self.collections(), timeout=5.0)
+            await asyncio.wait_for(self.collections(), timeout=5.0)
         except Exception as exc:
             raise NotReadyError(f"the store does not answer: {type(exc).__name__}") from exc
-        return {
-            "status": "ready",
-            "store": self.store.location if self.store.embedded else "qdrant server",
-            "collections": len(collections),
-            "llm": type(self.llm).__name__,
-            "embeddings": type(getattr(self.embed_model, "inner", self.embed_model)).__name__,
-        }
 
 
 async def _result(handler: WorkflowHandler) -> CitedResponse:

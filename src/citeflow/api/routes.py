@@ -3,7 +3,7 @@
 | route | auth | what |
 | --- | --- | --- |
 | ``GET /health`` | no | liveness |
-| ``GET /health/ready`` | no | the store answers and the providers are loaded (else 503) |
+| ``GET /health/ready`` | no | the store answers, the providers are loaded (else 503); status only |
 | ``GET /v1/models``, ``GET /v1/models/{id}`` | yes | one model per knowledge base |
 | ``POST /v1/chat/completions`` | yes | a cited answer; SSE when ``stream`` is true |
 
@@ -59,12 +59,18 @@ async def liveness() -> dict[str, str]:
 
 
 @health.get("/health/ready", response_model=None)
-async def readiness(engine: EngineDep) -> dict[str, Any] | JSONResponse:
-    """The store answers and the providers are loaded; 503 otherwise."""
+async def readiness(engine: EngineDep) -> dict[str, str] | JSONResponse:
+    """The store answers and the providers are loaded; 503 otherwise.
+
+    Open to anyone, so it says nothing but its status (no paths, no versions); why the server
+    is not ready goes to the log.
+    """
     try:
-        return await engine.readiness()
+        await engine.readiness()
     except NotReadyError as exc:
-        return JSONResponse({"status": "unavailable", "detail": exc.message}, status_code=503)
+        log.warning("not ready: %s", exc.message)
+        return JSONResponse({"status": "unavailable"}, status_code=503)
+    return {"status": "ready"}
 
 
 # --- models --------------------------------------------------------------------------------------
