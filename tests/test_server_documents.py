@@ -9,10 +9,12 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
+from citeflow.api.documents import shown_paths
 from citeflow.api.engine import Engine
 from citeflow.citations.markers import cited_numbers
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.server import create_app
+from citeflow.store import DocumentRecord
 from tests.fakes.llm import ScriptedLLM
 from tests.server_helpers import make_engine
 
@@ -147,3 +149,34 @@ async def test_documents_need_the_key(engine: Engine, tmp_path: Path) -> None:
         assert upload.status_code == 401
         ok = await c.get("/v1/collections/kb/documents", headers={"Authorization": "Bearer k"})
         assert ok.status_code == 200
+
+
+async def test_no_response_names_a_server_path(
+    client: httpx.AsyncClient, engine: Engine, tmp_path: Path
+) -> None:
+    handbook = tmp_path / "home" / "alice" / "handbook"
+    (handbook / "guides").mkdir(parents=True)
+    (handbook / "intro.md").write_bytes(BEES)
+    (handbook / "guides" / "owls.txt").write_bytes(OWLS)
+    await engine.ingest_files("animals", [handbook / "intro.md", handbook / "guides" / "owls.txt"])
+    upload = await client.post("/v1/collections/animals/documents", files=_files(("b.md", BEES)))
+    assert [d["file_path"] for d in upload.json()["data"]] == ["b.md"]
+    listed = await client.get("/v1/collections/animals/documents")
+    paths = {d["file_name"]: d["file_path"] for d in listed.json()["data"]}
+    # relative to what was ingested (the handbook folder), an upload by its name
+    assert paths == {"intro.md": "intro.md", "owls.txt": "guides/owls.txt", "b.md": "b.md"}
+    for response in (upload, listed):
+        assert str(tmp_path) not in response.text and "/home/" not in response.text
+
+
+def test_shown_paths_of_single_files_and_documents_without_one(tmp_path: Path) -> None:
+    def record(doc_id: str, path: str) -> DocumentRecord:
+        return DocumentRecord(doc_id, "h", path, Path(path).name, doc_id, 1)
+
+    uploads = tmp_path / "uploads" / "kb"
+    records = [
+        record("one", str(tmp_path / "notes" / "a.txt")),
+        record("memory", ""),
+        record("up", str(uploads / "b.pdf")),
+    ]
+    assert shown_paths(records, uploads) == {"one": "a.txt", "memory": "", "up": "b.pdf"}

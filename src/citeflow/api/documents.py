@@ -15,14 +15,20 @@ The file route accepts, in place of the bearer key, the signature of a signed so
 
 Uploaded files are kept in ``<data_dir>/uploads/<collection>/`` under their file name: they
 are the documents' originals, and uploading a file of the same name again replaces it.
+
+No response names a path of the server's file system: a document's ``file_path`` is its path
+relative to the folder that holds the collection's ingested files (`shown_paths`): an upload's
+file name, or e.g. ``guides/setup.md`` for ``citeflow ingest ~/handbook``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, BinaryIO
 
@@ -76,11 +82,35 @@ def check_collection(name: str) -> str:
     return name
 
 
-def _info(record: DocumentRecord) -> DocumentInfo:
+def shown_paths(records: Sequence[DocumentRecord], uploads: Path) -> dict[str, str]:
+    """Each document's path as a client may see it, by document id: relative to ``uploads``
+    for an uploaded file, else to the deepest folder holding all the other files (a single
+    file: its name); "" for a document that has no file."""
+    uploads = uploads.resolve()
+    paths = {r.doc_id: Path(r.file_path) for r in records if r.file_path}
+    ingested = [p for p in paths.values() if not p.is_relative_to(uploads)]
+    root: Path | None = None
+    if ingested:
+        try:
+            root = Path(os.path.commonpath([p.parent for p in ingested]))
+        except ValueError:  # relative and absolute paths mixed, or several drives
+            root = None
+    shown = {r.doc_id: "" for r in records}
+    for doc_id, path in paths.items():
+        if path.is_relative_to(uploads):
+            shown[doc_id] = path.relative_to(uploads).as_posix()
+        elif root is not None and path.is_relative_to(root):
+            shown[doc_id] = path.relative_to(root).as_posix()
+        else:
+            shown[doc_id] = path.name
+    return shown
+
+
+def _info(record: DocumentRecord, shown: dict[str, str]) -> DocumentInfo:
     return DocumentInfo(
         doc_id=record.doc_id,
         file_name=record.file_name,
-        file_path=record.file_path,
+        file_path=shown.get(record.doc_id, ""),
         title=record.title,
         chunks=record.chunks,
         complete=record.complete,
@@ -140,11 +170,14 @@ async def upload_documents(
         for path in paths:
             path.unlink(missing_ok=True)
         raise UnprocessableError("; ".join(reason for _, reason in report.failed))
-    records = {Path(r.file_path).name: r for r in await engine.documents(collection)}
+    here = folder.resolve()
+    uploaded = [r for r in await engine.documents(collection) if r.file_path]
+    records = {Path(r.file_path).name: r for r in uploaded if Path(r.file_path).parent == here}
+    shown = shown_paths(list(records.values()), folder)
     return {
         "object": "list",
         "collection": collection,
-        "data": [_info(records[n]).model_dump() for n in names if n in records],
+        "data": [_info(records[n], shown).model_dump() for n in names if n in records],
         "added": report.documents_added,
         "replaced": report.replaced,
         "unchanged": report.unchanged,
@@ -156,8 +189,10 @@ async def upload_documents(
 @router.get("/collections/{name}/documents")
 async def list_documents(name: str, engine: EngineDep) -> DocumentList:
     """The documents of a knowledge base; 404 if there is none of that name."""
-    records = await engine.documents(check_collection(name))
-    return DocumentList(collection=name, data=[_info(r) for r in records])
+    collection = check_collection(name)
+    records = await engine.documents(collection)
+    shown = shown_paths(records, engine.upload_dir(collection))
+    return DocumentList(collection=name, data=[_info(r, shown) for r in records])
 
 
 @router.delete("/collections/{name}/documents/{doc_id}")

@@ -229,7 +229,10 @@ class DocumentInfo(BaseModel):
 
     doc_id: str
     file_name: str
-    file_path: str
+    file_path: str = Field(
+        description="The file's path relative to the folder of the collection's files (an "
+        "upload: its name; never a server path); empty for a document with no file."
+    )
     title: str
     chunks: int
     complete: bool = True
