@@ -23,9 +23,9 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from citeflow import __version__
-from citeflow.api import documents, errors, routes
+from citeflow.api import docs, documents, errors, routes
 from citeflow.api.engine import Engine
-from citeflow.api.exposure import check_bind
+from citeflow.api.exposure import check_bind, docs_enabled
 from citeflow.api.limits import ChatLimits
 from citeflow.api.links import DocumentLinks
 from citeflow.api.options import ServerOptions
@@ -37,7 +37,10 @@ log = logging.getLogger("citeflow.server")
 
 def create_app(engine: Engine) -> FastAPI:
     """The FastAPI app serving ``engine`` (which the caller owns and closes; the app closes the
-    engine's event-loop-bound clients when it shuts down)."""
+    engine's event-loop-bound clients when it shuts down).
+
+    The API docs are served when ``CITEFLOW_API_DOCS`` allows, behind the key (`citeflow.api.docs`).
+    """
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -49,6 +52,9 @@ def create_app(engine: Engine) -> FastAPI:
         title="citeflow",
         version=__version__,
         summary="Answers questions over your documents with numbered, verifiable citations.",
+        openapi_url=None,  # citeflow.api.docs serves them, when allowed and behind the key
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.engine = engine
     app.state.limits = ChatLimits(
@@ -60,6 +66,8 @@ def create_app(engine: Engine) -> FastAPI:
     app.include_router(routes.api)
     app.include_router(documents.router)
     app.include_router(documents.files)
+    if docs_enabled(engine.settings):
+        app.include_router(docs.router)
     app.add_middleware(AccessLog)
     return app
 

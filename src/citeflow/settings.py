@@ -21,6 +21,7 @@ JudgeKind = Literal["auto", "on", "off"]
 CitationModeKind = Literal["auto", "markers", "structured", "evidence"]
 RetrievalMode = Literal["hybrid", "dense", "keyword"]
 FusionKind = Literal["rrf", "relative"]
+DocsKind = Literal["auto", "on", "off"]
 
 DEFAULT_LOCAL_MODEL_FILE = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 
@@ -242,6 +243,11 @@ class Settings(BaseSettings):
         default=None,
         description="File of bearer keys, one per line (blank lines and # comments ignored), "
         "e.g. a Docker or Kubernetes secret; its keys are added to CITEFLOW_API_KEYS.",
+    )
+    api_docs: DocsKind = Field(
+        default="auto",
+        description="/docs, /redoc and /openapi.json: auto (on only when bound to loopback) | on "
+        "| off; with API keys they need the key too.",
     )
     public_url: str = Field(
         default="",

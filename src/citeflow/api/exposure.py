@@ -4,6 +4,9 @@ Without ``CITEFLOW_API_KEYS`` anyone who reaches the server can ask, upload and 
 documents. That is fine on a loopback address (only this machine), not on ``0.0.0.0`` or a
 network interface: `check_bind` refuses such an address without keys, unless the operator says
 ``--insecure-no-auth``, and then it is said loudly at start.
+
+The API's documentation (``/docs``, ``/redoc``, ``/openapi.json``) describes every route: with
+``CITEFLOW_API_DOCS=auto`` it is served on a loopback address only (`docs_enabled`).
 """
 
 from __future__ import annotations
@@ -46,3 +49,10 @@ def check_bind(settings: Settings, *, insecure_no_auth: bool = False) -> str | N
         f"AUTH IS OFF on {where} (--insecure-no-auth): anyone who can reach it can read, "
         "upload and delete documents; set CITEFLOW_API_KEYS or CITEFLOW_API_KEYS_FILE"
     )
+
+
+def docs_enabled(settings: Settings) -> bool:
+    """Whether to serve the API docs: ``CITEFLOW_API_DOCS`` on, off, or auto (loopback only)."""
+    if settings.api_docs == "auto":
+        return is_loopback(settings.host)
+    return settings.api_docs == "on"

@@ -1,0 +1,82 @@
+"""The API docs (/docs, /redoc, /openapi.json): behind CITEFLOW_API_DOCS and the key."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from pydantic import SecretStr
+
+from citeflow.api.engine import Engine
+from citeflow.api.exposure import docs_enabled
+from citeflow.knowledge_base import KnowledgeBase
+from citeflow.server import create_app
+from citeflow.settings import Settings
+from tests.fakes.llm import ScriptedLLM
+from tests.server_helpers import make_engine
+
+DOCS = ("/openapi.json", "/docs", "/redoc")
+KEY = {"Authorization": "Bearer k1"}
+
+
+@pytest.fixture
+def engine(kb: KnowledgeBase) -> Engine:
+    return make_engine(kb, ScriptedLLM(["An answer [1]."]))
+
+
+def _client(engine: Engine) -> httpx.AsyncClient:
+    transport = httpx.ASGITransport(app=create_app(engine))
+    return httpx.AsyncClient(transport=transport, base_url="http://testserver")
+
+
+@pytest.mark.parametrize(
+    ("host", "setting", "enabled"),
+    [
+        ("127.0.0.1", "auto", True),
+        ("localhost", "auto", True),
+        ("0.0.0.0", "auto", False),
+        ("10.0.0.5", "auto", False),
+        ("0.0.0.0", "on", True),
+        ("127.0.0.1", "off", False),
+    ],
+)
+def test_docs_are_on_by_default_only_on_loopback(host: str, setting: str, enabled: bool) -> None:
+    settings = Settings(_env_file=None, host=host, api_docs=setting)  # type: ignore[call-arg]
+    assert docs_enabled(settings) is enabled
+
+
+async def test_docs_on_loopback_without_keys(engine: Engine) -> None:
+    async with _client(engine) as c:
+        schema = await c.get("/openapi.json")
+        assert schema.status_code == 200 and "/v1/chat/completions" in schema.json()["paths"]
+        for path in ("/docs", "/redoc"):
+            page = await c.get(path)
+            assert page.status_code == 200 and "/openapi.json" in page.text
+
+
+async def test_docs_are_off_on_a_network_address_by_default(engine: Engine) -> None:
+    engine.settings.host = "0.0.0.0"
+    engine.settings.api_keys = [SecretStr("k1")]
+    async with _client(engine) as c:
+        for path in DOCS:
+            response = await c.get(path, headers=KEY)
+            assert response.status_code == 404, path
+            assert response.json()["error"]["type"] == "not_found_error"
+
+
+async def test_docs_off(engine: Engine) -> None:
+    engine.settings.api_docs = "off"
+    async with _client(engine) as c:
+        for path in DOCS:
+            assert (await c.get(path)).status_code == 404, path
+
+
+async def test_docs_on_with_keys_need_the_key(engine: Engine) -> None:
+    engine.settings.host = "0.0.0.0"
+    engine.settings.api_docs = "on"
+    engine.settings.api_keys = [SecretStr("k1")]
+    async with _client(engine) as c:
+        for path in DOCS:
+            refused = await c.get(path)
+            assert refused.status_code == 401, path
+            assert refused.json()["error"]["type"] == "authentication_error"
+            assert (await c.get(path, headers=KEY)).status_code == 200, path
