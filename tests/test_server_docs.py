@@ -80,3 +80,43 @@ async def test_docs_on_with_keys_need_the_key(engine: Engine) -> None:
             assert refused.status_code == 401, path
             assert refused.json()["error"]["type"] == "authentication_error"
             assert (await c.get(path, headers=KEY)).status_code == 200, path
+
+
+def _refs(node: object) -> list[str]:
+    if isinstance(node, dict):
+        found = [node["$ref"]] if isinstance(node.get("$ref"), str) else []
+        return found + [r for value in node.values() for r in _refs(value)]
+    if isinstance(node, list):
+        return [r for value in node for r in _refs(value)]
+    return []
+
+
+async def test_schema_declares_the_bearer_scheme_and_the_chat_request(engine: Engine) -> None:
+    async with _client(engine) as c:
+        schema = (await c.get("/openapi.json")).json()
+    schemes = schema["components"]["securitySchemes"]
+    (name,) = schemes
+    assert (schemes[name]["type"], schemes[name]["scheme"]) == ("http", "bearer")
+    paths = schema["paths"]
+    for path, method in (
+        ("/v1/models", "get"),
+        ("/v1/chat/completions", "post"),
+        ("/v1/collections/{name}/documents", "post"),
+        ("/v1/collections/{name}/documents/{doc_id}", "delete"),
+        ("/v1/documents/{name}/{doc_id}/file", "get"),
+    ):
+        assert paths[path][method]["security"] == [{name: []}], path
+    assert "security" not in paths["/health"]["get"]
+    assert "security" not in paths["/health/ready"]["get"]
+
+    body = paths["/v1/chat/completions"]["post"]["requestBody"]
+    assert body["required"] is True
+    ref = body["content"]["application/json"]["schema"]["$ref"]
+    request = schema["components"]["schemas"][ref.rsplit("/", 1)[-1]]
+    fields = {"model", "messages", "stream", "stream_options", "citeflow"}
+    assert fields <= set(request["properties"])
+    assert set(request["required"]) == {"model", "messages"}
+    # every reference resolves in the document
+    for target in _refs(schema):
+        assert target.startswith("#/components/schemas/"), target
+        assert target.rsplit("/", 1)[-1] in schema["components"]["schemas"], target

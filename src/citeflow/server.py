@@ -62,6 +62,7 @@ def create_app(engine: Engine) -> FastAPI:
     )
     app.state.links = DocumentLinks.from_settings(engine.settings)
     errors.install(app)
+    docs.install(app)
     app.include_router(routes.health)
     app.include_router(routes.api)
     app.include_router(documents.router)

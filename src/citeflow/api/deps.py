@@ -9,7 +9,8 @@ from __future__ import annotations
 import secrets
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from citeflow.api.engine import Engine
 from citeflow.api.errors import AuthenticationError
@@ -45,6 +46,14 @@ async def get_links(request: Request) -> DocumentLinks:
     return links
 
 
+#: ``Authorization: Bearer <key>``, declared in the OpenAPI schema; a missing or other header is
+#: None here, and `require_api_key` says what is wrong.
+bearer_scheme = HTTPBearer(
+    auto_error=False, description="One of the server's CITEFLOW_API_KEYS (none configured: open)."
+)
+BearerDep = Annotated[HTTPAuthorizationCredentials | None, Security(bearer_scheme)]
+
+
 def bearer_token(request: Request) -> str | None:
     """The token of the ``Authorization: Bearer <token>`` header, if there is one."""
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
@@ -62,7 +71,9 @@ def check_key(token: str, keys: list[bytes]) -> bool:
 
 
 async def require_api_key(
-    request: Request, settings: Annotated[Settings, Depends(get_settings)]
+    request: Request,
+    settings: Annotated[Settings, Depends(get_settings)],
+    credentials: BearerDep,
 ) -> None:
     """Require ``Authorization: Bearer <key>`` with one of ``CITEFLOW_API_KEYS``; none: open.
 
@@ -71,7 +82,7 @@ async def require_api_key(
     """
     if not settings.api_keys:
         return
-    token = bearer_token(request)
+    token = credentials.credentials if credentials is not None else None
     if token is None:
         raise AuthenticationError(
             "no API key: send the header 'Authorization: Bearer <key>' with a key from "
@@ -88,6 +99,7 @@ async def require_key_or_link(
     doc_id: str,
     settings: Annotated[Settings, Depends(get_settings)],
     links: Annotated[DocumentLinks, Depends(get_links)],
+    credentials: BearerDep,
     expires: str | None = None,
     sig: str | None = None,
 ) -> None:
@@ -100,7 +112,7 @@ async def require_key_or_link(
     if not settings.api_keys:
         return
     if request.headers.get("authorization") or not sig:
-        await require_api_key(request, settings)
+        await require_api_key(request, settings, credentials)
         return
     links.check(name, doc_id, expires, sig)
 

@@ -25,6 +25,7 @@ from starlette.types import Receive, Scope, Send
 
 from citeflow.api import wire
 from citeflow.api.deps import EngineDep, LimitsDep, LinksDep, bearer_token, require_api_key
+from citeflow.api.docs import json_body
 from citeflow.api.engine import Engine
 from citeflow.api.errors import BadRequestError, NotReadyError, PayloadTooLargeError
 from citeflow.api.limits import Slot, client_id
@@ -183,12 +184,8 @@ async def _plain_sse(text: str, model: str, prompt_text: str) -> AsyncGenerator[
     tags=["chat"],
     response_model=ChatCompletion,
     responses={200: {"content": {"text/event-stream": {}}}},
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": {"type": "object"}}},
-        }
-    },
+    # documentation only: the body is read after the limits, by `read_json`
+    openapi_extra=json_body(ChatCompletionRequest),
 )
 async def chat_completions(
     request: Request, engine: EngineDep, limits: LimitsDep, links: LinksDep
