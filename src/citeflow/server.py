@@ -29,6 +29,7 @@ from citeflow.api.exposure import check_bind, docs_enabled
 from citeflow.api.limits import ChatLimits
 from citeflow.api.links import DocumentLinks
 from citeflow.api.options import ServerOptions
+from citeflow.api.throttle import FailedKeys
 from citeflow.errors import ConfigError
 from citeflow.settings import Settings
 
@@ -61,6 +62,9 @@ def create_app(engine: Engine) -> FastAPI:
         engine.options.max_concurrent_chats, engine.options.chats_per_minute
     )
     app.state.links = DocumentLinks.from_settings(engine.settings)
+    app.state.failed_keys = FailedKeys(
+        engine.settings.auth_max_failures, engine.settings.auth_failure_window
+    )
     errors.install(app)
     docs.install(app)
     app.include_router(routes.health)

@@ -244,6 +244,15 @@ class Settings(BaseSettings):
         description="File of bearer keys, one per line (blank lines and # comments ignored), "
         "e.g. a Docker or Kubernetes secret; its keys are added to CITEFLOW_API_KEYS.",
     )
+    auth_max_failures: int = Field(
+        default=10,
+        ge=0,
+        description="Wrong API keys one client address may send per CITEFLOW_AUTH_FAILURE_WINDOW;"
+        " more get 429 (a right key always passes). 0: off.",
+    )
+    auth_failure_window: int = Field(
+        default=60, ge=1, description="Seconds over which wrong API keys are counted."
+    )
     api_docs: DocsKind = Field(
         default="auto",
         description="/docs, /redoc and /openapi.json: auto (on only when bound to loopback) | on "

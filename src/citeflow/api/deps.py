@@ -1,5 +1,8 @@
 """FastAPI dependencies: the engine, its settings and options, limits, links and auth.
 
+Auth is the bearer key (`require_api_key`); wrong keys are counted per client address and
+slowed down past a limit (`citeflow.api.throttle`).
+
 They are ``async def`` although none of them waits: FastAPI runs a plain ``def`` dependency in
 its thread pool, a round trip through a worker thread (and the GIL) per dependency per request.
 """
@@ -17,6 +20,7 @@ from citeflow.api.errors import AuthenticationError
 from citeflow.api.limits import ChatLimits
 from citeflow.api.links import DocumentLinks
 from citeflow.api.options import ServerOptions
+from citeflow.api.throttle import FailedKeys
 from citeflow.settings import Settings
 
 
@@ -46,6 +50,14 @@ async def get_links(request: Request) -> DocumentLinks:
     return links
 
 
+async def get_failed_keys(request: Request) -> FailedKeys:
+    """The app's count of wrong API keys per client (`citeflow.server.create_app`)."""
+    failed: FailedKeys = request.app.state.failed_keys
+    return failed
+
+
+FailedKeysDep = Annotated[FailedKeys, Depends(get_failed_keys)]
+
 #: ``Authorization: Bearer <key>``, declared in the OpenAPI schema; a missing or other header is
 #: None here, and `require_api_key` says what is wrong.
 bearer_scheme = HTTPBearer(
@@ -74,11 +86,16 @@ async def require_api_key(
     request: Request,
     settings: Annotated[Settings, Depends(get_settings)],
     credentials: BearerDep,
+    failed: FailedKeysDep,
 ) -> None:
     """Require ``Authorization: Bearer <key>`` with one of ``CITEFLOW_API_KEYS``; none: open.
 
+    A right key always passes. A wrong one is counted against the client's address; past
+    ``CITEFLOW_AUTH_MAX_FAILURES`` of them in the window, the answer is 429 instead of 401.
+
     Raises:
         AuthenticationError: the header is missing, malformed or names no configured key (401).
+        AuthThrottledError: a wrong key from an address that sent too many of them (429).
     """
     if not settings.api_keys:
         return
@@ -89,8 +106,12 @@ async def require_api_key(
             "CITEFLOW_API_KEYS"
         )
     keys = [key.get_secret_value().encode() for key in settings.api_keys]
-    if not check_key(token, keys):
-        raise AuthenticationError("invalid API key")
+    if check_key(token, keys):
+        return
+    client = request.client.host if request.client else "unknown"
+    failed.check(client)
+    failed.failed(client)
+    raise AuthenticationError("invalid API key")
 
 
 async def require_key_or_link(
@@ -100,6 +121,7 @@ async def require_key_or_link(
     settings: Annotated[Settings, Depends(get_settings)],
     links: Annotated[DocumentLinks, Depends(get_links)],
     credentials: BearerDep,
+    failed: FailedKeysDep,
     expires: str | None = None,
     sig: str | None = None,
 ) -> None:
@@ -112,7 +134,7 @@ async def require_key_or_link(
     if not settings.api_keys:
         return
     if request.headers.get("authorization") or not sig:
-        await require_api_key(request, settings, credentials)
+        await require_api_key(request, settings, credentials, failed)
         return
     links.check(name, doc_id, expires, sig)
 

@@ -12,6 +12,7 @@ Every error the server returns, in a response or as the last data line of a stre
 | a message or body over the limit | 413 | ``invalid_request_error`` |
 | a well-formed request that cannot be processed | 422 | ``invalid_request_error`` |
 | too many chats in progress or per minute (with ``Retry-After``) | 429 | ``rate_limit_error`` |
+| too many wrong API keys from one address (with ``Retry-After``) | 429 | ``rate_limit_error`` |
 | `UpstreamError` (LLM or embedding provider) | 502 | ``upstream_error`` |
 | `StoreLockedError`, `ModelError`, not ready | 503 | ``server_error`` |
 | anything else | 500 | ``server_error`` (details in the log only) |
@@ -82,6 +83,12 @@ class RateLimitError(CiteflowError):
     def __init__(self, message: str, *, retry_after: float) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class AuthThrottledError(RateLimitError):
+    """Too many wrong API keys from one client address (`citeflow.api.throttle`)."""
+
+    code = "too_many_failed_keys"
 
 
 class ModelNotFoundError(CollectionNotFoundError):
