@@ -3,10 +3,11 @@
 ``create_app(engine)`` assembles the FastAPI app around an `Engine` (tests pass one built from
 fakes); ``serve(settings)`` builds the engine once from the settings and runs uvicorn::
 
-    citeflow serve --host 0.0.0.0 --port 8000
+    CITEFLOW_API_KEYS=a-long-secret citeflow serve --host 0.0.0.0 --port 8000
 
-Open WebUI: add an OpenAI connection to ``http://HOST:PORT/v1`` with one of
-``CITEFLOW_API_KEYS``; each knowledge base is a model ``citeflow-<collection>``.
+(without keys, a host other than loopback is refused unless ``--insecure-no-auth``: see
+`citeflow.api.exposure`). Open WebUI: add an OpenAI connection to ``http://HOST:PORT/v1`` with
+one of ``CITEFLOW_API_KEYS``; each knowledge base is a model ``citeflow-<collection>``.
 """
 
 from __future__ import annotations
