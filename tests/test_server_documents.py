@@ -112,6 +112,9 @@ async def test_documents_of_an_existing_collection_and_their_files(
         ("/v1/collections/animals/documents", [("empty.txt", b"   ")], 422, ["empty file"]),
         ("/v1/collections/animals/documents", [("big.txt", b"x" * 1001)], 413, ["1000 bytes"]),
         ("/v1/collections/bad%20name/documents", [("owls.txt", OWLS)], 400, ["collection name"]),
+        ("/v1/collections/.../documents", [("owls.txt", OWLS)], 400, ["'...' is not valid"]),
+        ("/v1/collections/_x/documents", [("owls.txt", OWLS)], 400, ["1-64 letters"]),
+        (f"/v1/collections/{'a' * 65}/documents", [("owls.txt", OWLS)], 400, ["1-64 letters"]),
         ("/v1/collections/animals/documents", [("..", OWLS)], 400, ["not usable"]),
     ],
 )
@@ -129,6 +132,26 @@ async def test_bad_uploads(
         assert word in response.json()["error"]["message"]
     folder = engine.upload_dir("animals")
     assert not folder.exists() or not any(folder.iterdir())  # nothing left behind
+
+
+@pytest.mark.parametrize(
+    ("method", "url"),
+    [
+        ("GET", "/v1/collections/.../documents"),
+        ("DELETE", "/v1/collections/.../documents/abc"),
+        ("GET", "/v1/documents/.../abc/file"),
+        ("GET", "/v1/collections/a.b/documents"),
+    ],
+)
+async def test_collection_names_are_checked_on_every_route(
+    client: httpx.AsyncClient, method: str, url: str
+) -> None:
+    response = await client.request(method, url)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["param"] == "name"
+    assert error["code"] == "invalid_collection_name"
+    assert "is not valid: use 1-64 letters, digits, '-' or '_'" in error["message"]
 
 
 async def test_missing_file_part_and_unknown_collection(client: httpx.AsyncClient) -> None:

@@ -41,6 +41,13 @@ class EmptyQueryError(InvalidRequestError):
     """The question is empty."""
 
 
+class InvalidCollectionNameError(InvalidRequestError):
+    """A collection name breaks the rule of `citeflow.names` (HTTP 400)."""
+
+    param = "name"
+    code = "invalid_collection_name"
+
+
 class CollectionNotFoundError(CiteflowError):
     """No knowledge base of that name exists."""
 

@@ -270,9 +270,12 @@ class Settings(BaseSettings):
     @field_validator("collection")
     @classmethod
     def _collection_name(cls, value: str) -> str:
+        from citeflow.names import collection_name_problem
+
         value = value.strip()
-        if not value or not all(c.isalnum() or c in "-_." for c in value):
-            raise ValueError(f"collection name {value!r} must be letters, digits, '-', '_' or '.'")
+        problem = collection_name_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
         return value
 
     @model_validator(mode="after")
@@ -331,7 +334,8 @@ def load_settings(**overrides: object) -> Settings:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ())) or "settings"
         name = f"CITEFLOW_{where.upper()}" if where != "settings" else where
-        raise ConfigError(f"{name}: {first.get('msg', 'invalid value')}") from None
+        message = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
+        raise ConfigError(f"{name}: {message}") from None
 
 
 def env_example() -> str:

@@ -20,7 +20,6 @@ are the documents' originals, and uploading a file of the same name again replac
 from __future__ import annotations
 
 import asyncio
-import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -34,9 +33,8 @@ from citeflow.api.errors import BadRequestError, PayloadTooLargeError
 from citeflow.api.schemas import DocumentInfo, DocumentList, ErrorResponse
 from citeflow.errors import CiteflowError, CollectionNotFoundError
 from citeflow.ingestion.readers import SUPPORTED_SUFFIXES
+from citeflow.names import check_collection_name
 from citeflow.store import DocumentRecord
-
-_COLLECTION_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorResponse} for status in (400, 401, 403, 404, 413, 422, 503)
@@ -65,15 +63,6 @@ class UnprocessableError(CiteflowError):
 
     kind = "invalid_request_error"
     status = 422
-
-
-def check_collection(name: str) -> str:
-    """A valid collection name (letters, digits, '-', '_', '.'), else HTTP 400."""
-    if not _COLLECTION_RE.match(name) or name in (".", ".."):
-        raise BadRequestError(
-            f"collection name {name!r} must be letters, digits, '-', '_' or '.'", param="name"
-        )
-    return name
 
 
 def _info(record: DocumentRecord) -> DocumentInfo:
@@ -125,7 +114,7 @@ async def upload_documents(
     name: str, engine: EngineDep, file: Annotated[list[UploadFile], File()]
 ) -> dict[str, Any]:
     """Add or replace documents (multipart ``file`` parts); unchanged files are skipped."""
-    collection = check_collection(name)
+    collection = check_collection_name(name)
     names = [_safe_name(upload.filename) for upload in file]
     if len(set(names)) != len(names):
         raise BadRequestError("the same file name is uploaded twice", param="file")
@@ -156,14 +145,14 @@ async def upload_documents(
 @router.get("/collections/{name}/documents")
 async def list_documents(name: str, engine: EngineDep) -> DocumentList:
     """The documents of a knowledge base; 404 if there is none of that name."""
-    records = await engine.documents(check_collection(name))
+    records = await engine.documents(check_collection_name(name))
     return DocumentList(collection=name, data=[_info(r) for r in records])
 
 
 @router.delete("/collections/{name}/documents/{doc_id}")
 async def delete_document(name: str, doc_id: str, engine: EngineDep) -> dict[str, Any]:
     """Remove a document's chunks (and its file, if it was uploaded here)."""
-    record = await engine.delete_document(check_collection(name), doc_id)
+    record = await engine.delete_document(check_collection_name(name), doc_id)
     return {"id": record.doc_id, "object": "document", "deleted": True}
 
 
@@ -177,7 +166,7 @@ async def document_file(name: str, doc_id: str, engine: EngineDep) -> FileRespon
 
     Auth: the bearer key, or the ``expires`` and ``sig`` of a signed source link.
     """
-    record = await engine.document(check_collection(name), doc_id)
+    record = await engine.document(check_collection_name(name), doc_id)
     path = Path(record.file_path) if record.file_path else None
     if path is None or not await asyncio.to_thread(path.is_file):
         raise CollectionNotFoundError(f"the file of document {doc_id!r} is not available")
