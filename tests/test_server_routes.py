@@ -323,3 +323,84 @@ async def test_bearer_keys(kb: KnowledgeBase, llm: ScriptedLLM) -> None:
 async def test_unknown_route_and_method_are_openai_errors(client: httpx.AsyncClient) -> None:
     _assert_error(await client.get("/v1/nothing"), 404, "not_found_error")
     _assert_error(await client.get("/v1/chat/completions"), 405, "invalid_request_error")
+
+
+# --- malformed JSON that json.loads accepts ------------------------------------------------------
+def _raw(content_json: str, **extra: str) -> bytes:
+    """A chat request whose user content is ``content_json`` (a JSON string literal, as sent)."""
+    fields = "".join(f', "{k}": {v}' for k, v in extra.items())
+    return (
+        '{"model": "citeflow-kb", "messages": [{"role": "user", "content": '
+        + content_json
+        + "}]"
+        + fields
+        + "}"
+    ).encode("utf-8", "surrogatepass")  # a surrogate in the text: its raw (invalid) UTF-8 bytes
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        (_raw('"Who bought Viaweb? \\ud800"'), "messages[0].content"),
+        (_raw('"tail \\udfff"'), "messages[0].content"),
+        (_raw('"x"', tools='[{"name": "\\ud800"}]'), "tools[0].name"),
+        (_raw('"x"', user='{"\\udc00": 1}'), "user"),
+        (_raw('"raw UTF-8 bytes of a surrogate: \ud800"'), "messages[0].content"),
+    ],
+    ids=["high", "low", "nested", "key", "raw-bytes"],
+)
+async def test_a_lone_surrogate_is_400_before_any_work(
+    kb: KnowledgeBase, body: bytes, param: str, stream: bool
+) -> None:
+    llm = ScriptedLLM([ANSWER])
+    embed = CountingEmbedding()
+    if stream:
+        body = body[:-1] + b', "stream": true}'
+    async with await _client(make_engine(kb, llm, embed_model=embed)) as c:
+        response = await c.post(
+            "/v1/chat/completions", content=body, headers={"content-type": "application/json"}
+        )
+    _assert_error(response, 400, "invalid_request_error", "lone UTF-16 surrogate", "\\ud", param)
+    assert response.json()["error"]["param"] == param
+    assert response.json()["error"]["code"] == "invalid_unicode"
+    assert embed.queries == 0 and llm.prompts == []  # refused before any work
+
+
+async def test_a_surrogate_pair_is_fine(client: httpx.AsyncClient) -> None:
+    body = _raw('"Where do ducks \\ud83e\\udd86 live?"', stream="true")
+    response = await client.post(
+        "/v1/chat/completions", content=body, headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 200, response.text
+    assert parse_sse(response.text)[-1] == "[DONE]"
+
+
+@pytest.mark.parametrize("depth", [65, 1000, 100_000])
+async def test_deeply_nested_json_is_400(client: httpx.AsyncClient, depth: int) -> None:
+    nested = "[" * depth + "]" * depth
+    response = await client.post(
+        "/v1/chat/completions",
+        content=_raw('"hi"', tools=nested),
+        headers={"content-type": "application/json"},
+    )
+    _assert_error(response, 400, "invalid_request_error", "more than 64 levels deep")
+
+
+async def test_reasonable_nesting_and_big_bodies_are_fine(client: httpx.AsyncClient) -> None:
+    nested: Any = "leaf"
+    for _ in range(27):  # 54 levels, + 5 for the tools list: 59
+        nested = {"type": "object", "properties": {"q": nested}}
+    request = _chat(tools=[*_tools(), {"type": "function", "function": {"parameters": nested}}])
+    response = await client.post("/v1/chat/completions", json=request)
+    assert response.status_code == 200, response.text
+    # a body past PARSE_INLINE_BYTES is parsed in a worker thread, and checked the same way
+    big = _chat(padding="x" * 300_000)
+    assert (await client.post("/v1/chat/completions", json=big)).status_code == 200
+    big["messages"][0]["content"] = "\ud800"
+    response = await client.post(
+        "/v1/chat/completions",
+        content=json.dumps(big).encode(),
+        headers={"content-type": "application/json"},
+    )
+    _assert_error(response, 400, "invalid_request_error", "surrogate")

@@ -14,7 +14,6 @@ Chat completions are admitted by `citeflow.api.limits.ChatLimits` (HTTP 429 with
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncGenerator, Awaitable
 from typing import Any, TypeVar
@@ -24,9 +23,10 @@ from fastapi.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from citeflow.api import wire
+from citeflow.api.body import parse_json_object
 from citeflow.api.deps import EngineDep, LimitsDep, LinksDep, bearer_token, require_api_key
 from citeflow.api.engine import Engine
-from citeflow.api.errors import BadRequestError, NotReadyError, PayloadTooLargeError
+from citeflow.api.errors import NotReadyError, PayloadTooLargeError
 from citeflow.api.limits import Slot, client_id
 from citeflow.api.links import DocumentLinks
 from citeflow.api.options import ServerOptions
@@ -42,6 +42,9 @@ from citeflow.api.schemas import (
 log = logging.getLogger("citeflow.server")
 
 T = TypeVar("T")
+
+#: Request bodies up to this size are parsed on the event loop; larger ones in a worker thread.
+PARSE_INLINE_BYTES = 256 * 1024
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorResponse} for status in (400, 401, 404, 413, 429, 500, 502, 503)
@@ -92,7 +95,8 @@ async def read_json(request: Request, limit: int) -> dict[str, Any]:
 
     Raises:
         PayloadTooLargeError: the body is larger than ``limit`` (413).
-        BadRequestError: the body is not a JSON object (400).
+        BadRequestError: the body is not a JSON object, is nested too deep or holds a lone
+            surrogate (400, `citeflow.api.body`).
     """
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
@@ -102,15 +106,9 @@ async def read_json(request: Request, limit: int) -> dict[str, Any]:
         body += piece
         if len(body) > limit:
             raise PayloadTooLargeError(f"the request body is over the limit of {limit} bytes")
-    try:
-        value = json.loads(body)
-    except ValueError as exc:
-        raise BadRequestError(
-            f"the request body is not valid JSON: {exc}", code="invalid_json"
-        ) from None
-    if not isinstance(value, dict):
-        raise BadRequestError("the request body must be a JSON object")
-    return value
+    if len(body) > PARSE_INLINE_BYTES:  # parsing and checking take milliseconds: off the loop
+        return await asyncio.to_thread(parse_json_object, body)
+    return parse_json_object(body)
 
 
 def wants_source_list(
