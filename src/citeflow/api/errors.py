@@ -170,10 +170,13 @@ def _param_path(loc: list[str]) -> str:
 
 
 def headers_for(exc: BaseException, status: int) -> dict[str, str] | None:
-    """The headers an error response needs: ``WWW-Authenticate`` on 401, ``Retry-After``."""
+    """The headers an error response needs: ``WWW-Authenticate`` on 401, ``Retry-After``;
+    ``Connection: close`` on 413 (the rest of the body is left unread)."""
     headers: dict[str, str] = {}
     if status == 401:
         headers["WWW-Authenticate"] = "Bearer"
+    if status == 413:
+        headers["Connection"] = "close"
     retry_after = getattr(exc, "retry_after", None)
     if isinstance(retry_after, int | float):
         headers["Retry-After"] = str(max(1, math.ceil(retry_after)))
