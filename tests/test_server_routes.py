@@ -219,7 +219,8 @@ async def test_llm_failure(kb: KnowledgeBase) -> None:
     async with await _client(make_engine(kb, llm)) as c:
         plain = await c.post("/v1/chat/completions", json=_chat())
         streamed = await c.post("/v1/chat/completions", json=_chat(stream=True))
-    _assert_error(plain, 502, "upstream_error", "overloaded")
+    _assert_error(plain, 502, "upstream_error", "provider failed", "server log")
+    assert "overloaded" not in plain.text and "overloaded" not in streamed.text
     items = parse_sse(streamed.text)
     assert items[-1] == "[DONE]"
     assert items[-2]["error"]["type"] == "upstream_error"

@@ -1,7 +1,9 @@
 """The one place that turns errors into OpenAI error bodies and HTTP statuses.
 
 Every error the server returns, in a response or as the last data line of a stream, is
-``{"error": {"message": ..., "type": ..., "param": ..., "code": ...}}``:
+``{"error": {"message": ..., "type": ..., "param": ..., "code": ...}}``. A provider's failure is
+told in general terms (`UpstreamError.public`); its own message, which may name the server's key
+or account, goes to the server log (`log_failure`).
 
 | cause | status | type |
 | --- | --- | --- |
@@ -12,6 +14,7 @@ Every error the server returns, in a response or as the last data line of a stre
 | a message or body over the limit | 413 | ``invalid_request_error`` |
 | a well-formed request that cannot be processed | 422 | ``invalid_request_error`` |
 | too many chats in progress or per minute (with ``Retry-After``) | 429 | ``rate_limit_error`` |
+| a provider's HTTP 429 (with its ``Retry-After``) | 429 | ``rate_limit_error`` |
 | `UpstreamError` (LLM or embedding provider) | 502 | ``upstream_error`` |
 | `StoreLockedError`, `ModelError`, not ready | 503 | ``server_error`` |
 | anything else | 500 | ``server_error`` (details in the log only) |
@@ -30,7 +33,12 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from citeflow.errors import CiteflowError, CollectionNotFoundError, InvalidRequestError
+from citeflow.errors import (
+    CiteflowError,
+    CollectionNotFoundError,
+    InvalidRequestError,
+    UpstreamError,
+)
 
 log = logging.getLogger("citeflow.server")
 
@@ -129,6 +137,8 @@ def describe(exc: BaseException) -> tuple[int, dict[str, Any]]:
     Unexpected exceptions become a generic 500 whose message names no internals; they are logged
     by the caller.
     """
+    if isinstance(exc, UpstreamError):  # the provider's own words go to the log only
+        return exc.status, error_body(exc.public, exc.kind, code=getattr(exc, "code", None))
     if isinstance(exc, CiteflowError):
         return exc.status, error_body(
             exc.message,
@@ -189,12 +199,18 @@ def response_for(exc: BaseException) -> JSONResponse:
     return JSONResponse(body, status_code=status, headers=headers_for(exc, status))
 
 
+def log_failure(exc: BaseException, path: str) -> None:
+    """Log what the client is not told: a provider's failure in its own words, a 5xx's cause
+    (unexpected exceptions are logged with their traceback by the caller)."""
+    if isinstance(exc, UpstreamError) or (isinstance(exc, CiteflowError) and exc.status >= 500):
+        log.warning("request failed: %s", exc, extra={"path": path})
+
+
 def install(app: FastAPI) -> None:
     """Register the handlers that make every error of ``app`` an OpenAI error body."""
 
     async def on_citeflow(request: Request, exc: Exception) -> JSONResponse:
-        if isinstance(exc, CiteflowError) and exc.status >= 500:
-            log.warning("request failed: %s", exc, extra={"path": request.url.path})
+        log_failure(exc, request.url.path)
         return response_for(exc)
 
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:

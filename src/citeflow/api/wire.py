@@ -38,7 +38,7 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 from workflows.events import Event
 
-from citeflow.api.errors import describe
+from citeflow.api.errors import describe, log_failure
 from citeflow.api.schemas import SourceData, SourceMetadata, SourceRef
 from citeflow.citations.markers import find_markers, renumber
 from citeflow.citations.sources import source_text
@@ -555,8 +555,10 @@ async def sse_stream(
                     lines = []
     except Exception as exc:
         status, _ = describe(exc)
-        if status >= 500:
-            log.warning("stream failed: %s", exc, exc_info=status == 500)
+        if status == 500:
+            log.warning("stream failed: %s", exc, exc_info=True)
+        else:
+            log_failure(exc, "stream")
         lines.extend(sse(chunk) for chunk in writer.fail(exc))
     lines.append(DONE)
     yield "".join(lines)
