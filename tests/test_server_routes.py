@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -405,3 +406,46 @@ async def test_reasonable_nesting_and_big_bodies_are_fine(client: httpx.AsyncCli
         headers={"content-type": "application/json"},
     )
     _assert_error(response, 400, "invalid_request_error", "surrogate")
+
+
+# --- 405 and 500 ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [
+        ("GET", "/v1/chat/completions", "POST"),
+        ("PUT", "/v1/collections/kb/documents", "GET, POST"),
+        ("POST", "/v1/models", "GET"),
+        ("PATCH", "/v1/collections/kb/documents/abc", "DELETE"),
+        ("DELETE", "/health", "GET"),
+        ("HEAD", "/v1/models", "GET"),
+    ],
+)
+async def test_405_names_the_allowed_methods(
+    client: httpx.AsyncClient, method: str, path: str, allow: str
+) -> None:
+    response = await client.request(method, path)
+    if method == "HEAD":  # no body
+        assert response.status_code == 405
+    else:
+        _assert_error(response, 405, "invalid_request_error")
+    assert response.headers["allow"] == allow
+
+
+async def test_an_unexpected_error_is_a_generic_500_in_the_access_log(
+    kb: KnowledgeBase, llm: ScriptedLLM, caplog: pytest.LogCaptureFixture
+) -> None:
+    engine = make_engine(kb, llm)
+
+    async def broken() -> list[str]:
+        raise RuntimeError("internal detail /srv/secret")
+
+    engine.collections = broken  # type: ignore[method-assign]
+    transport = httpx.ASGITransport(app=create_app(engine), raise_app_exceptions=False)
+    with caplog.at_level(logging.INFO, logger="citeflow.server"):
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
+            response = await c.get("/v1/models")
+    _assert_error(response, 500, "server_error", "internal server error")
+    assert "secret" not in response.text
+    access = [r for r in caplog.records if r.getMessage() == "GET /v1/models 500"]
+    assert len(access) == 1 and access[0].__dict__["status"] == 500
+    assert any(r.exc_info and "secret" in str(r.exc_info[1]) for r in caplog.records)

@@ -32,6 +32,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from citeflow.errors import (
     CiteflowError,
@@ -187,6 +188,8 @@ def headers_for(exc: BaseException, status: int) -> dict[str, str] | None:
         headers["WWW-Authenticate"] = "Bearer"
     if status == 413:
         headers["Connection"] = "close"
+    if isinstance(exc, StarletteHTTPException) and exc.headers:
+        headers.update(exc.headers)  # e.g. Starlette's ``Allow`` on 405
     retry_after = getattr(exc, "retry_after", None)
     if isinstance(retry_after, int | float):
         headers["Retry-After"] = str(max(1, math.ceil(retry_after)))
@@ -197,6 +200,28 @@ def response_for(exc: BaseException) -> JSONResponse:
     """The JSON error response for ``exc``."""
     status, body = describe(exc)
     return JSONResponse(body, status_code=status, headers=headers_for(exc, status))
+
+
+#: The methods an ``Allow`` header may name.
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def allowed_methods(request: Request) -> str:
+    """The methods some route accepts at the request's path (the ``Allow`` of a 405).
+
+    Starlette names only the first route that matches the path (``POST`` where ``GET`` works
+    too), and FastAPI's included routers hide theirs; each method is tried on the app's routes
+    instead (`BaseRoute.matches`: a full match is a route for that path and method).
+    """
+    routes = request.app.router.routes
+    allowed = [
+        method
+        for method in METHODS
+        if any(
+            route.matches({**request.scope, "method": method})[0] == Match.FULL for route in routes
+        )
+    ]
+    return ", ".join(allowed)
 
 
 def log_failure(exc: BaseException, path: str) -> None:
@@ -211,7 +236,10 @@ def install(app: FastAPI) -> None:
 
     async def on_citeflow(request: Request, exc: Exception) -> JSONResponse:
         log_failure(exc, request.url.path)
-        return response_for(exc)
+        response = response_for(exc)
+        if response.status_code == 405:
+            response.headers["Allow"] = allowed_methods(request)
+        return response
 
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unexpected error", extra={"path": request.url.path})
