@@ -449,3 +449,25 @@ async def test_an_unexpected_error_is_a_generic_500_in_the_access_log(
     access = [r for r in caplog.records if r.getMessage() == "GET /v1/models 500"]
     assert len(access) == 1 and access[0].__dict__["status"] == 500
     assert any(r.exc_info and "secret" in str(r.exc_info[1]) for r in caplog.records)
+
+
+async def test_a_lone_surrogate_from_the_provider_reaches_the_client_escaped(
+    kb: KnowledgeBase,
+) -> None:
+    """A provider's answer may hold half a surrogate pair (split across two streamed chunks):
+    the answer still goes out, as valid UTF-8 with the JSON escape of that code unit."""
+    llm = ScriptedLLM(["Ducks \ud83e live near \udd86 ponds [1]."])
+    async with await _client(make_engine(kb, llm)) as c:
+        plain = await c.post("/v1/chat/completions", json=_chat("Where do ducks live?"))
+        streamed = await c.post(
+            "/v1/chat/completions", json=_chat("Where do ducks live?", stream=True)
+        )
+    assert plain.status_code == 200, plain.text
+    plain.content.decode("utf-8")  # strict: valid UTF-8
+    content = plain.json()["choices"][0]["message"]["content"]
+    assert content == "Ducks \ud83e live near \udd86 ponds [1]."
+    assert "\\ud83e" in plain.text
+    streamed.content.decode("utf-8")
+    items = parse_sse(streamed.text)
+    assert items[-1] == "[DONE]" and items[-2]["choices"][0]["finish_reason"] == "stop"
+    assert content_of(items) == content

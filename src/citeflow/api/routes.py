@@ -213,7 +213,7 @@ async def _chat(request: Request, engine: Engine, links: DocumentLinks, slot: Sl
         text = await engine.run_task(conversation.task_messages)
         if chat.stream:
             return HeldStream(_plain_sse(text, chat.model, conversation.prompt_text), slot)
-        return JSONResponse(
+        return wire.CompletionResponse(
             wire.plain_completion(text, model=chat.model, prompt_text=conversation.prompt_text)
         )
     collection = await engine.open_collection(chat.model)
@@ -236,4 +236,4 @@ async def _chat(request: Request, engine: Engine, links: DocumentLinks, slot: Sl
     )
     if result is None:
         return Response(status_code=499)
-    return JSONResponse(writer.completion(result))
+    return wire.CompletionResponse(writer.completion(result))

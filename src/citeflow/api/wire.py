@@ -34,7 +34,7 @@ from urllib.parse import quote
 
 import anyio
 from llama_index.core.schema import NodeWithScore
-from starlette.responses import StreamingResponse
+from starlette.responses import JSONResponse, StreamingResponse
 from starlette.types import Receive, Scope, Send
 from workflows.events import Event
 
@@ -62,6 +62,25 @@ _URL_KEYS = ("url", "source_url", "link", "original_url")
 def sse(payload: Mapping[str, Any]) -> str:
     """One SSE data line."""
     return f"data: {json.dumps(payload, ensure_ascii=False, separators=(',', ':'))}\n\n"
+
+
+def encode(text: str) -> bytes:
+    """UTF-8 of JSON text (SSE lines, a completion), a lone surrogate as its JSON escape.
+
+    A provider's answer can hold a lone surrogate (a pair split across two streamed chunks,
+    each decoded alone); strict UTF-8 would raise mid-answer, after HTTP 200. Every character
+    `json.dumps` leaves unescaped is inside a string literal, so ``\\udXXX`` there is the JSON
+    escape of that very code unit: nothing is lost, and a client joining the two halves gets the
+    character back.
+    """
+    return text.encode("utf-8", "backslashreplace")
+
+
+class CompletionResponse(JSONResponse):
+    """A ``chat.completion`` body, rendered like `sse` and encoded by `encode`."""
+
+    def render(self, content: Any) -> bytes:
+        return encode(json.dumps(content, ensure_ascii=False, separators=(",", ":")))
 
 
 # --- numbering -----------------------------------------------------------------------------------
@@ -588,9 +607,7 @@ class EventStreamResponse(StreamingResponse):
         )
         async for chunk in self._stream:
             last = chunk.endswith(DONE)
-            await send(
-                {"type": "http.response.body", "body": chunk.encode(), "more_body": not last}
-            )
+            await send({"type": "http.response.body", "body": encode(chunk), "more_body": not last})
             if last:
                 return
         await send({"type": "http.response.body", "body": b"", "more_body": False})
