@@ -85,7 +85,7 @@ def test_errors_are_one_line(env: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert main(["ask", "-c", "nowhere", "   "]) == 1
     assert "question is empty" in capsys.readouterr().err
     assert main(["ask", "-c", "bad name!", "q"]) == 1
-    assert "CITEFLOW_COLLECTION" in capsys.readouterr().err
+    assert "collection name 'bad name!' is not valid" in capsys.readouterr().err
 
 
 def test_upstream_failure_is_one_line(
@@ -157,3 +157,15 @@ def test_serve_with_insecure_no_auth_warns_at_start(
     err = capsys.readouterr().err
     assert "AUTH IS OFF on 0.0.0.0:8000 (--insecure-no-auth)" in err
     assert err.strip().splitlines()[-1].startswith("citeflow: error:") and "model.gguf" in err
+
+
+@pytest.mark.parametrize("name", ["...", "-x", "a" * 65, "no spaces", "ünï"])
+def test_a_bad_collection_name_is_one_clear_error(
+    env: Path, name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["ingest", str(env), "-q", f"--collection={name}"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("citeflow: error: collection name ")
+    assert "is not valid: use 1-64 letters, digits, '-' or '_', starting with" in err
+    assert "\n" not in err
+    assert not (env.parent / "store").exists()  # refused before the store was opened

@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from pydantic import SecretStr
+from starlette.requests import Request
 
 from citeflow.api.documents import shown_paths
 from citeflow.api.engine import Engine
+from citeflow.api.errors import BadRequestError
+from citeflow.api.uploads import receive_files
 from citeflow.citations.markers import cited_numbers
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.server import create_app
 from citeflow.store import DocumentRecord
 from tests.fakes.llm import ScriptedLLM
-from tests.server_helpers import make_engine
+from tests.server_helpers import LiveServer, make_engine
 
 OWLS = b"Owls hunt at night. Barn owls eat mice and voles. An owl can turn its head far around."
 BEES = b"Bees make honey from nectar. A hive has one queen bee and many worker bees."
@@ -114,6 +120,9 @@ async def test_documents_of_an_existing_collection_and_their_files(
         ("/v1/collections/animals/documents", [("empty.txt", b"   ")], 422, ["empty file"]),
         ("/v1/collections/animals/documents", [("big.txt", b"x" * 1001)], 413, ["1000 bytes"]),
         ("/v1/collections/bad%20name/documents", [("owls.txt", OWLS)], 400, ["collection name"]),
+        ("/v1/collections/.../documents", [("owls.txt", OWLS)], 400, ["'...' is not valid"]),
+        ("/v1/collections/_x/documents", [("owls.txt", OWLS)], 400, ["1-64 letters"]),
+        (f"/v1/collections/{'a' * 65}/documents", [("owls.txt", OWLS)], 400, ["1-64 letters"]),
         ("/v1/collections/animals/documents", [("..", OWLS)], 400, ["not usable"]),
     ],
 )
@@ -131,6 +140,26 @@ async def test_bad_uploads(
         assert word in response.json()["error"]["message"]
     folder = engine.upload_dir("animals")
     assert not folder.exists() or not any(folder.iterdir())  # nothing left behind
+
+
+@pytest.mark.parametrize(
+    ("method", "url"),
+    [
+        ("GET", "/v1/collections/.../documents"),
+        ("DELETE", "/v1/collections/.../documents/abc"),
+        ("GET", "/v1/documents/.../abc/file"),
+        ("GET", "/v1/collections/a.b/documents"),
+    ],
+)
+async def test_collection_names_are_checked_on_every_route(
+    client: httpx.AsyncClient, method: str, url: str
+) -> None:
+    response = await client.request(method, url)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["param"] == "name"
+    assert error["code"] == "invalid_collection_name"
+    assert "is not valid: use 1-64 letters, digits, '-' or '_'" in error["message"]
 
 
 async def test_missing_file_part_and_unknown_collection(client: httpx.AsyncClient) -> None:
@@ -180,3 +209,190 @@ def test_shown_paths_of_single_files_and_documents_without_one(tmp_path: Path) -
         record("up", str(uploads / "b.pdf")),
     ]
     assert shown_paths(records, uploads) == {"one": "a.txt", "memory": "", "up": "b.pdf"}
+
+
+# --- uploads stream to disk within their limits -------------------------------------------------
+BOUNDARY = "citeflowtestboundary"
+
+
+def _part(name: str, data: bytes = b"", *, field: str = "file") -> bytes:
+    head = (
+        f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="{field}"; '
+        f'filename="{name}"\r\nContent-Type: text/plain\r\n\r\n'
+    )
+    return head.encode() + data + b"\r\n"
+
+
+END = f"--{BOUNDARY}--\r\n".encode()
+MULTIPART = {"content-type": f"multipart/form-data; boundary={BOUNDARY}"}
+
+
+class Body:
+    """A request body sent in pieces, counting how many pieces the server asked for."""
+
+    def __init__(self, *pieces: bytes, then: bytes = b"", times: int = 0) -> None:
+        self.pieces = [*pieces, *([then] * times)]
+        self.read = 0
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for piece in self.pieces:
+            self.read += 1
+            yield piece
+
+
+@pytest.fixture
+def temp_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The process's temporary directory, for this test: nothing may be spooled there."""
+    folder = tmp_path / "system-tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
+def _empty(folder: Path) -> bool:
+    return not folder.exists() or not any(folder.iterdir())
+
+
+def _nothing_left(engine: Engine, temp_dir: Path) -> None:
+    folder = engine.upload_dir("animals")
+    assert not folder.exists() or not any(folder.iterdir()), list(folder.iterdir())
+    assert not any(temp_dir.iterdir()), list(temp_dir.iterdir())
+
+
+async def test_a_declared_content_length_over_the_limit_is_413_before_reading(
+    client: httpx.AsyncClient, engine: Engine, temp_dir: Path
+) -> None:
+    body = Body(_part("big.txt"), then=b"x" * 65536, times=100)
+    response = await client.post(
+        "/v1/collections/animals/documents",
+        content=body,
+        headers={**MULTIPART, "content-length": str(10**9)},
+    )
+    assert response.status_code == 413, response.text
+    assert "over the limit of 1000 bytes" in response.json()["error"]["message"]
+    assert response.headers["connection"] == "close"
+    assert body.read == 0  # not one byte of the body was read
+    _nothing_left(engine, temp_dir)
+
+
+async def test_a_streamed_upload_stops_being_read_past_the_limit(
+    client: httpx.AsyncClient, engine: Engine, temp_dir: Path
+) -> None:
+    # chunked (no Content-Length): one file past its limit
+    body = Body(_part("big.txt")[:-2], then=b"x" * 600, times=10_000)
+    response = await client.post(
+        "/v1/collections/animals/documents", content=body, headers=MULTIPART
+    )
+    assert response.status_code == 413, response.text
+    assert "big.txt is over the upload limit of 1000 bytes" in response.json()["error"]["message"]
+    assert body.read <= 3
+    _nothing_left(engine, temp_dir)
+    # many small files past the limit of the whole body
+    body = Body(*[_part(f"f{i}.txt", b"y" * 999) for i in range(80)], END)
+    response = await client.post(
+        "/v1/collections/animals/documents", content=body, headers=MULTIPART
+    )
+    assert response.status_code == 413, response.text
+    assert "files of one request together" in response.json()["error"]["message"]
+    assert body.read < 80
+    _nothing_left(engine, temp_dir)
+
+
+async def test_a_streamed_upload_within_the_limit_is_kept(
+    client: httpx.AsyncClient, engine: Engine, temp_dir: Path
+) -> None:
+    half = len(OWLS) // 2
+    body = Body(_part("owls.txt")[:-2], OWLS[:half], OWLS[half:] + b"\r\n", _part("e.md"), END)
+    response = await client.post(
+        "/v1/collections/animals/documents", content=body, headers=MULTIPART
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["added"] == 1  # the empty file is reported as failed
+    assert (engine.upload_dir("animals") / "owls.txt").read_bytes() == OWLS
+    assert sorted(p.name for p in engine.upload_dir("animals").iterdir()) == ["e.md", "owls.txt"]
+    assert _empty(temp_dir)
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        (_part("a" * 252 + ".txt", OWLS) + END, ["256 bytes long", "limit of 255"]),
+        (_part("é" * 127 + ".txt", OWLS) + END, ["258 bytes long", "rename the file"]),
+        (_part("tab\there.txt", OWLS) + END, ["control characters"]),
+        (_part("owls.txt", OWLS) + _part("owls.txt", BEES) + END, ["uploaded twice"]),
+        (_part("owls.txt", OWLS), ["ends before its closing boundary"]),
+        (_part("owls.txt", OWLS, field="other") + END, ["no 'file' part"]),
+        (
+            _part("owls.txt", OWLS).replace(b"owls.txt", b"\xffowls.txt") + END,
+            ["not valid UTF-8"],
+        ),
+    ],
+    ids=["long", "long-utf8", "control", "twice", "cut-short", "no-file", "not-utf8"],
+)
+async def test_bad_file_names_and_bodies_are_400_and_leave_nothing(
+    client: httpx.AsyncClient, engine: Engine, temp_dir: Path, body: bytes, words: list[str]
+) -> None:
+    response = await client.post(
+        "/v1/collections/animals/documents", content=body, headers=MULTIPART
+    )
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"] == "file"
+    for word in words:
+        assert word in error["message"]
+    assert len(error["message"]) < 300
+    _nothing_left(engine, temp_dir)
+
+
+async def test_a_file_name_of_255_bytes_is_fine(client: httpx.AsyncClient, engine: Engine) -> None:
+    name = "o" * 251 + ".txt"
+    response = await client.post("/v1/collections/animals/documents", files=_files((name, OWLS)))
+    assert response.status_code == 200, response.text
+    assert (engine.upload_dir("animals") / name).read_bytes() == OWLS
+
+
+async def test_not_multipart_is_400(client: httpx.AsyncClient) -> None:
+    response = await client.post("/v1/collections/animals/documents", json={"file": "x"})
+    assert response.status_code == 400
+    assert "multipart/form-data" in response.json()["error"]["message"]
+
+
+async def test_a_client_gone_mid_upload_leaves_nothing(tmp_path: Path) -> None:
+    messages = [
+        {"type": "http.request", "body": _part("owls.txt")[:-2] + OWLS[:10], "more_body": True},
+        {"type": "http.disconnect"},
+    ]
+
+    async def receive() -> dict[str, Any]:
+        return messages.pop(0)
+
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/",
+        "headers": [(b"content-type", MULTIPART["content-type"].encode())],
+    }
+    folder = tmp_path / "uploads"
+    with pytest.raises(BadRequestError, match="went away"):
+        await receive_files(Request(scope, receive), folder, max_file_bytes=1000, check_name=str)
+    assert folder.is_dir() and not any(folder.iterdir())
+
+
+async def test_uvicorn_answers_413_to_the_headers_alone(engine: Engine, temp_dir: Path) -> None:
+    """Against a real server: the 413 comes back while the client has sent no body at all,
+    and the connection is closed (the body will not be read)."""
+    with LiveServer(create_app(engine)) as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(
+            b"POST /v1/collections/animals/documents HTTP/1.1\r\nHost: x\r\n"
+            + f"Content-Type: {MULTIPART['content-type']}\r\n".encode()
+            + b"Content-Length: 1000000000\r\n\r\n"
+        )
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.read(), timeout=5)  # until the server closes
+        writer.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 413"), answer
+    assert b"connection: close" in head.lower()
+    assert b"over the limit of 1000 bytes" in body
+    _nothing_left(engine, temp_dir)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -232,7 +233,8 @@ async def test_llm_failure(kb: KnowledgeBase) -> None:
     async with await _client(make_engine(kb, llm)) as c:
         plain = await c.post("/v1/chat/completions", json=_chat())
         streamed = await c.post("/v1/chat/completions", json=_chat(stream=True))
-    _assert_error(plain, 502, "upstream_error", "overloaded")
+    _assert_error(plain, 502, "upstream_error", "provider failed", "server log")
+    assert "overloaded" not in plain.text and "overloaded" not in streamed.text
     items = parse_sse(streamed.text)
     assert items[-1] == "[DONE]"
     assert items[-2]["error"]["type"] == "upstream_error"
@@ -336,3 +338,149 @@ async def test_bearer_keys(kb: KnowledgeBase, llm: ScriptedLLM) -> None:
 async def test_unknown_route_and_method_are_openai_errors(client: httpx.AsyncClient) -> None:
     _assert_error(await client.get("/v1/nothing"), 404, "not_found_error")
     _assert_error(await client.get("/v1/chat/completions"), 405, "invalid_request_error")
+
+
+# --- malformed JSON that json.loads accepts ------------------------------------------------------
+def _raw(content_json: str, **extra: str) -> bytes:
+    """A chat request whose user content is ``content_json`` (a JSON string literal, as sent)."""
+    fields = "".join(f', "{k}": {v}' for k, v in extra.items())
+    return (
+        '{"model": "citeflow-kb", "messages": [{"role": "user", "content": '
+        + content_json
+        + "}]"
+        + fields
+        + "}"
+    ).encode("utf-8", "surrogatepass")  # a surrogate in the text: its raw (invalid) UTF-8 bytes
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        (_raw('"Who bought Viaweb? \\ud800"'), "messages[0].content"),
+        (_raw('"tail \\udfff"'), "messages[0].content"),
+        (_raw('"x"', tools='[{"name": "\\ud800"}]'), "tools[0].name"),
+        (_raw('"x"', user='{"\\udc00": 1}'), "user"),
+        (_raw('"raw UTF-8 bytes of a surrogate: \ud800"'), "messages[0].content"),
+    ],
+    ids=["high", "low", "nested", "key", "raw-bytes"],
+)
+async def test_a_lone_surrogate_is_400_before_any_work(
+    kb: KnowledgeBase, body: bytes, param: str, stream: bool
+) -> None:
+    llm = ScriptedLLM([ANSWER])
+    embed = CountingEmbedding()
+    if stream:
+        body = body[:-1] + b', "stream": true}'
+    async with await _client(make_engine(kb, llm, embed_model=embed)) as c:
+        response = await c.post(
+            "/v1/chat/completions", content=body, headers={"content-type": "application/json"}
+        )
+    _assert_error(response, 400, "invalid_request_error", "lone UTF-16 surrogate", "\\ud", param)
+    assert response.json()["error"]["param"] == param
+    assert response.json()["error"]["code"] == "invalid_unicode"
+    assert embed.queries == 0 and llm.prompts == []  # refused before any work
+
+
+async def test_a_surrogate_pair_is_fine(client: httpx.AsyncClient) -> None:
+    body = _raw('"Where do ducks \\ud83e\\udd86 live?"', stream="true")
+    response = await client.post(
+        "/v1/chat/completions", content=body, headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 200, response.text
+    assert parse_sse(response.text)[-1] == "[DONE]"
+
+
+@pytest.mark.parametrize("depth", [65, 1000, 100_000])
+async def test_deeply_nested_json_is_400(client: httpx.AsyncClient, depth: int) -> None:
+    nested = "[" * depth + "]" * depth
+    response = await client.post(
+        "/v1/chat/completions",
+        content=_raw('"hi"', tools=nested),
+        headers={"content-type": "application/json"},
+    )
+    _assert_error(response, 400, "invalid_request_error", "more than 64 levels deep")
+
+
+async def test_reasonable_nesting_and_big_bodies_are_fine(client: httpx.AsyncClient) -> None:
+    nested: Any = "leaf"
+    for _ in range(27):  # 54 levels, + 5 for the tools list: 59
+        nested = {"type": "object", "properties": {"q": nested}}
+    request = _chat(tools=[*_tools(), {"type": "function", "function": {"parameters": nested}}])
+    response = await client.post("/v1/chat/completions", json=request)
+    assert response.status_code == 200, response.text
+    # a body past PARSE_INLINE_BYTES is parsed in a worker thread, and checked the same way
+    big = _chat(padding="x" * 300_000)
+    assert (await client.post("/v1/chat/completions", json=big)).status_code == 200
+    big["messages"][0]["content"] = "\ud800"
+    response = await client.post(
+        "/v1/chat/completions",
+        content=json.dumps(big).encode(),
+        headers={"content-type": "application/json"},
+    )
+    _assert_error(response, 400, "invalid_request_error", "surrogate")
+
+
+# --- 405 and 500 ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [
+        ("GET", "/v1/chat/completions", "POST"),
+        ("PUT", "/v1/collections/kb/documents", "GET, POST"),
+        ("POST", "/v1/models", "GET"),
+        ("PATCH", "/v1/collections/kb/documents/abc", "DELETE"),
+        ("DELETE", "/health", "GET"),
+        ("HEAD", "/v1/models", "GET"),
+    ],
+)
+async def test_405_names_the_allowed_methods(
+    client: httpx.AsyncClient, method: str, path: str, allow: str
+) -> None:
+    response = await client.request(method, path)
+    if method == "HEAD":  # no body
+        assert response.status_code == 405
+    else:
+        _assert_error(response, 405, "invalid_request_error")
+    assert response.headers["allow"] == allow
+
+
+async def test_an_unexpected_error_is_a_generic_500_in_the_access_log(
+    kb: KnowledgeBase, llm: ScriptedLLM, caplog: pytest.LogCaptureFixture
+) -> None:
+    engine = make_engine(kb, llm)
+
+    async def broken() -> list[str]:
+        raise RuntimeError("internal detail /srv/secret")
+
+    engine.collections = broken  # type: ignore[method-assign]
+    transport = httpx.ASGITransport(app=create_app(engine), raise_app_exceptions=False)
+    with caplog.at_level(logging.INFO, logger="citeflow.server"):
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
+            response = await c.get("/v1/models")
+    _assert_error(response, 500, "server_error", "internal server error")
+    assert "secret" not in response.text
+    access = [r for r in caplog.records if r.getMessage() == "GET /v1/models 500"]
+    assert len(access) == 1 and access[0].__dict__["status"] == 500
+    assert any(r.exc_info and "secret" in str(r.exc_info[1]) for r in caplog.records)
+
+
+async def test_a_lone_surrogate_from_the_provider_reaches_the_client_escaped(
+    kb: KnowledgeBase,
+) -> None:
+    """A provider's answer may hold half a surrogate pair (split across two streamed chunks):
+    the answer still goes out, as valid UTF-8 with the JSON escape of that code unit."""
+    llm = ScriptedLLM(["Ducks \ud83e live near \udd86 ponds [1]."])
+    async with await _client(make_engine(kb, llm)) as c:
+        plain = await c.post("/v1/chat/completions", json=_chat("Where do ducks live?"))
+        streamed = await c.post(
+            "/v1/chat/completions", json=_chat("Where do ducks live?", stream=True)
+        )
+    assert plain.status_code == 200, plain.text
+    plain.content.decode("utf-8")  # strict: valid UTF-8
+    content = plain.json()["choices"][0]["message"]["content"]
+    assert content == "Ducks \ud83e live near \udd86 ponds [1]."
+    assert "\\ud83e" in plain.text
+    streamed.content.decode("utf-8")
+    items = parse_sse(streamed.text)
+    assert items[-1] == "[DONE]" and items[-2]["choices"][0]["finish_reason"] == "stop"
+    assert content_of(items) == content

@@ -257,7 +257,9 @@ async def test_failure_mid_stream_ends_with_an_error_line_then_done() -> None:
         ("error", "upstream_error"),
         ("DONE",),
     ]
-    assert items[-2]["error"]["message"] == "the LLM provider answered HTTP 500: boom"
+    # the provider's words are for the server log; the client is told in general terms
+    assert items[-2]["error"]["message"] == error.public
+    assert "boom" not in items[-2]["error"]["message"]
 
 
 async def test_unexpected_error_is_a_generic_server_error() -> None:

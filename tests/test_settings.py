@@ -45,8 +45,17 @@ def test_bad_values_are_one_clear_line(monkeypatch: pytest.MonkeyPatch) -> None:
         load_settings(_env_file=None)
     assert "CITEFLOW_TOP_K" in str(info.value) and "\n" not in str(info.value)
     monkeypatch.delenv("CITEFLOW_TOP_K")
-    with pytest.raises(ConfigError, match="CITEFLOW_COLLECTION"):
+    with pytest.raises(ConfigError, match="CITEFLOW_COLLECTION") as info:
         load_settings(_env_file=None, collection="no spaces/allowed")
+    assert str(info.value) == (
+        "CITEFLOW_COLLECTION: collection name 'no spaces/allowed' is not valid: use 1-64 "
+        "letters, digits, '-' or '_', starting with a letter or digit"
+    )
+    for bad in ("...", "_x", "a" * 65, "naïve", "a.b"):
+        with pytest.raises(ConfigError, match="is not valid"):
+            load_settings(_env_file=None, collection=bad)
+    for good in ("a", "Kb_2", "0-docs", "a" * 64):
+        assert load_settings(_env_file=None, collection=good).collection == good
     with pytest.raises(ConfigError, match="CHUNK_OVERLAP"):
         load_settings(_env_file=None, chunk_size=64, chunk_overlap=64)
 

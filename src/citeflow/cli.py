@@ -20,7 +20,9 @@ from citeflow.settings import Settings, load_settings
 def _settings(args: argparse.Namespace) -> Settings:
     overrides: dict[str, object] = {}
     if getattr(args, "collection", None):
-        overrides["collection"] = args.collection
+        from citeflow.names import check_collection_name
+
+        overrides["collection"] = check_collection_name(args.collection)
     return load_settings(**overrides)
 
 

@@ -41,6 +41,13 @@ class EmptyQueryError(InvalidRequestError):
     """The question is empty."""
 
 
+class InvalidCollectionNameError(InvalidRequestError):
+    """A collection name breaks the rule of `citeflow.names` (HTTP 400)."""
+
+    param = "name"
+    code = "invalid_collection_name"
+
+
 class CollectionNotFoundError(CiteflowError):
     """No knowledge base of that name exists."""
 
@@ -70,10 +77,33 @@ class ModelError(CiteflowError):
 
 
 class UpstreamError(CiteflowError):
-    """An LLM or embedding provider failed or timed out."""
+    """An LLM or embedding provider failed or timed out.
+
+    ``message`` holds the provider's own words (for the CLI and the server log); ``public`` is
+    what the server tells its clients, which names no key, account or internal detail.
+    """
 
     kind = "upstream_error"
     status = 502
+
+    def __init__(self, message: str, *, public: str | None = None) -> None:
+        super().__init__(message)
+        self.public = public or (
+            "the model provider failed; retry later, or ask the server's operator to check "
+            "the server log"
+        )
+
+
+class UpstreamRateLimitError(UpstreamError):
+    """A provider answered HTTP 429: passed on as 429 with ``retry_after`` (seconds)."""
+
+    kind = "rate_limit_error"
+    status = 429
+    code = "rate_limit_exceeded"
+
+    def __init__(self, message: str, *, retry_after: float, public: str | None = None) -> None:
+        super().__init__(message, public=public)
+        self.retry_after = retry_after
 
 
 class IngestError(CiteflowError):

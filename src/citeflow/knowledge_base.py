@@ -50,9 +50,16 @@ class KnowledgeBase:
         store: Store | None = None,
         embed_model: BaseEmbedding | None = None,
     ) -> KnowledgeBase:
-        """Open a knowledge base (providers from settings unless given)."""
+        """Open a knowledge base (providers from settings unless given).
+
+        Raises:
+            InvalidCollectionNameError: ``collection`` breaks the rule of `citeflow.names`.
+        """
+        from citeflow.names import check_collection_name
         from citeflow.providers.embeddings import build_embed_model
 
+        if collection is not None:
+            check_collection_name(collection)
         settings = settings or load_settings()
         return cls(
             settings,

@@ -80,7 +80,11 @@ def create_app(engine: Engine) -> FastAPI:
 
 class AccessLog:
     """Logs each request's method, path, status and time to its response headers (pure ASGI,
-    so streams pass through untouched)."""
+    so streams pass through untouched).
+
+    An unhandled exception is logged as status 500 here: Starlette's outermost middleware sends
+    its 500 response (the generic body of `citeflow.api.errors`) outside this one.
+    """
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -90,21 +94,31 @@ class AccessLog:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
+        responded = False
+
+        def line(status: int) -> None:
+            ms = round(1000 * (time.perf_counter() - started))
+            log.info(
+                "%s %s %d",
+                scope["method"],
+                scope["path"],
+                status,
+                extra={"status": status, "ms": ms},
+            )
 
         async def send_logged(message: Message) -> None:
+            nonlocal responded
             if message["type"] == "http.response.start":
-                status = message["status"]
-                ms = round(1000 * (time.perf_counter() - started))
-                log.info(
-                    "%s %s %d",
-                    scope["method"],
-                    scope["path"],
-                    status,
-                    extra={"status": status, "ms": ms},
-                )
+                responded = True
+                line(message["status"])
             await send(message)
 
-        await self.app(scope, receive, send_logged)
+        try:
+            await self.app(scope, receive, send_logged)
+        except Exception:
+            if not responded:
+                line(500)
+            raise
 
 
 def use_embed_threads(settings: Settings) -> None:

@@ -306,9 +306,12 @@ class Settings(BaseSettings):
     @field_validator("collection")
     @classmethod
     def _collection_name(cls, value: str) -> str:
+        from citeflow.names import collection_name_problem
+
         value = value.strip()
-        if not value or not all(c.isalnum() or c in "-_." for c in value):
-            raise ValueError(f"collection name {value!r} must be letters, digits, '-', '_' or '.'")
+        problem = collection_name_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
         return value
 
     @model_validator(mode="after")

@@ -5,6 +5,8 @@
 | `schemas` | the pydantic models of the OpenAI chat API subset (requests, responses, payloads) |
 | `options` | `ServerOptions`: the server's own limits and defaults |
 | `errors` | the one mapping of errors to OpenAI error bodies and HTTP statuses |
+| `body` | a request's JSON body: parsed, nested at most 64 deep, valid Unicode (else HTTP 400) |
+| `uploads` | uploaded files streamed to disk within the limits, nothing left of a refused one |
 | `wire` | the one adapter from workflow events to SSE ``chat.completion.chunk`` lines |
 | `engine` | `Engine`: store, embedder and LLM built once; one workflow per collection |
 | `limits` | `ChatLimits`: chat completions in progress and per client per minute (HTTP 429) |

@@ -25,24 +25,21 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
-import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, BinaryIO
+from typing import Any
 
-from fastapi import APIRouter, Depends, File, UploadFile
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import FileResponse
 
 from citeflow.api.deps import EngineDep, require_api_key, require_key_or_link
-from citeflow.api.errors import BadRequestError, PayloadTooLargeError
+from citeflow.api.errors import BadRequestError
 from citeflow.api.schemas import DocumentInfo, DocumentList, ErrorResponse
+from citeflow.api.uploads import ReceivedFile, receive_files
 from citeflow.errors import CiteflowError, CollectionNotFoundError
 from citeflow.ingestion.readers import SUPPORTED_SUFFIXES
+from citeflow.names import check_collection_name
 from citeflow.store import DocumentRecord
-
-_COLLECTION_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorResponse} for status in (400, 401, 403, 404, 413, 422, 503)
@@ -71,15 +68,6 @@ class UnprocessableError(CiteflowError):
 
     kind = "invalid_request_error"
     status = 422
-
-
-def check_collection(name: str) -> str:
-    """A valid collection name (letters, digits, '-', '_', '.'), else HTTP 400."""
-    if not _COLLECTION_RE.match(name) or name in (".", ".."):
-        raise BadRequestError(
-            f"collection name {name!r} must be letters, digits, '-', '_' or '.'", param="name"
-        )
-    return name
 
 
 def shown_paths(records: Sequence[DocumentRecord], uploads: Path) -> dict[str, str]:
@@ -117,10 +105,31 @@ def _info(record: DocumentRecord, shown: dict[str, str]) -> DocumentInfo:
     )
 
 
+#: Longest file name kept (bytes of its UTF-8 form): most file systems' limit (NAME_MAX).
+MAX_NAME_BYTES = 255
+
+
+def _shown(name: str | None, limit: int = 80) -> str:
+    text = repr(name)
+    return text if len(text) <= limit else text[: limit - 4] + "...'"
+
+
 def _safe_name(filename: str | None) -> str:
+    """The name an uploaded file is kept under (its base name), else HTTP 400."""
     name = Path((filename or "").replace("\\", "/")).name.strip()
     if not name or name.startswith("."):
-        raise BadRequestError(f"file name {filename!r} is not usable", param="file")
+        raise BadRequestError(f"file name {_shown(filename)} is not usable", param="file")
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        raise BadRequestError(
+            f"file name {_shown(name)} has control characters; rename the file", param="file"
+        )
+    size = len(name.encode("utf-8", "surrogatepass"))
+    if size > MAX_NAME_BYTES:
+        raise BadRequestError(
+            f"file name {_shown(name)} is {size} bytes long (UTF-8), over the limit of "
+            f"{MAX_NAME_BYTES}; rename the file to something shorter",
+            param="file",
+        )
     if Path(name).suffix.lower() not in SUPPORTED_SUFFIXES:
         supported = ", ".join(sorted(SUPPORTED_SUFFIXES))
         raise BadRequestError(
@@ -129,42 +138,60 @@ def _safe_name(filename: str | None) -> str:
     return name
 
 
-def _save(source: BinaryIO, target: Path, limit: int) -> None:
-    """Copy an upload to ``target`` (atomically), at most ``limit`` bytes."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=target.parent, delete=False, suffix=".part") as out:
-        temp = Path(out.name)
-        try:
-            size = 0
-            while block := source.read(1 << 20):
-                size += len(block)
-                if size > limit:
-                    raise PayloadTooLargeError(
-                        f"{target.name} is over the upload limit of {limit} bytes", param="file"
-                    )
-                out.write(block)
-        except BaseException:
-            out.close()
-            temp.unlink(missing_ok=True)
-            raise
-    shutil.move(temp, target)
-
-
-@router.post("/collections/{name}/documents")
-async def upload_documents(
-    name: str, engine: EngineDep, file: Annotated[list[UploadFile], File()]
-) -> dict[str, Any]:
-    """Add or replace documents (multipart ``file`` parts); unchanged files are skipped."""
-    collection = check_collection(name)
-    names = [_safe_name(upload.filename) for upload in file]
-    if len(set(names)) != len(names):
-        raise BadRequestError("the same file name is uploaded twice", param="file")
-    folder = engine.upload_dir(collection)
+def _keep(received: Sequence[ReceivedFile], folder: Path) -> list[Path]:
+    """Rename the ``.part`` files to their names (replacing earlier uploads of the same name);
+    if one fails, delete the ``.part`` files not renamed yet."""
     paths: list[Path] = []
-    for upload, filename in zip(file, names, strict=True):
-        target = folder / filename
-        await asyncio.to_thread(_save, upload.file, target, engine.options.max_upload_bytes)
-        paths.append(target)
+    try:
+        for item in received:
+            target = folder / item.name
+            os.replace(item.temp, target)
+            paths.append(target)
+    except BaseException:
+        for item in received:
+            item.temp.unlink(missing_ok=True)
+        raise
+    return paths
+
+
+#: The upload's body in the OpenAPI schema (the route reads it as a stream, not as a form).
+UPLOAD_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "properties": {
+                        "file": {
+                            "type": "array",
+                            "items": {"type": "string", "format": "binary"},
+                            "description": "One part per file, each with its file name.",
+                        }
+                    },
+                    "required": ["file"],
+                }
+            }
+        },
+    }
+}
+
+
+@router.post("/collections/{name}/documents", openapi_extra=UPLOAD_BODY)
+async def upload_documents(name: str, request: Request, engine: EngineDep) -> dict[str, Any]:
+    """Add or replace documents (multipart ``file`` parts); unchanged files are skipped.
+
+    The files are streamed to disk as they arrive: a body over the limit is refused by its
+    ``Content-Length`` before it is read, or as soon as it passes the limit (HTTP 413), and
+    nothing of a refused upload is kept.
+    """
+    collection = check_collection_name(name)
+    folder = engine.upload_dir(collection)
+    received = await receive_files(
+        request, folder, max_file_bytes=engine.options.max_upload_bytes, check_name=_safe_name
+    )
+    paths = await asyncio.to_thread(_keep, received, folder)
+    names = [item.name for item in received]
     report = await engine.ingest_files(collection, paths)
     if report.failed and len(report.failed) == len(paths):
         for path in paths:
@@ -189,7 +216,7 @@ async def upload_documents(
 @router.get("/collections/{name}/documents")
 async def list_documents(name: str, engine: EngineDep) -> DocumentList:
     """The documents of a knowledge base; 404 if there is none of that name."""
-    collection = check_collection(name)
+    collection = check_collection_name(name)
     records = await engine.documents(collection)
     shown = shown_paths(records, engine.upload_dir(collection))
     return DocumentList(collection=name, data=[_info(r, shown) for r in records])
@@ -198,7 +225,7 @@ async def list_documents(name: str, engine: EngineDep) -> DocumentList:
 @router.delete("/collections/{name}/documents/{doc_id}")
 async def delete_document(name: str, doc_id: str, engine: EngineDep) -> dict[str, Any]:
     """Remove a document's chunks (and its file, if it was uploaded here)."""
-    record = await engine.delete_document(check_collection(name), doc_id)
+    record = await engine.delete_document(check_collection_name(name), doc_id)
     return {"id": record.doc_id, "object": "document", "deleted": True}
 
 
@@ -212,7 +239,7 @@ async def document_file(name: str, doc_id: str, engine: EngineDep) -> FileRespon
 
     Auth: the bearer key, or the ``expires`` and ``sig`` of a signed source link.
     """
-    record = await engine.document(check_collection(name), doc_id)
+    record = await engine.document(check_collection_name(name), doc_id)
     path = Path(record.file_path) if record.file_path else None
     if path is None or not await asyncio.to_thread(path.is_file):
         raise CollectionNotFoundError(f"the file of document {doc_id!r} is not available")

@@ -1,7 +1,9 @@
 """The one place that turns errors into OpenAI error bodies and HTTP statuses.
 
 Every error the server returns, in a response or as the last data line of a stream, is
-``{"error": {"message": ..., "type": ..., "param": ..., "code": ...}}``:
+``{"error": {"message": ..., "type": ..., "param": ..., "code": ...}}``. A provider's failure is
+told in general terms (`UpstreamError.public`); its own message, which may name the server's key
+or account, goes to the server log (`log_failure`).
 
 | cause | status | type |
 | --- | --- | --- |
@@ -13,6 +15,7 @@ Every error the server returns, in a response or as the last data line of a stre
 | a well-formed request that cannot be processed | 422 | ``invalid_request_error`` |
 | too many chats in progress or per minute (with ``Retry-After``) | 429 | ``rate_limit_error`` |
 | too many wrong API keys from one address (with ``Retry-After``) | 429 | ``rate_limit_error`` |
+| a provider's HTTP 429 (with its ``Retry-After``) | 429 | ``rate_limit_error`` |
 | `UpstreamError` (LLM or embedding provider) | 502 | ``upstream_error`` |
 | `StoreLockedError`, `ModelError`, not ready | 503 | ``server_error`` |
 | anything else | 500 | ``server_error`` (details in the log only) |
@@ -30,8 +33,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
-from citeflow.errors import CiteflowError, CollectionNotFoundError, InvalidRequestError
+from citeflow.errors import (
+    CiteflowError,
+    CollectionNotFoundError,
+    InvalidRequestError,
+    UpstreamError,
+)
 
 log = logging.getLogger("citeflow.server")
 
@@ -136,6 +145,8 @@ def describe(exc: BaseException) -> tuple[int, dict[str, Any]]:
     Unexpected exceptions become a generic 500 whose message names no internals; they are logged
     by the caller.
     """
+    if isinstance(exc, UpstreamError):  # the provider's own words go to the log only
+        return exc.status, error_body(exc.public, exc.kind, code=getattr(exc, "code", None))
     if isinstance(exc, CiteflowError):
         return exc.status, error_body(
             exc.message,
@@ -177,10 +188,15 @@ def _param_path(loc: list[str]) -> str:
 
 
 def headers_for(exc: BaseException, status: int) -> dict[str, str] | None:
-    """The headers an error response needs: ``WWW-Authenticate`` on 401, ``Retry-After``."""
+    """The headers an error response needs: ``WWW-Authenticate`` on 401, ``Retry-After``;
+    ``Connection: close`` on 413 (the rest of the body is left unread)."""
     headers: dict[str, str] = {}
     if status == 401:
         headers["WWW-Authenticate"] = "Bearer"
+    if status == 413:
+        headers["Connection"] = "close"
+    if isinstance(exc, StarletteHTTPException) and exc.headers:
+        headers.update(exc.headers)  # e.g. Starlette's ``Allow`` on 405
     retry_after = getattr(exc, "retry_after", None)
     if isinstance(retry_after, int | float):
         headers["Retry-After"] = str(max(1, math.ceil(retry_after)))
@@ -193,13 +209,44 @@ def response_for(exc: BaseException) -> JSONResponse:
     return JSONResponse(body, status_code=status, headers=headers_for(exc, status))
 
 
+#: The methods an ``Allow`` header may name.
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def allowed_methods(request: Request) -> str:
+    """The methods some route accepts at the request's path (the ``Allow`` of a 405).
+
+    Starlette names only the first route that matches the path (``POST`` where ``GET`` works
+    too), and FastAPI's included routers hide theirs; each method is tried on the app's routes
+    instead (`BaseRoute.matches`: a full match is a route for that path and method).
+    """
+    routes = request.app.router.routes
+    allowed = [
+        method
+        for method in METHODS
+        if any(
+            route.matches({**request.scope, "method": method})[0] == Match.FULL for route in routes
+        )
+    ]
+    return ", ".join(allowed)
+
+
+def log_failure(exc: BaseException, path: str) -> None:
+    """Log what the client is not told: a provider's failure in its own words, a 5xx's cause
+    (unexpected exceptions are logged with their traceback by the caller)."""
+    if isinstance(exc, UpstreamError) or (isinstance(exc, CiteflowError) and exc.status >= 500):
+        log.warning("request failed: %s", exc, extra={"path": path})
+
+
 def install(app: FastAPI) -> None:
     """Register the handlers that make every error of ``app`` an OpenAI error body."""
 
     async def on_citeflow(request: Request, exc: Exception) -> JSONResponse:
-        if isinstance(exc, CiteflowError) and exc.status >= 500:
-            log.warning("request failed: %s", exc, extra={"path": request.url.path})
-        return response_for(exc)
+        log_failure(exc, request.url.path)
+        response = response_for(exc)
+        if response.status_code == 405:
+            response.headers["Allow"] = allowed_methods(request)
+        return response
 
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unexpected error", extra={"path": request.url.path})

@@ -23,7 +23,9 @@ class ServerOptions:
     Attributes:
         max_message_chars: longest accepted message content (characters); longer is HTTP 413.
         max_body_bytes: largest accepted request body; larger is HTTP 413 before parsing.
-        max_upload_bytes: largest accepted uploaded document; larger is HTTP 413.
+        max_upload_bytes: largest accepted uploaded document, and of all the files of one
+            upload request together (plus 64 KiB of multipart framing); larger is HTTP 413, by
+            the ``Content-Length`` before the body is read, else as soon as it passes the limit.
         keepalive_seconds: an SSE comment line is sent after this many silent seconds.
         source_list: append a Markdown list of the cited sources to answers by default (for
             clients that ignore Open WebUI's source events); off, since Open WebUI would show

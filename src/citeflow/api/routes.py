@@ -14,7 +14,6 @@ Chat completions are admitted by `citeflow.api.limits.ChatLimits` (HTTP 429 with
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncGenerator, Awaitable
 from typing import Any, TypeVar
@@ -24,10 +23,11 @@ from fastapi.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from citeflow.api import wire
+from citeflow.api.body import parse_json_object
 from citeflow.api.deps import EngineDep, LimitsDep, LinksDep, bearer_token, require_api_key
 from citeflow.api.docs import json_body
 from citeflow.api.engine import Engine
-from citeflow.api.errors import BadRequestError, NotReadyError, PayloadTooLargeError
+from citeflow.api.errors import NotReadyError, PayloadTooLargeError
 from citeflow.api.limits import Slot, client_id
 from citeflow.api.links import DocumentLinks
 from citeflow.api.options import ServerOptions
@@ -43,6 +43,9 @@ from citeflow.api.schemas import (
 log = logging.getLogger("citeflow.server")
 
 T = TypeVar("T")
+
+#: Request bodies up to this size are parsed on the event loop; larger ones in a worker thread.
+PARSE_INLINE_BYTES = 256 * 1024
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorResponse} for status in (400, 401, 404, 413, 429, 500, 502, 503)
@@ -99,7 +102,8 @@ async def read_json(request: Request, limit: int) -> dict[str, Any]:
 
     Raises:
         PayloadTooLargeError: the body is larger than ``limit`` (413).
-        BadRequestError: the body is not a JSON object (400).
+        BadRequestError: the body is not a JSON object, is nested too deep or holds a lone
+            surrogate (400, `citeflow.api.body`).
     """
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
@@ -109,15 +113,9 @@ async def read_json(request: Request, limit: int) -> dict[str, Any]:
         body += piece
         if len(body) > limit:
             raise PayloadTooLargeError(f"the request body is over the limit of {limit} bytes")
-    try:
-        value = json.loads(body)
-    except ValueError as exc:
-        raise BadRequestError(
-            f"the request body is not valid JSON: {exc}", code="invalid_json"
-        ) from None
-    if not isinstance(value, dict):
-        raise BadRequestError("the request body must be a JSON object")
-    return value
+    if len(body) > PARSE_INLINE_BYTES:  # parsing and checking take milliseconds: off the loop
+        return await asyncio.to_thread(parse_json_object, body)
+    return parse_json_object(body)
 
 
 def wants_source_list(
@@ -218,7 +216,7 @@ async def _chat(request: Request, engine: Engine, links: DocumentLinks, slot: Sl
         text = await engine.run_task(conversation.task_messages)
         if chat.stream:
             return HeldStream(_plain_sse(text, chat.model, conversation.prompt_text), slot)
-        return JSONResponse(
+        return wire.CompletionResponse(
             wire.plain_completion(text, model=chat.model, prompt_text=conversation.prompt_text)
         )
     collection = await engine.open_collection(chat.model)
@@ -241,4 +239,4 @@ async def _chat(request: Request, engine: Engine, links: DocumentLinks, slot: Sl
     )
     if result is None:
         return Response(status_code=499)
-    return JSONResponse(writer.completion(result))
+    return wire.CompletionResponse(writer.completion(result))

@@ -34,11 +34,11 @@ from urllib.parse import quote
 
 import anyio
 from llama_index.core.schema import NodeWithScore
-from starlette.responses import StreamingResponse
+from starlette.responses import JSONResponse, StreamingResponse
 from starlette.types import Receive, Scope, Send
 from workflows.events import Event
 
-from citeflow.api.errors import describe
+from citeflow.api.errors import describe, log_failure
 from citeflow.api.schemas import SourceData, SourceMetadata, SourceRef
 from citeflow.citations.markers import find_markers, renumber
 from citeflow.citations.sources import source_text
@@ -62,6 +62,25 @@ _URL_KEYS = ("url", "source_url", "link", "original_url")
 def sse(payload: Mapping[str, Any]) -> str:
     """One SSE data line."""
     return f"data: {json.dumps(payload, ensure_ascii=False, separators=(',', ':'))}\n\n"
+
+
+def encode(text: str) -> bytes:
+    """UTF-8 of JSON text (SSE lines, a completion), a lone surrogate as its JSON escape.
+
+    A provider's answer can hold a lone surrogate (a pair split across two streamed chunks,
+    each decoded alone); strict UTF-8 would raise mid-answer, after HTTP 200. Every character
+    `json.dumps` leaves unescaped is inside a string literal, so ``\\udXXX`` there is the JSON
+    escape of that very code unit: nothing is lost, and a client joining the two halves gets the
+    character back.
+    """
+    return text.encode("utf-8", "backslashreplace")
+
+
+class CompletionResponse(JSONResponse):
+    """A ``chat.completion`` body, rendered like `sse` and encoded by `encode`."""
+
+    def render(self, content: Any) -> bytes:
+        return encode(json.dumps(content, ensure_ascii=False, separators=(",", ":")))
 
 
 # --- numbering -----------------------------------------------------------------------------------
@@ -555,8 +574,10 @@ async def sse_stream(
                     lines = []
     except Exception as exc:
         status, _ = describe(exc)
-        if status >= 500:
-            log.warning("stream failed: %s", exc, exc_info=status == 500)
+        if status == 500:
+            log.warning("stream failed: %s", exc, exc_info=True)
+        else:
+            log_failure(exc, "stream")
         lines.extend(sse(chunk) for chunk in writer.fail(exc))
     lines.append(DONE)
     yield "".join(lines)
@@ -586,9 +607,7 @@ class EventStreamResponse(StreamingResponse):
         )
         async for chunk in self._stream:
             last = chunk.endswith(DONE)
-            await send(
-                {"type": "http.response.body", "body": chunk.encode(), "more_body": not last}
-            )
+            await send({"type": "http.response.body", "body": encode(chunk), "more_body": not last})
             if last:
                 return
         await send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -18,7 +18,11 @@ off so a failing upstream costs ``1 + max_retries`` requests, not their square.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import email.utils
+import math
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -38,7 +42,7 @@ from llama_index.llms.openai.utils import (
 )
 from openai.lib.azure import API_KEY_SENTINEL
 
-from citeflow.errors import ConfigError, UpstreamError
+from citeflow.errors import ConfigError, UpstreamError, UpstreamRateLimitError
 from citeflow.providers.openai_stream import LeanStreamingMixin
 from citeflow.settings import Settings
 
@@ -47,6 +51,7 @@ __all__ = [
     "DEFAULT_COMPAT_CONTEXT_WINDOW",
     "DEFAULT_MAX_RETRIES",
     "DEFAULT_OPENAI_MODEL",
+    "DEFAULT_RETRY_AFTER",
     "NO_KEY_PLACEHOLDER",
     "AzureAuth",
     "CompatAzureOpenAI",
@@ -60,6 +65,7 @@ __all__ = [
     "require_azure_api_version",
     "require_azure_endpoint",
     "require_http_url",
+    "retry_after",
     "safe_url",
     "secret_value",
 ]
@@ -68,6 +74,10 @@ __all__ = [
 DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
 #: Retries of one request by the OpenAI SDK (so at most three requests per call).
 DEFAULT_MAX_RETRIES = 2
+#: Seconds a client is told to wait when a provider's HTTP 429 says not how long (Retry-After).
+DEFAULT_RETRY_AFTER = 10.0
+#: Longest wait passed on from a provider's Retry-After.
+MAX_RETRY_AFTER = 3600.0
 #: Context window assumed for model names OpenAI's tables do not know (Ollama's default is 4096).
 DEFAULT_COMPAT_CONTEXT_WINDOW = 4096
 #: API key sent to an OpenAI-compatible server when none is configured (most ignore it).
@@ -181,8 +191,13 @@ def as_upstream_error(exc: BaseException, *, what: str = "LLM") -> UpstreamError
 
     if isinstance(exc, UpstreamError):
         return exc
-    if isinstance(exc, openai.APITimeoutError):
+    public = (
+        f"the {what} provider failed; retry later, or ask the server's operator to check the "
+        "server log"
+    )
+    if isinstance(exc, openai.APITimeoutError | httpx.TimeoutException):
         message = f"the {what} provider timed out (CITEFLOW_LLM_TIMEOUT)"
+        public = f"the {what} provider timed out; retry later"
     elif isinstance(exc, openai.APIConnectionError):
         message = f"cannot reach the {what} provider at {safe_url(str(exc.request.url))}"
     elif isinstance(exc, openai.APIStatusError):
@@ -191,13 +206,40 @@ def as_upstream_error(exc: BaseException, *, what: str = "LLM") -> UpstreamError
         if isinstance(body, dict) and isinstance(body.get("message"), str):
             detail = body["message"]
         message = f"the {what} provider answered HTTP {exc.status_code}: {detail}"
-    elif isinstance(exc, httpx.TimeoutException):
-        message = f"the {what} provider timed out (CITEFLOW_LLM_TIMEOUT)"
+        if exc.status_code == 429:
+            wait = retry_after(exc.response.headers)
+            return UpstreamRateLimitError(
+                _one_line(message),
+                retry_after=wait,
+                public=f"the {what} provider's rate limit is reached; retry in {math.ceil(wait)} s",
+            )
     elif isinstance(exc, httpx.HTTPError):
         message = f"the connection to the {what} provider failed: {exc or type(exc).__name__}"
     else:
         message = f"the {what} provider failed: {type(exc).__name__}: {exc}"
-    return UpstreamError(" ".join(message.split())[:500])
+    return UpstreamError(_one_line(message), public=public)
+
+
+def _one_line(message: str) -> str:
+    return " ".join(message.split())[:500]
+
+
+def retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float:
+    """Seconds to wait, from a provider's ``retry-after-ms`` or ``retry-after`` header (seconds
+    or an HTTP date), within 1 s and `MAX_RETRY_AFTER`; `DEFAULT_RETRY_AFTER` without one."""
+    wait: float | None = None
+    with contextlib.suppress(ValueError):
+        if (ms := headers.get("retry-after-ms")) is not None:
+            wait = float(ms) / 1000
+        elif (value := headers.get("retry-after")) is not None:
+            try:
+                wait = float(value)
+            except ValueError:
+                when = email.utils.parsedate_to_datetime(value)
+                wait = when.timestamp() - (time.time() if now is None else now)
+    if wait is None or not math.isfinite(wait):
+        return DEFAULT_RETRY_AFTER
+    return min(max(wait, 1.0), MAX_RETRY_AFTER)
 
 
 # --- LLM classes ---------------------------------------------------------------------------------

@@ -1,0 +1,103 @@
+"""A request's JSON body, parsed into a value the server can safely work with.
+
+``json.loads`` accepts two things that break later, far from the request:
+
+* a lone UTF-16 surrogate (``"\\ud800"``, or its raw bytes): Python keeps it in the string, and
+  the first UTF-8 encoding of it (the answer's stream, an LLM request) raises
+  `UnicodeEncodeError`, after HTTP 200 was sent;
+* deep nesting: ``json.loads`` itself, and any recursive walk after it, raises `RecursionError`
+  (a thousand ``[`` is enough).
+
+`parse_json_object` refuses both up front, as HTTP 400 naming what is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from citeflow.api.errors import BadRequestError
+
+#: Deepest nesting of objects and arrays accepted (Open WebUI's requests nest about 8 deep).
+MAX_DEPTH = 64
+
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+#: (parent path, key): a path built into a string only for an error message.
+_Path = tuple[Any, str | int] | None
+
+
+def parse_json_object(body: bytes | bytearray) -> dict[str, Any]:
+    """``body`` as a JSON object, nested at most `MAX_DEPTH` deep, with valid Unicode strings.
+
+    Raises:
+        BadRequestError: not JSON, not an object, nested too deep, or a string (or key) holds
+            a lone surrogate (HTTP 400).
+    """
+    try:
+        value = json.loads(body)
+    except RecursionError:
+        raise _too_deep() from None
+    except ValueError as exc:
+        raise BadRequestError(
+            f"the request body is not valid JSON: {exc}", code="invalid_json"
+        ) from None
+    if not isinstance(value, dict):
+        raise BadRequestError("the request body must be a JSON object")
+    check_json_value(value)
+    return value
+
+
+def check_json_value(value: Any) -> None:
+    """Check a parsed JSON value's depth and strings, without recursion.
+
+    Raises:
+        BadRequestError: nested deeper than `MAX_DEPTH`, or a lone surrogate in a string.
+    """
+    stack: list[tuple[Any, int, _Path]] = [(value, 0, None)]
+    while stack:
+        item, depth, path = stack.pop()
+        if isinstance(item, str):
+            _check_text(item, path)
+        elif isinstance(item, dict | list):
+            if depth >= MAX_DEPTH:
+                raise _too_deep()
+            pairs = item.items() if isinstance(item, dict) else enumerate(item)
+            for key, child in pairs:
+                if isinstance(key, str):
+                    _check_text(key, path)
+                stack.append((child, depth + 1, (path, key)))
+
+
+def _check_text(text: str, path: _Path) -> None:
+    found = _SURROGATE.search(text)
+    if found is None:
+        return
+    where = _path_text(path)
+    raise BadRequestError(
+        f"{where or 'the request body'} holds a lone UTF-16 surrogate "
+        f"(\\u{ord(found.group()):04x}), which is not valid Unicode; send well-formed text "
+        "(a surrogate escape must be one of a high-low pair)",
+        param=where or None,
+        code="invalid_unicode",
+    )
+
+
+def _path_text(path: _Path) -> str:
+    keys: list[str | int] = []
+    while path is not None:
+        path, key = path
+        keys.append(key)
+    out = ""
+    for key in reversed(keys):
+        out += f"[{key}]" if isinstance(key, int) else (f".{key}" if out else key)
+    return out
+
+
+def _too_deep() -> BadRequestError:
+    return BadRequestError(
+        f"the request body nests objects and arrays more than {MAX_DEPTH} levels deep; "
+        "send a flatter JSON object",
+        code="invalid_json",
+    )

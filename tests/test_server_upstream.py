@@ -1,0 +1,149 @@
+"""A provider's failures through the server: a 429 passed on with Retry-After, nothing leaked.
+
+The engine's LLM is the real OpenAI client (through aiohttp, as ``citeflow serve`` builds it)
+against the fake OpenAI server on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
+from typing import Any
+
+import httpx
+import pytest
+from pydantic import SecretStr
+
+from citeflow.api.engine import Engine
+from citeflow.errors import UpstreamError, UpstreamRateLimitError
+from citeflow.knowledge_base import KnowledgeBase
+from citeflow.providers.llm import DEFAULT_RETRY_AFTER, as_upstream_error, build_llm, retry_after
+from citeflow.server import create_app
+from tests.fakes.openai_server import FakeOpenAIServer, Reply
+from tests.server_helpers import events_of, parse_sse
+
+SECRET = "Incorrect API key provided: sk-pr****xk2Q. Org org-Secret123 has no access."
+
+
+def _chat(stream: bool) -> dict[str, Any]:
+    return {
+        "model": "citeflow-kb",
+        "messages": [{"role": "user", "content": "Who bought Viaweb?"}],
+        "stream": stream,
+    }
+
+
+@pytest.fixture
+def upstream() -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer() as server:
+        yield server
+
+
+@pytest.fixture
+async def client(kb: KnowledgeBase, upstream: FakeOpenAIServer) -> AsyncIterator[httpx.AsyncClient]:
+    settings = kb.settings.model_copy(
+        update={
+            "llm_provider": "openai",
+            "llm_model": "chat-model",
+            "openai_base_url": upstream.openai_base_url,
+            "openai_api_key": SecretStr("k"),
+            "grader": "none",
+        }
+    )
+    llm = build_llm(settings, max_retries=0, aiohttp=True)
+    engine = Engine(settings, store=kb.store, embed_model=kb.embed_model, llm=llm)
+    transport = httpx.ASGITransport(app=create_app(engine))
+    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
+        yield c
+    await engine.aclose()
+
+
+def _no_secret(text: str) -> None:
+    for word in ("Incorrect", "sk-pr", "xk2Q", "org-Secret123", "HTTP 401"):
+        assert word not in text, text
+
+
+async def test_an_upstream_error_is_told_in_general_terms_and_logged(
+    client: httpx.AsyncClient, upstream: FakeOpenAIServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    upstream.script([Reply.error(401, SECRET), Reply.error(401, SECRET)])
+    with caplog.at_level(logging.WARNING, logger="citeflow"):
+        plain = await client.post("/v1/chat/completions", json=_chat(stream=False))
+        streamed = await client.post("/v1/chat/completions", json=_chat(stream=True))
+    assert plain.status_code == 502, plain.text
+    error = plain.json()["error"]
+    assert error["type"] == "upstream_error"
+    assert error["message"].startswith("the LLM provider failed; retry later")
+    _no_secret(plain.text)
+    items = parse_sse(streamed.text)
+    assert items[-1] == "[DONE]"
+    assert items[-2]["error"]["type"] == "upstream_error"
+    assert items[-2]["error"]["message"] == error["message"]
+    _no_secret(streamed.text)
+    # the operator sees the provider's words, once per request
+    logged = [r.getMessage() for r in caplog.records if SECRET in r.getMessage()]
+    assert len(logged) == 2, [r.getMessage() for r in caplog.records]
+    assert all("HTTP 401" in line for line in logged)
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"), [(7, "7"), (None, str(int(DEFAULT_RETRY_AFTER)))], ids=["7s", "none"]
+)
+async def test_an_upstream_rate_limit_is_429_with_retry_after(
+    client: httpx.AsyncClient,
+    upstream: FakeOpenAIServer,
+    caplog: pytest.LogCaptureFixture,
+    given: float | None,
+    expected: str,
+) -> None:
+    limited = Reply.error(429, "Rate limit reached for org-Secret123.", retry_after=given)
+    upstream.script([limited, limited])
+    with caplog.at_level(logging.WARNING, logger="citeflow"):
+        plain = await client.post("/v1/chat/completions", json=_chat(stream=False))
+        streamed = await client.post("/v1/chat/completions", json=_chat(stream=True))
+    assert plain.status_code == 429, plain.text
+    assert plain.headers["retry-after"] == expected
+    error = plain.json()["error"]
+    assert error["type"] == "rate_limit_error" and error["code"] == "rate_limit_exceeded"
+    assert error["message"] == f"the LLM provider's rate limit is reached; retry in {expected} s"
+    assert "org-Secret123" not in plain.text
+    # streaming: the answer had begun (HTTP 200), so the error is the last chunk before [DONE]
+    assert streamed.status_code == 200
+    items = parse_sse(streamed.text)
+    assert items[-1] == "[DONE]"
+    assert items[-2]["error"] == error
+    assert events_of(items, "status")[-1] == {"description": "Failed", "done": True}
+    assert "org-Secret123" not in streamed.text
+    assert sum("org-Secret123" in r.getMessage() for r in caplog.records) == 2
+
+
+# --- units ---------------------------------------------------------------------------------------
+def test_retry_after_reads_every_form() -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    later = format_datetime(now + timedelta(seconds=30), usegmt=True)
+    assert retry_after({"retry-after": "12"}) == 12
+    assert retry_after({"retry-after": "0.2"}) == 1  # at least a second
+    assert retry_after({"retry-after-ms": "2500", "retry-after": "9"}) == 2.5
+    assert retry_after({"retry-after": later}, now=now.timestamp()) == 30
+    assert retry_after({"retry-after": "99999999"}) == 3600
+    for bad in ({}, {"retry-after": "soon"}, {"retry-after": "nan"}, {"retry-after-ms": "x"}):
+        assert retry_after(bad) == DEFAULT_RETRY_AFTER
+
+
+def test_as_upstream_error_keeps_the_details_for_the_log() -> None:
+    import openai
+
+    request = httpx.Request("POST", "http://upstream/v1/chat/completions")
+    response = httpx.Response(
+        429, request=request, headers={"retry-after": "3"}, json={"message": "slow down, org-x"}
+    )
+    exc = openai.RateLimitError("slow down", response=response, body={"message": "slow down"})
+    error = as_upstream_error(exc, what="embedding")
+    assert isinstance(error, UpstreamRateLimitError) and error.retry_after == 3
+    assert error.status == 429 and "HTTP 429: slow down" in error.message
+    assert error.public == "the embedding provider's rate limit is reached; retry in 3 s"
+    timeout = as_upstream_error(openai.APITimeoutError(request=request))
+    assert isinstance(timeout, UpstreamError) and timeout.status == 502
+    assert timeout.public == "the LLM provider timed out; retry later"
