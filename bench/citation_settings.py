@@ -12,8 +12,13 @@ advance: among the settings that meet the perfect-model targets there (≥ 98% o
 citations kept and none added wrong in both correct variants, ≥ 90% of the wrong variant's
 citations fixed or removed), the highest min(answers cited, document precision) of the real
 model's answers, ties to the higher precision, then to the stricter setting (higher add, keep,
-relative); when no setting meets the targets, the rule is applied to all and that is said. The
-chosen setting and the defaults are then printed on every dataset, perfect model included.
+relative); when no setting meets the targets, the rule is applied to all and that is said.
+
+``--decisions DATASET`` (one of the datasets) then chooses ``decision_relative``, the relative
+rule of bare decisions ("Yes [1]."), on that dataset alone by the same rule with the chosen
+(keep, add, relative) fixed: a set whose questions are yes/no questions, which the FIRST set
+hardly has. The chosen settings and the defaults are then printed on every dataset, perfect
+model included.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ ADD = (0.35, 0.45, 0.55, 0.65)
 RELATIVE = (0.0, 0.5, 0.65, 0.8)
 VARIANTS = ("verbatim", "paraphrase", "wrong")
 Setting = tuple[float, float, float]
+Full = tuple[float, float, float, float]  # (keep, add, relative, decision_relative)
 Perfect = dict[str, list[tuple[dict[str, Any], list[AuthoredSentence]]]]
 
 
@@ -111,11 +117,41 @@ def perfect_line(name: str, scores: Mapping[str, PerfectScore]) -> str:
     return f"  {name} perfect model | " + " | ".join(parts)
 
 
+def choose_decision(
+    sets: Sequence[tuple[BeirDataset, dict[str, Any], Perfect]],
+    path: Path,
+    defaults: CitationPolicy,
+    best: Setting,
+) -> Full:
+    """``decision_relative`` chosen on the dataset at ``path`` by the module's rule."""
+    named = [s for s in sets if s[0].name == load_beir(path).name]
+    if not named:
+        raise SystemExit(f"--decisions {path}: not one of the datasets given")
+    dataset, records, answers = named[0]
+    keep, add, relative = best
+    real: dict[float, DatasetScore] = {}
+    eligible = []
+    for d in RELATIVE:
+        policy = defaults.with_(keep=keep, add=add, relative=relative, decision_relative=d)
+        real[d] = score_all(asyncio.run(recheck_all(records, policy)), dataset)
+        scores = perfect_scores(answers, policy)
+        print(perfect_line(f"{dataset.name}: decision_relative {d}", scores))
+        if meets_targets(scores):
+            eligible.append(d)
+    chosen = max(eligible or list(RELATIVE), key=lambda d: (*rule(real[d]), d))
+    print(
+        f"decision_relative chosen on {dataset.name}: {chosen}"
+        + ("" if eligible else " (no value meets the perfect-model targets)")
+    )
+    return (keep, add, relative, chosen)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("datasets", nargs="+", type=Path)
     parser.add_argument("--answers", type=int, default=40)
     parser.add_argument("--perfect", type=int, default=100)
+    parser.add_argument("--decisions", type=Path, help="the dataset that chooses decision_relative")
     args = parser.parse_args()
     settings: Settings = load_settings()
     defaults = QueryOptions.from_settings(settings).citation_policy()
@@ -153,18 +189,21 @@ def main() -> int:
         eligible = [s for s in grid if meets_targets(perfect[s])]
         if not eligible:
             print("no setting meets the perfect-model targets: the rule is applied to all")
-        chosen = max(eligible or grid, key=lambda s: (*rule(real[s]), s[1], s[0], s[2]))
-        print(f"chosen on {first.name}: keep {chosen[0]}, add {chosen[1]}, relative {chosen[2]}")
-        default = (defaults.keep, defaults.add, defaults.relative)
+        best = max(eligible or grid, key=lambda s: (*rule(real[s]), s[1], s[0], s[2]))
+        print(f"chosen on {first.name}: keep {best[0]}, add {best[1]}, relative {best[2]}")
+        chosen: Full = (*best, defaults.decision_relative)
+        if args.decisions is not None:
+            chosen = choose_decision(sets, args.decisions, defaults, best)
+        default: Full = (defaults.keep, defaults.add, defaults.relative, defaults.decision_relative)
         rows: dict[str, DatasetScore] = {}
         lines = []
         for dataset, records, answers in sets:
             rows[f"{dataset.name}: model's markers"] = score_all(
                 records.values(), dataset, raw=True
             )
-            for name, (k, a, r) in (("defaults", default), ("chosen", chosen)):
-                policy = defaults.with_(keep=k, add=a, relative=r)
-                label = f"{dataset.name}: {name} ({k}/{a}/{r})"
+            for name, (k, a, r, d) in (("defaults", default), ("chosen", chosen)):
+                policy = defaults.with_(keep=k, add=a, relative=r, decision_relative=d)
+                label = f"{dataset.name}: {name} ({k}/{a}/{r}/{d})"
                 rows[label] = score_all(asyncio.run(recheck_all(records, policy)), dataset)
                 lines.append(perfect_line(label, perfect_scores(answers, policy)))
         print(table("every dataset", rows))

@@ -435,3 +435,18 @@ def test_a_bare_decision_is_checked_as_the_question_it_answers() -> None:
     assert _check(sources, "No.", question=question) == ("No.", [], True)
     # without a question there is nothing to check a bare "Yes" against
     assert _check(sources, "Yes [1].") == ("Yes.", [], False)
+
+
+def test_a_bare_decision_keeps_a_source_that_restates_the_question_less_fully() -> None:
+    """Studies of the same question restate it in other words: a bare "Yes [2]." on one that
+    scores 0.74 of the best keeps its marker (``decision_relative``), while the statement itself
+    at the same ratio is moved to the best source (``relative``)."""
+    question = "Does pretreatment with statins improve clinical outcome after stroke?"
+    sources = [
+        "Statins improve clinical outcome after stroke in treated patients.",
+        "Statins improve outcome after stroke in many patients.",
+    ]
+    assert _check(sources, "Yes [2].", question=question)[0] == "Yes [2]."
+    assert _check(sources, "Yes [2].", question=question, decision_relative=0.8)[0] == "Yes [1]."
+    claim = "Pretreatment with statins improves clinical outcome after stroke [2]."
+    assert _check(sources, claim, question=question)[0].endswith("stroke [1].")

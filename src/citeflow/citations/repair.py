@@ -6,7 +6,8 @@ for the sentence's statement (its text without markers or yes/no framing) and:
 
 * the model's own marker stays when its source supports the statement: the verifier's ``keep``
   score, and at least ``relative`` × the best source's (a marker far behind a better source is
-  on the wrong one);
+  on the wrong one). A bare decision ("Yes [1].") is checked as the question's claim, which
+  any study of the same question restates, so it is held to ``decision_relative`` instead;
 * a marker on a source that does not support the statement is moved to the source that supports
   it best, when that one reaches the verifier's ``add`` score;
 * a sentence with no marker gets one to that source the same way;
@@ -73,6 +74,7 @@ class CitationPolicy:
     ``keep`` (``CITEFLOW_SUPPORT_KEEP``) and ``add`` (``CITEFLOW_SUPPORT_THRESHOLD``): the word
     support at which the model's own marker stays, and at which a marker is moved or added;
     ``relative``: the share of the best source's support the model's marker needs to stay;
+    ``decision_relative``: the same for a bare decision ("Yes [1].", "The answer is no [2].");
     ``judge`` with ``judge_cut`` (``CITEFLOW_CITATION_JUDGE``, ``..._CUT``): the LLM judge as the
     verifier instead of word support; ``enabled`` (``CITEFLOW_REPAIR_CITATIONS``): off, the
     model's markers are only validated (numbers that name no source are dropped).
@@ -81,6 +83,7 @@ class CitationPolicy:
     keep: float = 0.2
     add: float = 0.55
     relative: float = 0.8
+    decision_relative: float = 0.65
     enabled: bool = True
     judge: Judge | None = None
     judge_cut: float = 0.5
@@ -105,6 +108,7 @@ class CitationPolicy:
             self.verifier(texts, question),
             len(texts),
             relative=self.relative,
+            decision_relative=self.decision_relative,
             enabled=self.enabled,
             question=question,
         )
@@ -129,12 +133,14 @@ class CitationChecker:
         count: int,
         *,
         relative: float = 0.8,
+        decision_relative: float = 0.65,
         enabled: bool = True,
         question: str | None = None,
     ) -> None:
         self._verifier = verifier
         self._count = count
         self._relative = relative
+        self._decision_relative = decision_relative
         self._enabled = enabled
         # what a bare "Yes." or "The answer is no." states: the question's proposition
         self._proposition = statement_of(question or "").strip().rstrip("?").strip()
@@ -155,15 +161,17 @@ class CitationChecker:
         denied = frame_denies(bare)  # "No, it is not true that X": checked as not-X
         states = needs_citation(bare)
         decision = _BARE_DECISION.match(bare)
+        relative = self._relative
         if decision and self._proposition and not content_terms(bare[decision.end() :]):
             statement, states = self._proposition, True  # "Yes." says the question's claim
+            relative = self._decision_relative
         if not content_terms(statement):
             return CheckedSentence(renumber(sentence, {}), [])  # states nothing to check
         ranking = await self._verifier.rank(statement, cited, denied=denied)
         by_number = {s.number: s for s in ranking}
         best = ranking[0] if ranking else None
         keep, add = self._verifier.keep, self._verifier.add
-        floor = max(keep, self._relative * best.score) if best is not None else keep
+        floor = max(keep, relative * best.score) if best is not None else keep
         kept = [n for n in cited if by_number[n].score >= floor - 1e-9]
         citations = [_citation(bare, by_number[n], "model") for n in kept]
         mapping = {n: n for n in kept}
