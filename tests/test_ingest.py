@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 from llama_index.core.schema import MetadataMode
-from pydantic import Field
 
 from citeflow.errors import StoreLockedError
 from citeflow.ingestion.pipeline import Ingestor, doc_id_for
@@ -15,7 +14,7 @@ from citeflow.knowledge_base import KnowledgeBase
 from citeflow.settings import Settings
 from citeflow.store import Store
 from tests.conftest import SHARED_DATA
-from tests.fakes.embedding import HashEmbedding
+from tests.fakes.embedding import HashEmbedding, RecordingEmbedding
 
 
 def _payloads(store: Store, collection: str) -> list[dict[str, object]]:
@@ -142,19 +141,6 @@ def test_mixed_formats_from_shared_docs(disk_kb: KnowledgeBase, tmp_path: Path) 
     assert len(pages) > 1
 
 
-class RecordingEmbedding(HashEmbedding):
-    """A `HashEmbedding` that records each batch it embeds and can fail on the n-th batch."""
-
-    batches: list[list[str]] = Field(default_factory=list)
-    fail_on_batch: int | None = None
-
-    def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
-        if self.fail_on_batch is not None and len(self.batches) == self.fail_on_batch:
-            raise RuntimeError("embedder died")
-        self.batches.append(list(texts))
-        return super()._get_text_embeddings(texts)
-
-
 @pytest.mark.parametrize("overlap", [True, False])
 def test_pools_are_embedded_in_length_order_and_every_chunk_keeps_its_own_vector(
     folder: Path, overlap: bool
@@ -195,9 +181,12 @@ def test_a_document_cut_short_is_written_again_not_taken_as_unchanged(folder: Pa
         )
     [record] = store.documents("c").values()
     assert 0 < record.chunks < record.expected_chunks  # type: ignore[operator]
-    assert not record.complete
+    assert not record.complete and record.unfinished
+    assert record.stored == f"{record.chunks} of {record.expected_chunks}"
     doc_id = doc_id_for(folder / "a.md")
     assert store.content_hashes("c", [doc_id]) == {doc_id: ""}
+    stored = {str(p.id) for p in store.client.scroll("c", limit=1000)[0]}
+    assert store.incomplete_points("c") == stored  # every chunk written so far is marked
 
     report = Ingestor(store, HashEmbedding(dim=32), collection="c", **options).ingest_paths(
         [folder]
@@ -205,8 +194,111 @@ def test_a_document_cut_short_is_written_again_not_taken_as_unchanged(folder: Pa
     assert (report.unchanged, report.replaced) == (0, 1)
     [record] = store.documents("c").values()
     assert record.complete and record.chunks == record.expected_chunks == report.chunks
+    assert store.count("c") == report.chunks and not store.incomplete_points("c")
     again = Ingestor(store, HashEmbedding(dim=32), collection="c", **options).ingest_paths([folder])
     assert again.unchanged == 1 and again.chunks == 0
+
+
+GEESE = "Geese migrate south in large V-shaped flocks every autumn. " * 40
+DUCKS = "Ducks paddle on ponds and eat pond weed. " * 3
+
+
+def _search_ids(store: Store, collection: str, text: str) -> set[str]:
+    """The ids of every chunk a dense and a BM25 search for ``text`` find."""
+    from citeflow.bm25 import BM25Encoder
+
+    hits = store.search(
+        collection,
+        dense=HashEmbedding(dim=32).get_query_embedding(text),
+        sparse=BM25Encoder().encode_query(text),
+        limit=100,
+        sparse_vectors=True,
+    )
+    assert set(hits.vectors) <= {c.id for c in hits.sparse}
+    return {c.id for c in hits.dense} | {c.id for c in hits.sparse}
+
+
+def _doc_ids(store: Store, collection: str, ids: set[str]) -> set[str]:
+    return {str(n.metadata["doc_id"]) for n in store.nodes(collection, sorted(ids)).values()}
+
+
+@pytest.mark.parametrize("path", ["local index", "query filter"])
+def test_chunks_of_a_write_cut_short_are_kept_out_of_searches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """A document whose write died midway is in the store in part: no search finds those chunks
+    (the embedded store's numpy index, and the query filter a Qdrant server applies), until the
+    document is written whole."""
+    from llama_index.core.schema import Document
+
+    store = Store.open_path(tmp_path / "q")
+    if path == "query filter":
+        monkeypatch.setattr(store, "_local_index", lambda collection: None)
+    options = {"chunk_size": 64, "chunk_overlap": 8, "window": 2, "pool": 2, "progress": False}
+    docs = [Document(id_="ducks", text=DUCKS), Document(id_="geese", text=GEESE)]
+    Ingestor(store, HashEmbedding(dim=32), collection="c", **options).ingest_documents(docs[:1])
+    dying = RecordingEmbedding(dim=32, embed_batch_size=2, fail_on_batch=3)
+    with pytest.raises(RuntimeError, match="embedder died"):
+        Ingestor(store, dying, collection="c", **options).ingest_documents(docs[1:])
+    assert store.count("c") == 1 + 3 * 2  # ducks, and three batches of geese
+    geese = "Geese migrate south in V-shaped flocks"
+    assert _doc_ids(store, "c", _search_ids(store, "c", geese)) == {"ducks"}
+    assert not store.documents("c")["geese"].complete
+
+    Ingestor(store, HashEmbedding(dim=32), collection="c", **options).ingest_documents(docs[1:])
+    assert _doc_ids(store, "c", _search_ids(store, "c", geese)) == {"ducks", "geese"}
+    assert store.documents("c")["geese"].complete
+    store.close()
+
+
+def test_a_replacement_cut_short_keeps_the_old_version_in_answers(folder: Path) -> None:
+    """A changed file whose new version's write dies: the old version stays whole and is what
+    searches find; the listing says the document is incomplete; the next run leaves the new
+    version alone, whole."""
+    store = Store.open_path(":memory:")
+    shutil.rmtree(folder / "nested")
+    (folder / "broken.pdf").unlink()
+    options = {"chunk_size": 64, "chunk_overlap": 8, "window": 2, "pool": 2, "progress": False}
+    first = Ingestor(store, HashEmbedding(dim=32), collection="c", **options).ingest_paths([folder])
+    old = store.documents("c")[doc_id_for(folder / "a.md")]
+    (folder / "a.md").write_text(GEESE)
+    dying = RecordingEmbedding(dim=32, embed_batch_size=2, fail_on_batch=2)
+    with pytest.raises(RuntimeError, match="embedder died"):
+        Ingestor(store, dying, collection="c", **options).ingest_paths([folder])
+    record = store.documents("c")[old.doc_id]
+    assert not record.complete and record.content_hash != old.content_hash
+    assert record.chunks == 4 and record.expected_chunks is not None and record.expected_chunks > 4
+    found = store.nodes("c", sorted(_search_ids(store, "c", "Alpha is the first letter")))
+    assert len(found) == first.chunks  # the old version, whole, and nothing of the new one
+    assert {n.metadata["content_hash"] for n in found.values()} == {old.content_hash}
+    assert not _search_ids(store, "c", "Geese migrate south in V-shaped flocks") - set(found)
+
+    report = Ingestor(store, HashEmbedding(dim=32), collection="c", **options).ingest_paths(
+        [folder]
+    )
+    record = store.documents("c")[old.doc_id]
+    assert report.replaced == 1 and record.complete and record.content_hash != old.content_hash
+    assert store.count("c") == record.chunks == record.expected_chunks == report.chunks
+
+
+def test_a_document_written_over_several_calls_is_complete_after_its_last_chunk() -> None:
+    """`write_nodes` in slices (as the evaluation's corpus index writes): a document whose
+    chunks span two calls is found by searches only once the second call has stored the rest."""
+    from llama_index.core.schema import Document
+
+    store = Store.open_path(":memory:")
+    ingestor = Ingestor(
+        store, HashEmbedding(dim=32), collection="s", chunk_size=64, chunk_overlap=8,
+        progress=False,
+    )  # fmt: skip
+    nodes = ingestor.chunk_documents([Document(id_="geese", text=GEESE)])
+    assert len(nodes) > 4
+    ingestor.write_nodes(nodes[:3])
+    assert store.incomplete_points("s") == {n.node_id for n in nodes[:3]}
+    assert not store.documents("s")["geese"].complete
+    ingestor.write_nodes(nodes[3:])
+    assert not store.incomplete_points("s")
+    assert store.documents("s")["geese"].complete
 
 
 def test_writes_overlap_embedding_only_for_a_remote_embedder() -> None:

@@ -396,3 +396,33 @@ async def test_uvicorn_answers_413_to_the_headers_alone(engine: Engine, temp_dir
     assert b"connection: close" in head.lower()
     assert b"over the limit of 1000 bytes" in body
     _nothing_left(engine, temp_dir)
+
+
+async def test_a_document_cut_short_is_listed_incomplete_with_its_repair(
+    client: httpx.AsyncClient, engine: Engine
+) -> None:
+    """A document whose ingestion was cut short (here: its embedder died midway) is listed as
+    incomplete, with how many chunks it has of how many, and what to do about it."""
+    from llama_index.core.schema import Document
+
+    from citeflow.ingestion.pipeline import Ingestor
+    from tests.fakes.embedding import RecordingEmbedding
+
+    dying = RecordingEmbedding(dim=256, embed_batch_size=2, fail_on_batch=2)
+    ingestor = Ingestor(
+        engine.store, dying, collection="kb", chunk_size=64, window=2, pool=2, progress=False
+    )
+    with pytest.raises(RuntimeError, match="embedder died"):
+        ingestor.ingest_documents(
+            [Document(id_="geese", text="Geese fly south in V shapes. " * 60)]
+        )
+    listed = {
+        d["doc_id"]: d for d in (await client.get("/v1/collections/kb/documents")).json()["data"]
+    }
+    geese = listed.pop("geese")
+    assert geese["complete"] is False and geese["chunks"] == 4 and geese["expected_chunks"] > 4
+    assert geese["problem"] == (
+        f"incomplete: its ingestion was cut short (4 of {geese['expected_chunks']} chunks stored, "
+        "kept out of answers); upload the file again, or ingest it again"
+    )
+    assert all(d["complete"] and d["problem"] is None for d in listed.values())

@@ -9,12 +9,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from citeflow.errors import CiteflowError
 from citeflow.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from citeflow.store import DocumentRecord
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -88,10 +93,20 @@ def cmd_documents(args: argparse.Namespace) -> int:
     try:
         store.require(settings.collection)
         for doc in sorted(store.documents(settings.collection).values(), key=lambda d: d.file_path):
-            print(f"{doc.chunks:5d} chunks  {doc.file_path or doc.doc_id}")
+            line = f"{doc.chunks:5d} chunks  {doc.file_path or doc.doc_id}"
+            print(line if doc.complete else f"{line}  {_incomplete(doc, settings)}")
     finally:
         store.close()
     return 0
+
+
+def _incomplete(doc: DocumentRecord, settings: Settings) -> str:
+    """What `citeflow documents` says of a document whose write was cut short, and the fix."""
+    what = f"INCOMPLETE ({doc.stored} chunks stored, kept out of answers)"
+    if not doc.file_path:
+        return f"{what}: add the document again"
+    collection = "" if settings.collection == "default" else f" --collection {settings.collection}"
+    return f"{what}: run `citeflow ingest {shlex.quote(doc.file_path)}{collection}` again"
 
 
 def cmd_collections(args: argparse.Namespace) -> int:

@@ -51,9 +51,16 @@ log = logging.getLogger("citeflow.store")
 DENSE_VECTOR = "text-dense"
 SPARSE_VECTOR = "text-sparse-new"
 
+#: payload key of a chunk whose document is being written: set on every chunk as it is stored,
+#: removed from all of them once the document's last chunk is stored (`Store.mark_complete`).
+#: Searches leave such chunks out, so a write cut short (a crash, ``kill -9``, a full disk)
+#: never reaches an answer, and listings show the document as incomplete.
+INCOMPLETE = "incomplete"
+
 #: payload keys kept per document (one copy on each of its chunks); ``chunk_count`` is how many
 #: chunks the document was written with, so that one cut short (a crash, Ctrl-C) is seen as such
-DOC_KEYS = ("doc_id", "content_hash", "chunk_count", "file_path", "file_name", "title")
+#: also in collections written before `INCOMPLETE` existed
+DOC_KEYS = ("doc_id", "content_hash", "chunk_count", "file_path", "file_name", "title", INCOMPLETE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,11 +109,24 @@ class DocumentRecord:
     chunks: int
     expected_chunks: int | None = None
     """chunks the document was written with (None: written before this was recorded)"""
+    unfinished: bool = False
+    """a write of the document began and did not finish (its chunks still carry `INCOMPLETE`,
+    or a replaced version is still stored beside the new one)"""
 
     @property
     def complete(self) -> bool:
-        """Whether every chunk of the document is stored (an interrupted write leaves fewer)."""
+        """Whether the document is stored whole and its write finished (an interrupted write
+        leaves chunks missing, or marked `INCOMPLETE` and kept out of answers)."""
+        if self.unfinished:
+            return False
         return self.expected_chunks is None or self.chunks == self.expected_chunks
+
+    @property
+    def stored(self) -> str:
+        """The chunks stored, for people: ``19 of 40`` (``19`` when the count is unknown)."""
+        if self.expected_chunks is None:
+            return str(self.chunks)
+        return f"{self.chunks} of {self.expected_chunks}"
 
 
 class Store:
@@ -118,6 +138,9 @@ class Store:
         self._lock = threading.RLock()
         self._layouts: dict[str, Layout] = {}
         self._indexes: dict[str, LocalIndex | None] = {}
+        #: embedded store: the ids of points marked `INCOMPLETE`, per collection (read once,
+        #: then kept in step with this process's writes: only one process opens the directory)
+        self._incomplete: dict[str, set[str]] = {}
 
     @classmethod
     def open(cls, settings: Settings) -> Store:
@@ -216,6 +239,9 @@ class Store:
                     self.client.create_payload_index(
                         collection, "doc_id", field_schema=rest.PayloadSchemaType.KEYWORD
                     )
+                    self.client.create_payload_index(
+                        collection, INCOMPLETE, field_schema=rest.PayloadSchemaType.BOOL
+                    )
             return self.layout(collection)
 
     def _local_collection(self, collection: str) -> Any | None:
@@ -292,6 +318,7 @@ class Store:
         with self._lock:
             self._layouts.pop(collection, None)
             self._indexes.pop(collection, None)
+            self._incomplete.pop(collection, None)
             return self.client.delete_collection(collection)
 
     # --- nodes -------------------------------------------------------------------------------
@@ -300,10 +327,13 @@ class Store:
         collection: str,
         nodes: list[BaseNode],
         sparse: list[SparseVector] | None = None,
+        *,
+        incomplete: bool = False,
     ) -> None:
         """Upsert embedded nodes (and their BM25 vectors, when the collection has a keyword side).
 
-        The collection is created with the hybrid layout on first write.
+        The collection is created with the hybrid layout on first write. ``incomplete`` marks
+        the chunks `INCOMPLETE` (their document's write is under way; see `mark_complete`).
         """
         if not nodes:
             return
@@ -318,6 +348,8 @@ class Store:
                     indices=sparse[i].indices, values=sparse[i].values
                 )
             payload = node_to_metadata_dict(node, remove_text=False, flat_metadata=False)
+            if incomplete:
+                payload[INCOMPLETE] = True
             points.append(rest.PointStruct(id=node.node_id, vector=vector, payload=payload))
         self._upsert(collection, points)
 
@@ -331,6 +363,51 @@ class Store:
                 slots = index.local.ids
                 keys = (_point_key(p.id) for p in points)
                 index.touch(slots[k] for k in keys if k in slots)
+            marked = self._incomplete.get(collection)
+            if marked is not None:
+                for point in points:
+                    key = str(_point_key(point.id))
+                    if (point.payload or {}).get(INCOMPLETE) is True:
+                        marked.add(key)
+                    else:
+                        marked.discard(key)
+
+    def mark_complete(self, collection: str, ids: Sequence[str]) -> None:
+        """Take the `INCOMPLETE` mark off these points (their document is stored whole): from
+        now on searches find them."""
+        if not ids:
+            return
+        with self._lock:
+            self.client.delete_payload(
+                collection_name=collection, keys=[INCOMPLETE], points=list(ids), wait=True
+            )
+            marked = self._incomplete.get(collection)
+            if marked is not None:
+                marked.difference_update(str(_point_key(i)) for i in ids)
+
+    def incomplete_points(self, collection: str) -> frozenset[str]:
+        """The ids of the collection's points marked `INCOMPLETE`: read once, then kept in step
+        with this process's writes (exact on the embedded store, which one process opens; on a
+        Qdrant server, searches filter by the mark itself)."""
+        with self._lock:
+            marked = self._incomplete.get(collection)
+            if marked is None:
+                marked = set()
+                offset: Any = None
+                while True:
+                    points, offset = self.client.scroll(
+                        collection_name=collection,
+                        scroll_filter=_INCOMPLETE_ONLY,
+                        limit=1024,
+                        offset=offset,
+                        with_payload=False,
+                        with_vectors=False,
+                    )
+                    marked.update(str(_point_key(p.id)) for p in points)
+                    if offset is None:
+                        break
+                self._incomplete[collection] = marked
+            return frozenset(marked)
 
     def search(
         self,
@@ -344,6 +421,7 @@ class Store:
     ) -> Hits:
         """Dense and/or BM25 search in one round trip; each side's ``limit`` best candidates.
 
+        Chunks marked `INCOMPLETE` (their document's write has not finished) are left out.
         ``sparse_vectors`` also returns the dense vectors of the keyword candidates
         (`Hits.vectors`), for scoring them against the query embedding.
         """
@@ -351,12 +429,19 @@ class Store:
         with self._lock:
             index = self._local_index(collection)
             if index is not None:
-                return _local_search(index, dense, sparse, limit, sparse_limit, sparse_vectors)
+                skip = self.incomplete_points(collection)
+                return _local_search(
+                    index, dense, sparse, limit, sparse_limit, sparse_vectors, skip
+                )
         requests: list[rest.QueryRequest] = []
         if dense is not None:
             requests.append(
                 rest.QueryRequest(
-                    query=dense, using=layout.dense or None, limit=limit, with_payload=False
+                    query=dense,
+                    using=layout.dense or None,
+                    limit=limit,
+                    filter=_COMPLETE_ONLY,
+                    with_payload=False,
                 )
             )
         use_sparse = sparse is not None and bool(sparse.indices) and layout.sparse is not None
@@ -370,6 +455,7 @@ class Store:
                     query=rest.SparseVector(indices=sparse.indices, values=sparse.values),
                     using=layout.sparse,
                     limit=sparse_limit or limit,
+                    filter=_COMPLETE_ONLY,
                     with_payload=False,
                     with_vector=with_vector,
                 )
@@ -515,11 +601,23 @@ class Store:
         flt = rest.Filter(
             must=[rest.FieldCondition(key="doc_id", match=rest.MatchValue(value=doc_id))]
         )
-        self.call(
-            self.client.delete,
-            collection_name=collection,
-            points_selector=rest.FilterSelector(filter=flt),
+        with self._lock:
+            self.client.delete(
+                collection_name=collection, points_selector=rest.FilterSelector(filter=flt)
+            )
+
+    def delete_other_versions(self, collection: str, doc_id: str, content_hash: str) -> None:
+        """Delete the chunks of a document's other versions (other content hashes)."""
+        flt = rest.Filter(
+            must=[rest.FieldCondition(key="doc_id", match=rest.MatchValue(value=doc_id))],
+            must_not=[
+                rest.FieldCondition(key="content_hash", match=rest.MatchValue(value=content_hash))
+            ],
         )
+        with self._lock:
+            self.client.delete(
+                collection_name=collection, points_selector=rest.FilterSelector(filter=flt)
+            )
 
     def documents(self, collection: str) -> dict[str, DocumentRecord]:
         """Every document of a collection with its content hash and chunk count."""
@@ -554,7 +652,7 @@ class Store:
         flt = rest.Filter(
             must=[rest.FieldCondition(key="doc_id", match=rest.MatchAny(any=doc_ids))]
         )
-        keys = ["doc_id", "content_hash", "chunk_count"]
+        keys = ["doc_id", "content_hash", "chunk_count", INCOMPLETE]
         return _complete_hashes(_records(self._scroll_payloads(collection, keys, flt)))
 
     def _scroll_payloads(
@@ -584,20 +682,35 @@ def _local_search(
     limit: int,
     sparse_limit: int | None,
     sparse_vectors: bool,
+    skip: frozenset[str] = frozenset(),
 ) -> Hits:
-    """`Store.search` on the embedded store, through its vectorised index."""
+    """`Store.search` on the embedded store, through its vectorised index; the points in
+    ``skip`` are left out (each side fetches that many more, then drops them)."""
     dense_hits: list[Candidate] = []
     sparse_hits: list[Candidate] = []
     vectors: dict[str, Vector] = {}
+    extra = len(skip)
     if dense is not None:
-        ids, scores = index.dense(dense, limit)
-        dense_hits = [Candidate(i, s) for i, s in zip(ids, scores, strict=True)]
+        ids, scores = index.dense(dense, limit + extra)
+        dense_hits = [Candidate(i, s) for i, s in zip(ids, scores, strict=True) if i not in skip]
+        dense_hits = dense_hits[:limit]
     if sparse is not None and sparse.indices and index.has_keywords:
-        ids, scores, points = index.sparse(sparse.indices, sparse.values, sparse_limit or limit)
-        sparse_hits = [Candidate(i, s) for i, s in zip(ids, scores, strict=True)]
+        wanted = sparse_limit or limit
+        ids, scores, points = index.sparse(sparse.indices, sparse.values, wanted + extra)
+        kept = [k for k, i in enumerate(ids) if i not in skip][:wanted]
+        sparse_hits = [Candidate(ids[k], scores[k]) for k in kept]
         if sparse_vectors:
-            vectors = {i: index.vector(int(p)) for i, p in zip(ids, points, strict=True)}
+            vectors = {ids[k]: index.vector(int(points[k])) for k in kept}
     return Hits(dense=dense_hits, sparse=sparse_hits, vectors=vectors)
+
+
+#: filters: points marked `INCOMPLETE`, and the others (a point without the key passes)
+_INCOMPLETE_ONLY = rest.Filter(
+    must=[rest.FieldCondition(key=INCOMPLETE, match=rest.MatchValue(value=True))]
+)
+_COMPLETE_ONLY = rest.Filter(
+    must_not=[rest.FieldCondition(key=INCOMPLETE, match=rest.MatchValue(value=True))]
+)
 
 
 def _point_key(point_id: Any) -> Any:
@@ -634,23 +747,43 @@ def _chunk_count(payload: dict[str, Any]) -> int | None:
 
 
 def _records(payloads: Iterable[dict[str, Any]]) -> dict[str, DocumentRecord]:
-    """The documents of these chunk payloads, each with its chunks counted."""
-    found: dict[str, DocumentRecord] = {}
-    counts: dict[str, int] = {}
+    """The documents of these chunk payloads, each with its chunks counted.
+
+    Chunks are counted per version of a document (its content hash). A document holds two
+    versions only while (or after) a replacement is cut short: its record is then the version
+    being written, and not complete.
+    """
+    firsts: dict[tuple[str, str], dict[str, Any]] = {}
+    counts: dict[tuple[str, str], int] = {}
+    marked: set[tuple[str, str]] = set()
     for payload in payloads:
-        doc_id = str(payload.get("doc_id", ""))
-        counts[doc_id] = counts.get(doc_id, 0) + 1
-        if doc_id not in found:
-            found[doc_id] = DocumentRecord(
-                doc_id=doc_id,
-                content_hash=str(payload.get("content_hash", "")),
+        key = (str(payload.get("doc_id", "")), str(payload.get("content_hash", "")))
+        if key not in firsts:
+            firsts[key] = payload
+        counts[key] = counts.get(key, 0) + 1
+        if payload.get(INCOMPLETE) is True:
+            marked.add(key)
+    versions: dict[str, list[DocumentRecord]] = {}
+    for key, payload in firsts.items():
+        versions.setdefault(key[0], []).append(
+            DocumentRecord(
+                doc_id=key[0],
+                content_hash=key[1],
                 file_path=str(payload.get("file_path", "")),
                 file_name=str(payload.get("file_name", "")),
                 title=str(payload.get("title", "")),
-                chunks=0,
+                chunks=counts[key],
                 expected_chunks=_chunk_count(payload),
+                unfinished=key in marked,
             )
-    return {k: dataclasses.replace(v, chunks=counts[k]) for k, v in found.items()}
+        )
+    found: dict[str, DocumentRecord] = {}
+    for doc_id, records in versions.items():
+        shown = next((r for r in records if not r.complete), records[0])
+        if len(records) > 1:
+            shown = dataclasses.replace(shown, unfinished=True)
+        found[doc_id] = shown
+    return found
 
 
 def _complete_hashes(records: dict[str, DocumentRecord]) -> dict[str, str]:

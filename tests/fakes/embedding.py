@@ -36,3 +36,16 @@ class HashEmbedding(BaseEmbedding):
 
     def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
         return [self._vector(t) for t in texts]
+
+
+class RecordingEmbedding(HashEmbedding):
+    """A `HashEmbedding` that records each batch it embeds and can fail on the n-th batch."""
+
+    batches: list[list[str]] = Field(default_factory=list)
+    fail_on_batch: int | None = None
+
+    def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
+        if self.fail_on_batch is not None and len(self.batches) == self.fail_on_batch:
+            raise RuntimeError("embedder died")
+        self.batches.append(list(texts))
+        return super()._get_text_embeddings(texts)

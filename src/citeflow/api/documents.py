@@ -101,7 +101,17 @@ def _info(record: DocumentRecord, shown: dict[str, str]) -> DocumentInfo:
         file_path=shown.get(record.doc_id, ""),
         title=record.title,
         chunks=record.chunks,
+        expected_chunks=record.expected_chunks,
         complete=record.complete,
+        problem=None if record.complete else _problem(record),
+    )
+
+
+def _problem(record: DocumentRecord) -> str:
+    """What the documents API says of a document whose write was cut short, and the fix."""
+    return (
+        f"incomplete: its ingestion was cut short ({record.stored} chunks stored, kept out of "
+        "answers); upload the file again, or ingest it again"
     )
 
 

@@ -234,10 +234,21 @@ class DocumentInfo(BaseModel):
         "upload: its name; never a server path); empty for a document with no file."
     )
     title: str
-    chunks: int
-    complete: bool = True
-    """False while (or after) a write of the document was cut short: some chunks are missing;
-    the next ingestion of the file writes it again"""
+    chunks: int = Field(description="Chunks stored.")
+    expected_chunks: int | None = Field(
+        default=None,
+        description="Chunks the document has when complete (null: not recorded, for documents "
+        "ingested by older versions).",
+    )
+    complete: bool = Field(
+        default=True,
+        description="False while, or after, a write of the document was cut short (a crash, a "
+        "full disk): its chunks are kept out of answers until it is ingested again.",
+    )
+    problem: str | None = Field(
+        default=None,
+        description="For an incomplete document: what is wrong and how to repair it (one line).",
+    )
 
 
 class DocumentList(BaseModel):

@@ -270,7 +270,7 @@ def _sync(
         expected[doc_id] = (digest, expected.get(doc_id, (digest, 0))[1] + 1)
     done: set[str] = set()
     for doc_id, record in store.documents(COLLECTION).items():
-        if expected.get(doc_id) == (record.content_hash, record.chunks):
+        if record.complete and expected.get(doc_id) == (record.content_hash, record.chunks):
             done.add(doc_id)
         else:  # partly written, changed, or no longer in the corpus
             store.delete_document(COLLECTION, doc_id)

@@ -1,11 +1,14 @@
 """Ingestion: files → documents → chunks → embeddings → Qdrant, idempotently.
 
 Each file is one document keyed by its absolute path (``doc_id``) and identified by the sha256 of
-its bytes (``content_hash``). Unchanged files are skipped before they are even parsed; a changed
-file's new chunks are written first and its old chunks deleted after, so a failure midway never
-leaves a document with no chunks. Each chunk records how many chunks its document has
-(``chunk_count``), so a document whose write was cut short (a crash, Ctrl-C) is written again on
-the next run instead of being taken as unchanged.
+its bytes (``content_hash``). Unchanged files are skipped before they are even parsed. A document's
+chunks are stored marked incomplete (`citeflow.store.INCOMPLETE`: searches leave them out, listings
+show the document as incomplete); once its last chunk is stored, the chunks of the version it
+replaces (a changed file) are deleted and the mark is taken off. So a failure midway (a crash,
+``kill -9``, a full disk) never leaves a document with no chunks, never lets part of one into an
+answer, and the next run writes it again instead of taking it as unchanged (each chunk also
+records how many chunks its document has, ``chunk_count``). Chunk ids derive from the document and
+its content, so writing it again overwrites what was stored: no duplicate, no chunk lost.
 
 Writing, measured on SciFact with the local embedder (`bench/ingest_throughput.py`):
 
@@ -25,7 +28,7 @@ import hashlib
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +44,6 @@ from llama_index.core.schema import (
     TextNode,
 )
 from llama_index.core.utils import get_tokenizer
-from qdrant_client.http import models as rest
 from tqdm.auto import tqdm
 
 from citeflow.bm25 import BM25Encoder
@@ -125,6 +127,8 @@ class Ingestor:
         self.overlap_writes = (
             embeds_remotely(embed_model) if overlap_writes is None else overlap_writes
         )
+        #: the chunks stored so far of each document (id, version) whose write is under way
+        self._stored: dict[tuple[str, str], set[str]] = {}
 
     # --- files -------------------------------------------------------------------------------
     def ingest_paths(self, paths: Iterable[Path], *, prune: bool = False) -> IngestReport:
@@ -157,9 +161,7 @@ class Ingestor:
                 replaced.append((doc_id, digest))
         report.replaced = len(replaced)
         report.documents_added = len(todo) - len(replaced)
-        report.chunks = self._write(todo)
-        for doc_id, digest in replaced:
-            self._delete_stale(doc_id, digest)
+        report.chunks = self._write(todo, replacing={doc_id for doc_id, _ in replaced})
         if prune:
             report.removed = self.prune(existing.values())
         report.seconds = time.perf_counter() - started
@@ -196,7 +198,7 @@ class Ingestor:
         """Ingest in-memory documents (keyed by ``doc.doc_id``); unchanged ones are skipped."""
         existing = self.store.content_hashes(self.collection, [d.doc_id for d in documents])
         todo: list[tuple[str, str, list[Document]]] = []
-        replaced: list[tuple[str, str]] = []
+        replacing: set[str] = set()
         for doc in documents:
             digest = hashlib.sha256(doc.text.encode()).hexdigest()
             old = existing.get(doc.doc_id)
@@ -204,11 +206,8 @@ class Ingestor:
                 continue
             todo.append((doc.doc_id, digest, [doc]))
             if old is not None:
-                replaced.append((doc.doc_id, digest))
-        written = self._write(todo)
-        for doc_id, digest in replaced:
-            self._delete_stale(doc_id, digest)
-        return written
+                replacing.add(doc.doc_id)
+        return self._write(todo, replacing=replacing)
 
     # --- internals ---------------------------------------------------------------------------
     def _fits(self, doc: Document) -> bool:
@@ -276,16 +275,24 @@ class Ingestor:
             nodes.extend(self._chunks(doc.doc_id, digest, [doc]))
         return nodes
 
-    def _write(self, todo: list[tuple[str, str, list[Document]]]) -> int:
+    def _write(
+        self, todo: list[tuple[str, str, list[Document]]], *, replacing: Collection[str]
+    ) -> int:
         nodes: list[BaseNode] = []
         for doc_id, digest, docs in todo:
             nodes.extend(self._chunks(doc_id, digest, docs))
-        return self.write_nodes(nodes)
+        return self.write_nodes(nodes, replacing=replacing)
 
-    def write_nodes(self, nodes: list[BaseNode]) -> int:
-        """Embed and upsert chunks, in length-sorted pools (see the module docstring)."""
+    def write_nodes(self, nodes: list[BaseNode], *, replacing: Collection[str] = ()) -> int:
+        """Embed and upsert chunks, in length-sorted pools (see the module docstring).
+
+        Chunks are stored marked incomplete. Once every chunk of a document is stored (its
+        ``chunk_count``, in this call or over several calls of this ingestor), the other
+        versions of the documents in ``replacing`` (ids) are deleted and the mark is taken off.
+        """
         if not nodes:
             return 0
+        expected = _expected_chunks(nodes)
         bar = tqdm(total=len(nodes), desc="embedding", unit="chunk", disable=not self.progress)
         pending: Future[None] | None = None
         writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="citeflow-upsert")
@@ -294,12 +301,13 @@ class Ingestor:
                 vectors = self.embed_model.get_text_embedding_batch(texts)
                 for node, vector in zip(batch, vectors, strict=True):
                     node.embedding = vector
+                args = (batch, texts, expected, replacing)
                 if not self.overlap_writes:
-                    self._store_batch(batch, texts)
+                    self._store_batch(*args)
                 else:
                     if pending is not None:
                         pending.result()  # surface a failed write before queueing the next
-                    pending = writer.submit(self._store_batch, batch, texts)
+                    pending = writer.submit(self._store_batch, *args)
                 bar.update(len(batch))
             if pending is not None:
                 pending.result()
@@ -318,18 +326,44 @@ class Ingestor:
                 window = order[at : at + self.window]
                 yield [pool[i] for i in window], [texts[i] for i in window]
 
-    def _store_batch(self, batch: list[BaseNode], texts: list[str]) -> None:
-        """BM25 vectors of embedded chunks (``texts`` as embedded), then one upsert."""
-        self.store.add(self.collection, batch, self.encoder.encode_documents(texts))
+    def _store_batch(
+        self,
+        batch: list[BaseNode],
+        texts: list[str],
+        expected: dict[tuple[str, str], int],
+        replacing: Collection[str],
+    ) -> None:
+        """BM25 vectors of embedded chunks (``texts`` as embedded), one upsert (marked
+        incomplete), then the documents it finishes are made complete."""
+        self.store.add(
+            self.collection, batch, self.encoder.encode_documents(texts), incomplete=True
+        )
+        finished: list[str] = []
+        for node in batch:
+            key = _document_key(node)
+            stored = self._stored.setdefault(key, set())
+            stored.add(node.node_id)
+            if len(stored) >= expected[key]:
+                if key[0] in replacing:
+                    self.store.delete_other_versions(self.collection, *key)
+                finished.extend(self._stored.pop(key))
+        self.store.mark_complete(self.collection, finished)
 
-    def _delete_stale(self, doc_id: str, digest: str) -> None:
-        """Delete a document's chunks from earlier versions (other content hashes)."""
-        flt = rest.Filter(
-            must=[rest.FieldCondition(key="doc_id", match=rest.MatchValue(value=doc_id))],
-            must_not=[rest.FieldCondition(key="content_hash", match=rest.MatchValue(value=digest))],
-        )
-        self.store.call(
-            self.store.client.delete,
-            collection_name=self.collection,
-            points_selector=rest.FilterSelector(filter=flt),
-        )
+
+def _document_key(node: BaseNode) -> tuple[str, str]:
+    """A chunk's document and version: its ``doc_id`` and ``content_hash``."""
+    return str(node.metadata.get("doc_id", "")), str(node.metadata.get("content_hash", ""))
+
+
+def _expected_chunks(nodes: Sequence[BaseNode]) -> dict[tuple[str, str], int]:
+    """How many chunks each document of these chunks has: its ``chunk_count``, else (chunks
+    written elsewhere) how many of them are here."""
+    here: dict[tuple[str, str], int] = {}
+    recorded: dict[tuple[str, str], int] = {}
+    for node in nodes:
+        key = _document_key(node)
+        here[key] = here.get(key, 0) + 1
+        count = node.metadata.get("chunk_count")
+        if isinstance(count, int):
+            recorded[key] = count
+    return {key: recorded.get(key, n) for key, n in here.items()}
