@@ -142,6 +142,37 @@ async def test_bad_uploads(
     assert not folder.exists() or not any(folder.iterdir())  # nothing left behind
 
 
+async def test_a_corrupt_upload_loses_nothing_already_stored(
+    client: httpx.AsyncClient, engine: Engine
+) -> None:
+    """A corrupt file in place of an uploaded one is refused and the original stays (its
+    document's source links still open it); a corrupt file among good ones is reported and not
+    kept."""
+    url = "/v1/collections/animals/documents"
+    first = await client.post(url, files=_files(("owls.txt", OWLS)))
+    [doc] = first.json()["data"]
+    folder = engine.upload_dir("animals")
+
+    corrupt = await client.post(url, files=_files(("owls.txt", b"  \n ")))
+    assert corrupt.status_code == 422, corrupt.text
+    assert corrupt.json()["error"]["message"] == "owls.txt: empty file"
+    assert sorted(p.name for p in folder.iterdir()) == ["owls.txt"]
+    original = await client.get(f"/v1/documents/animals/{doc['doc_id']}/file")
+    assert original.status_code == 200 and original.content == OWLS
+
+    response = await client.post(
+        url, files=_files(("bees.md", BEES), ("broken.pdf", b"%PDF-1.4 not really a pdf"))
+    )
+    assert response.status_code == 200, response.text
+    assert [f["file"] for f in response.json()["failed"]] == ["broken.pdf"]
+    assert sorted(p.name for p in folder.iterdir()) == ["bees.md", "owls.txt"]
+    listed = (await client.get(url)).json()["data"]
+    assert [(d["file_name"], d["complete"]) for d in listed] == [
+        ("bees.md", True),
+        ("owls.txt", True),
+    ]
+
+
 @pytest.mark.parametrize(
     ("method", "url"),
     [
@@ -307,9 +338,10 @@ async def test_a_streamed_upload_within_the_limit_is_kept(
         "/v1/collections/animals/documents", content=body, headers=MULTIPART
     )
     assert response.status_code == 200, response.text
-    assert response.json()["added"] == 1  # the empty file is reported as failed
+    assert response.json()["added"] == 1  # the empty file is reported as failed, and not kept
+    assert [f["file"] for f in response.json()["failed"]] == ["e.md"]
     assert (engine.upload_dir("animals") / "owls.txt").read_bytes() == OWLS
-    assert sorted(p.name for p in engine.upload_dir("animals").iterdir()) == ["e.md", "owls.txt"]
+    assert sorted(p.name for p in engine.upload_dir("animals").iterdir()) == ["owls.txt"]
     assert _empty(temp_dir)
 
 

@@ -25,18 +25,23 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Container, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import FileResponse
 
 from citeflow.api.deps import EngineDep, require_api_key, require_key_or_link
+from citeflow.api.engine import Engine
 from citeflow.api.errors import BadRequestError
 from citeflow.api.schemas import DocumentInfo, DocumentList, ErrorResponse
 from citeflow.api.uploads import ReceivedFile, receive_files
 from citeflow.errors import CiteflowError, CollectionNotFoundError
+from citeflow.ingestion.pipeline import doc_id_for, file_hash
 from citeflow.ingestion.readers import SUPPORTED_SUFFIXES
 from citeflow.names import check_collection_name
 from citeflow.store import DocumentRecord
@@ -148,20 +153,64 @@ def _safe_name(filename: str | None) -> str:
     return name
 
 
-def _keep(received: Sequence[ReceivedFile], folder: Path) -> list[Path]:
-    """Rename the ``.part`` files to their names (replacing earlier uploads of the same name);
-    if one fails, delete the ``.part`` files not renamed yet."""
-    paths: list[Path] = []
+@dataclass(frozen=True)
+class _Kept:
+    """An uploaded file under its name, and the earlier upload of that name it replaces, set
+    aside until the new file is ingested (a corrupt new file must not cost the old original)."""
+
+    path: Path
+    previous: Path | None
+
+
+def _keep(received: Sequence[ReceivedFile], folder: Path) -> list[_Kept]:
+    """Rename the ``.part`` files to their names, setting earlier uploads of the same names
+    aside; if one fails, put everything back and delete the ``.part`` files."""
+    kept: list[_Kept] = []
     try:
         for item in received:
             target = folder / item.name
+            previous: Path | None = None
+            if target.exists():
+                fd, aside = tempfile.mkstemp(dir=folder, prefix=".previous-", suffix=".keep")
+                os.close(fd)
+                previous = Path(aside)
+                os.replace(target, previous)
+            kept.append(_Kept(target, previous))
             os.replace(item.temp, target)
-            paths.append(target)
     except BaseException:
+        _settle(kept, keep=set())
         for item in received:
             item.temp.unlink(missing_ok=True)
         raise
-    return paths
+    return kept
+
+
+def _settle(kept: Sequence[_Kept], *, keep: Container[str]) -> None:
+    """Keep the new files named in ``keep`` (their earlier uploads are deleted); put the
+    earlier upload back in place of any other (or delete it, when it replaced none)."""
+    for item in kept:
+        if item.path.name in keep:
+            if item.previous is not None:
+                item.previous.unlink(missing_ok=True)
+        elif item.previous is not None:
+            os.replace(item.previous, item.path)
+        else:
+            item.path.unlink(missing_ok=True)
+
+
+def _stored_whole(engine: Engine, collection: str, kept: Sequence[_Kept]) -> set[str]:
+    """The names of the kept files whose content the store holds whole (after an ingestion
+    that failed midway: those files were ingested before it failed)."""
+    try:
+        ids = {doc_id_for(item.path): item for item in kept}
+        stored = engine.store.content_hashes(collection, list(ids))
+        return {
+            item.path.name
+            for doc_id, item in ids.items()
+            if stored.get(doc_id) == file_hash(item.path)
+        }
+    except Exception:  # the store or the disk fails too: put every earlier upload back
+        return set()
 
 
 #: The upload's body in the OpenAPI schema (the route reads it as a stream, not as a form).
@@ -193,19 +242,26 @@ async def upload_documents(name: str, request: Request, engine: EngineDep) -> di
 
     The files are streamed to disk as they arrive: a body over the limit is refused by its
     ``Content-Length`` before it is read, or as soon as it passes the limit (HTTP 413), and
-    nothing of a refused upload is kept.
+    nothing of a refused upload is kept. A file that cannot be read (HTTP 422 when no file
+    can) is not kept, and an earlier upload of its name stays in place.
     """
     collection = check_collection_name(name)
     folder = engine.upload_dir(collection)
     received = await receive_files(
         request, folder, max_file_bytes=engine.options.max_upload_bytes, check_name=_safe_name
     )
-    paths = await asyncio.to_thread(_keep, received, folder)
+    kept = await asyncio.to_thread(_keep, received, folder)
     names = [item.name for item in received]
-    report = await engine.ingest_files(collection, paths)
-    if report.failed and len(report.failed) == len(paths):
-        for path in paths:
-            path.unlink(missing_ok=True)
+    try:
+        report = await engine.ingest_files(collection, [item.path for item in kept])
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            whole = await asyncio.to_thread(_stored_whole, engine, collection, kept)
+            await asyncio.to_thread(_settle, kept, keep=whole)
+        raise
+    failed = {Path(path).name for path, _ in report.failed}
+    await asyncio.to_thread(_settle, kept, keep=set(names) - failed)
+    if report.failed and len(report.failed) == len(kept):
         raise UnprocessableError("; ".join(reason for _, reason in report.failed))
     here = folder.resolve()
     uploaded = [r for r in await engine.documents(collection) if r.file_path]
