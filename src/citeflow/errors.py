@@ -69,6 +69,25 @@ class StoreLockedError(CiteflowError):
     status = 503
 
 
+class StorageFullError(CiteflowError):
+    """The disk holding the store or the uploads is full (HTTP 507).
+
+    ``message`` names the place and what to do (for the CLI and the server log); ``public`` is
+    what the server tells its clients, which names no path of the server.
+    """
+
+    kind = "server_error"
+    status = 507
+    code = "insufficient_storage"
+
+    def __init__(self, message: str, *, public: str | None = None) -> None:
+        super().__init__(message)
+        self.public = public or (
+            "the server's disk is full: the request could not be completed, and nothing "
+            "stored before was lost; retry once the server's operator has freed space"
+        )
+
+
 class ModelError(CiteflowError):
     """A model is missing, fails its checksum, or cannot be loaded."""
 

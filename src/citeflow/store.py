@@ -21,6 +21,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -38,6 +39,7 @@ from qdrant_client import QdrantClient
 from qdrant_client.http import models as rest
 
 from citeflow.bm25 import BM25Encoder, SparseVector
+from citeflow.disk import disk_space
 from citeflow.errors import CollectionNotFoundError, EmptyCollectionError, StoreLockedError
 from citeflow.local_index import LocalIndex
 from citeflow.settings import Settings
@@ -157,9 +159,10 @@ class Store:
         if str(path) == ":memory:":
             return cls(QdrantClient(location=":memory:"), location=":memory:")
         directory = Path(path)
-        directory.mkdir(parents=True, exist_ok=True)
         try:
-            client = QdrantClient(path=str(directory))
+            with _full_disk_guard(str(directory)):
+                directory.mkdir(parents=True, exist_ok=True)
+                client = QdrantClient(path=str(directory))
         except RuntimeError as exc:
             if "already accessed by another instance" in str(exc):
                 raise StoreLockedError(
@@ -168,6 +171,10 @@ class Store:
                 ) from None
             raise
         return cls(client, location=str(directory))
+
+    def _disk(self) -> AbstractContextManager[None]:
+        """Around each write: a full disk becomes one clear `StorageFullError`."""
+        return _full_disk_guard(self.location)
 
     @property
     def embedded(self) -> bool:
@@ -220,7 +227,7 @@ class Store:
 
     def ensure_collection(self, collection: str, dimension: int) -> Layout:
         """Create the collection with the hybrid layout unless it exists; its layout."""
-        with self._lock:
+        with self._lock, self._disk():
             if not self.client.collection_exists(collection):
                 self.client.create_collection(
                     collection_name=collection,
@@ -283,7 +290,7 @@ class Store:
         connection = getattr(persistence, "storage", None)
         if connection is None:  # a qdrant-client whose internals differ: keep its defaults
             return
-        with self._lock:
+        with self._lock, self._disk():
             connection.execute("PRAGMA journal_mode=WAL")
             connection.execute("PRAGMA synchronous=NORMAL")
 
@@ -315,7 +322,7 @@ class Store:
         return count
 
     def drop(self, collection: str) -> bool:
-        with self._lock:
+        with self._lock, self._disk():
             self._layouts.pop(collection, None)
             self._indexes.pop(collection, None)
             self._incomplete.pop(collection, None)
@@ -356,7 +363,7 @@ class Store:
     def _upsert(self, collection: str, points: list[rest.PointStruct]) -> None:
         """Every write of points: upsert, and tell the embedded store's index which it
         overwrote in place (they get new rows there)."""
-        with self._lock:
+        with self._lock, self._disk():
             self.client.upsert(collection_name=collection, points=points, wait=True)
             index = self._indexes.get(collection)
             if index is not None:
@@ -377,7 +384,7 @@ class Store:
         now on searches find them."""
         if not ids:
             return
-        with self._lock:
+        with self._lock, self._disk():
             self.client.delete_payload(
                 collection_name=collection, keys=[INCOMPLETE], points=list(ids), wait=True
             )
@@ -601,7 +608,7 @@ class Store:
         flt = rest.Filter(
             must=[rest.FieldCondition(key="doc_id", match=rest.MatchValue(value=doc_id))]
         )
-        with self._lock:
+        with self._lock, self._disk():
             self.client.delete(
                 collection_name=collection, points_selector=rest.FilterSelector(filter=flt)
             )
@@ -614,7 +621,7 @@ class Store:
                 rest.FieldCondition(key="content_hash", match=rest.MatchValue(value=content_hash))
             ],
         )
-        with self._lock:
+        with self._lock, self._disk():
             self.client.delete(
                 collection_name=collection, points_selector=rest.FilterSelector(filter=flt)
             )
@@ -673,6 +680,16 @@ class Store:
                 yield dict(point.payload or {})
             if offset is None:
                 return
+
+
+def _full_disk_guard(location: str) -> AbstractContextManager[None]:
+    """`citeflow.disk.disk_space` for the store at ``location``: each of its writes happens or
+    not (SQLite rolls a failed transaction back, a Qdrant server its failed operation), so what
+    was stored before stays stored."""
+    return disk_space(
+        f"no space left on the disk holding the store ({location}): a write failed and was "
+        "undone, nothing already stored was lost; free some space, then try again"
+    )
 
 
 def _local_search(

@@ -3,7 +3,8 @@
 Every error the server returns, in a response or as the last data line of a stream, is
 ``{"error": {"message": ..., "type": ..., "param": ..., "code": ...}}``. A provider's failure is
 told in general terms (`UpstreamError.public`); its own message, which may name the server's key
-or account, goes to the server log (`log_failure`).
+or account, goes to the server log (`log_failure`). So does a full disk's (`StorageFullError`),
+which names the server's paths.
 
 | cause | status | type |
 | --- | --- | --- |
@@ -18,6 +19,7 @@ or account, goes to the server log (`log_failure`).
 | a provider's HTTP 429 (with its ``Retry-After``) | 429 | ``rate_limit_error`` |
 | `UpstreamError` (LLM or embedding provider) | 502 | ``upstream_error`` |
 | `StoreLockedError`, `ModelError`, not ready | 503 | ``server_error`` |
+| `StorageFullError`: no space left for the store or an upload | 507 | ``server_error`` |
 | anything else | 500 | ``server_error`` (details in the log only) |
 """
 
@@ -39,6 +41,7 @@ from citeflow.errors import (
     CiteflowError,
     CollectionNotFoundError,
     InvalidRequestError,
+    StorageFullError,
     UpstreamError,
 )
 
@@ -57,6 +60,7 @@ STATUS_TYPES: dict[int, str] = {
     500: "server_error",
     502: "upstream_error",
     503: "server_error",
+    507: "server_error",
 }
 
 
@@ -145,7 +149,7 @@ def describe(exc: BaseException) -> tuple[int, dict[str, Any]]:
     Unexpected exceptions become a generic 500 whose message names no internals; they are logged
     by the caller.
     """
-    if isinstance(exc, UpstreamError):  # the provider's own words go to the log only
+    if isinstance(exc, UpstreamError | StorageFullError):  # their own words: for the log only
         return exc.status, error_body(exc.public, exc.kind, code=getattr(exc, "code", None))
     if isinstance(exc, CiteflowError):
         return exc.status, error_body(

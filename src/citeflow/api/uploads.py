@@ -8,7 +8,8 @@ route runs, so a 1 GB upload was on disk, in full, before its HTTP 413. `receive
   part to a ``.part`` file in the folder of its target (a rename keeps it, atomically);
 * stops reading at once when a file or the body passes its limit, or a part's file name is
   refused (checked as soon as the part's headers have arrived);
-* deletes its ``.part`` files whatever goes wrong, including a client that goes away.
+* deletes its ``.part`` files whatever goes wrong, including a client that goes away or a full
+  disk (`citeflow.disk`: HTTP 507).
 
 File writes run in a worker thread, one hop per received piece of the body: the event loop
 never waits for the disk.
@@ -17,6 +18,7 @@ never waits for the disk.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import tempfile
 import threading
@@ -30,6 +32,7 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import ClientDisconnect, Request
 
 from citeflow.api.errors import BadRequestError, PayloadTooLargeError
+from citeflow.disk import disk_space
 
 if TYPE_CHECKING:
     from python_multipart.multipart import MultipartCallbacks
@@ -167,10 +170,9 @@ class _Reader:
     def _apply(self, work: list[_Work]) -> None:
         for what, index, data in work:
             if what == _OPEN:
-                self.folder.mkdir(parents=True, exist_ok=True)
-                fd, temp = tempfile.mkstemp(dir=self.folder, prefix=".upload-", suffix=".part")
-                self.files.append(ReceivedFile(self.names[index], Path(temp)))
-                self._open[index] = os.fdopen(fd, "wb")
+                temp, out = create_part(self.folder)
+                self.files.append(ReceivedFile(self.names[index], temp))
+                self._open[index] = out
             elif what == _WRITE:
                 self._open[index].write(data)
             else:
@@ -187,10 +189,19 @@ class _Reader:
 
     def _discard(self) -> None:
         for out in self._open.values():
-            out.close()
+            with contextlib.suppress(OSError):  # a full disk fails the flush: drop the bytes
+                out.close()
         self._open.clear()
         for received in self.files:
             received.temp.unlink(missing_ok=True)
+
+
+def create_part(folder: Path) -> tuple[Path, BinaryIO]:
+    """A new, empty ``.part`` file in ``folder`` (made if need be), open for writing: where
+    each received file is written."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(dir=folder, prefix=".upload-", suffix=".part")
+    return Path(temp), os.fdopen(fd, "wb")
 
 
 async def receive_files(
@@ -212,6 +223,7 @@ async def receive_files(
         PayloadTooLargeError: a declared or streamed body, or one file, over the limit (413).
         BadRequestError: not multipart/form-data, malformed or cut short, a refused file name,
             no ``field_name`` part (400).
+        StorageFullError: no space left on the disk for the files (507).
     """
     max_body_bytes = max_file_bytes + FRAMING_BYTES
     declared = request.headers.get("content-length", "")
@@ -242,7 +254,11 @@ async def receive_files(
             except FormParserError as exc:
                 raise BadRequestError(f"invalid multipart body: {exc}", param=field_name) from None
             if work := reader.take_work():
-                await asyncio.to_thread(reader.apply, work)
+                with disk_space(
+                    f"no space left on the disk holding the uploads ({folder}): the upload was "
+                    "not kept, nothing already stored was lost; free some space, then upload again"
+                ):
+                    await asyncio.to_thread(reader.apply, work)
         if not reader.ended:
             raise BadRequestError(
                 "the multipart body ends before its closing boundary; send the whole body",

@@ -47,7 +47,7 @@ from llama_index.core.utils import get_tokenizer
 from tqdm.auto import tqdm
 
 from citeflow.bm25 import BM25Encoder
-from citeflow.errors import IngestError
+from citeflow.errors import IngestError, StorageFullError
 from citeflow.ingestion.readers import discover, read_file
 from citeflow.providers.embeddings import embeds_remotely
 from citeflow.store import Store
@@ -281,7 +281,15 @@ class Ingestor:
         nodes: list[BaseNode] = []
         for doc_id, digest, docs in todo:
             nodes.extend(self._chunks(doc_id, digest, docs))
-        return self.write_nodes(nodes, replacing=replacing)
+        try:
+            return self.write_nodes(nodes, replacing=replacing)
+        except StorageFullError as exc:
+            raise StorageFullError(
+                "ingestion stopped: no space left on the disk holding the store "
+                f"({self.store.location}); nothing already stored was lost (a document cut short "
+                "is marked incomplete and kept out of answers); free some space, then ingest the "
+                "same files again"
+            ) from exc
 
     def write_nodes(self, nodes: list[BaseNode], *, replacing: Collection[str] = ()) -> int:
         """Embed and upsert chunks, in length-sorted pools (see the module docstring).

@@ -1,0 +1,82 @@
+"""A disk that fills up: the embedded Qdrant client with room for only so many more writes.
+
+The fault is injected at the store's one dependency, its `QdrantClient` (`citeflow.store.Store`
+takes the client it is given; `Store.open_path` builds it by the name ``QdrantClient`` in
+`citeflow.store`). qdrant-client's local mode stores each point in an SQLite file, one
+transaction per point; on a full disk SQLite fails the transaction it is in and rolls it back,
+and the error reaches the caller as ``sqlite3.OperationalError: database or disk is full``
+(``SQLITE_FULL``), after the batch's earlier points were stored. `FullDiskClient` does the same:
+each point written (upserted, or its payload changed) takes one unit of ``room``; the write that
+finds no room left stores the points before it and raises that error (or, with
+``error="oserror"``, ``OSError(ENOSPC)``, as a file the store creates would).
+"""
+
+from __future__ import annotations
+
+import errno
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from qdrant_client import QdrantClient
+
+
+def disk_full_error(kind: str = "sqlite") -> Exception:
+    """The exception a write meets on a full disk: SQLite's, or the operating system's."""
+    if kind == "oserror":
+        return OSError(errno.ENOSPC, "No space left on device")
+    error = sqlite3.OperationalError("database or disk is full")
+    error.sqlite_errorcode = sqlite3.SQLITE_FULL  # type: ignore[attr-defined]
+    return error
+
+
+class FullDiskClient(QdrantClient):
+    """A `QdrantClient` (embedded) on a disk with room for ``room`` more points (None: no
+    limit); see the module doc."""
+
+    def __init__(self, *args: Any, room: int | None = None, error: str = "sqlite", **kw: Any):
+        super().__init__(*args, **kw)
+        self.room = room
+        self.error = error
+        self.failures = 0
+
+    def free(self, room: int | None = None) -> None:
+        """Make room (None: no limit any more)."""
+        self.room = room
+
+    def _take(self, wanted: int) -> int:
+        """How many of ``wanted`` points fit; uses that room."""
+        if self.room is None:
+            return wanted
+        fits = min(wanted, self.room)
+        self.room -= fits
+        return fits
+
+    def _fail(self) -> Exception:
+        self.failures += 1
+        return disk_full_error(self.error)
+
+    def upsert(self, collection_name: str, points: Any, *args: Any, **kw: Any) -> Any:
+        assert isinstance(points, Sequence)
+        fits = self._take(len(points))
+        if fits < len(points):
+            if fits:
+                super().upsert(collection_name, list(points[:fits]), *args, **kw)
+            raise self._fail()
+        return super().upsert(collection_name, points, *args, **kw)
+
+    def delete_payload(
+        self, collection_name: str, keys: Sequence[str], points: Any, *args: Any, **kw: Any
+    ) -> Any:
+        assert isinstance(points, Sequence)
+        fits = self._take(len(points))
+        if fits < len(points):
+            if fits:
+                super().delete_payload(collection_name, keys, list(points[:fits]), *args, **kw)
+            raise self._fail()
+        return super().delete_payload(collection_name, keys, points, *args, **kw)
+
+    def delete(self, collection_name: str, *args: Any, **kw: Any) -> Any:
+        if self.room == 0:  # deleting writes too (SQLite's write-ahead log)
+            raise self._fail()
+        return super().delete(collection_name, *args, **kw)
