@@ -21,6 +21,7 @@ from citeflow.api.options import ServerOptions
 from citeflow.knowledge_base import KnowledgeBase
 from tests.fakes.embedding import HashEmbedding
 from tests.fakes.llm import ScriptedLLM
+from tests.fakes.openai_server import FakeOpenAIServer
 
 
 class PacedLLM(ScriptedLLM):
@@ -122,6 +123,28 @@ def make_engine(
         llm=llm,
         options=ServerOptions(**options),
     )
+
+
+def upstream_engine(kb: KnowledgeBase, upstream: FakeOpenAIServer, **settings: Any) -> Engine:
+    """An engine over the test knowledge base whose LLM is the real OpenAI client, sent through
+    aiohttp as ``citeflow serve`` builds it, against the fake OpenAI server (no retries, no LLM
+    grading); ``settings`` override the knowledge base's (e.g. ``llm_timeout``)."""
+    from pydantic import SecretStr
+
+    from citeflow.providers.llm import build_llm
+
+    updated = kb.settings.model_copy(
+        update={
+            "llm_provider": "openai",
+            "llm_model": "chat-model",
+            "openai_base_url": upstream.openai_base_url,
+            "openai_api_key": SecretStr("k"),
+            "grader": "none",
+            **settings,
+        }
+    )
+    llm = build_llm(updated, max_retries=0, aiohttp=True)
+    return Engine(updated, store=kb.store, embed_model=kb.embed_model, llm=llm)
 
 
 def parse_sse(text: str) -> list[Any]:

@@ -1,23 +1,58 @@
-"""Faults of the disk: what citeflow does when there is no space left.
+"""The fault matrix: what citeflow does when the LLM provider, a client, the disk or the
+operating system fails it. Each fault is tested here or, where a test already existed, there.
 
-The disk fills up in `tests.fakes.full_disk`: the store's client fails writes as SQLite does on
-a full disk, and an upload's ``.part`` file (made by `citeflow.api.uploads.create_part`) fails
-with ENOSPC:
+The LLM provider (the real OpenAI client, through aiohttp, against the fake OpenAI server):
+
+* 401, its message naming the key: 502 in general terms, its words in the server log
+  (`test_server_upstream.py::test_an_upstream_error_is_told_in_general_terms_and_logged`);
+* 429: 429 with ``Retry-After``; a stream: error chunk, ``[DONE]``
+  (`test_server_upstream.py::test_an_upstream_rate_limit_is_429_with_retry_after`);
+* 500, a timeout, a stream cut midway: 502; a stream: its text so far, the error chunk,
+  ``[DONE]`` (`test_a_provider_failure_is_502_or_an_error_chunk_then_done`; a failing LLM object:
+  `test_server_live.py::test_llm_failure_mid_stream_ends_with_error_then_done`).
+
+A client that disconnects mid-answer: the provider's request is closed at once
+(`test_a_client_disconnect_cancels_the_provider_request`; the workflow run:
+`test_server_live.py::test_client_disconnect_cancels_the_run`).
+
+A full disk (`tests.fakes.full_disk`: the store's client fails writes as SQLite does on a full
+disk; an upload's ``.part`` file, made by `citeflow.api.uploads.create_part`, fails with ENOSPC):
 
 * during ``citeflow ingest``: one line; what was stored stays listed and answers questions
   (`test_a_full_disk_during_ingest_is_one_line_and_loses_nothing`);
 * during an upload's ingestion: HTTP 507 in general terms; the same
   (`test_a_full_disk_during_an_upload_is_507_and_loses_nothing`);
 * while an upload arrives: 507, nothing of it left, an earlier upload of its name unharmed
-  (`test_a_full_disk_while_an_upload_arrives_is_507_and_leaves_nothing`).
+  (`test_a_full_disk_while_an_upload_arrives_is_507_and_leaves_nothing`);
+* the ways of saying "no space" told apart from other failures
+  (`test_no_space_is_told_apart_from_other_failures`).
+
+``kill -9`` of an ingestion midway (what ``citeflow ingest`` runs, in a forked child process
+killed with SIGKILL), then the same ingestion: ``citeflow documents`` lists the document as
+incomplete with its repair, it is kept out of answers; then it is whole, with no duplicate and
+no chunk lost (`test_kill_9_during_ingest_then_ingest_again`).
+
+Uploads, in `test_server_documents.py`: a corrupt file is refused (422), or reported failed and
+not kept, and an earlier upload of its name stays
+(`test_a_corrupt_upload_loses_nothing_already_stored`; more kinds: `test_bad_uploads`); an
+oversize one is refused by its ``Content-Length`` before it is read, or as soon as it passes the
+limit (`test_a_declared_content_length_over_the_limit_is_413_before_reading`,
+`test_a_streamed_upload_stops_being_read_past_the_limit`); bad file names and malformed bodies get
+400 and leave nothing (`test_bad_file_names_and_bodies_are_400_and_leave_nothing`), and no
+hostile request at large gets a 5xx (`test_server_fuzz.py`).
 """
 
 from __future__ import annotations
 
 import errno
 import functools
+import multiprocessing
+import os
+import select
+import signal
 import sqlite3
-from collections.abc import Iterator
+import time
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -38,26 +73,98 @@ from tests.conftest import FACTS
 from tests.fakes.embedding import HashEmbedding
 from tests.fakes.full_disk import FullDiskClient, disk_full_error
 from tests.fakes.llm import ScriptedLLM
-from tests.fakes.openai_server import FakeOpenAIServer
-from tests.server_helpers import make_engine
+from tests.fakes.openai_server import FakeOpenAIServer, Reply
+from tests.server_helpers import LiveServer, make_engine, parse_sse, upstream_engine, wait_until
 
+ANSWER = "Yahoo bought Viaweb in 1998 [1]. Ducks live near ponds [2]."
+LONG_ANSWER = " ".join([ANSWER] * 10)
 #: a document of many chunks (at the test settings' chunk size of 128 tokens)
 GEESE = " ".join(
     f"Note {i}: the greylag geese flew over the northern lake at dawn, calling loudly."
     for i in range(240)
 )
+GEESE_QUESTION = "Which geese flew over the northern lake at dawn?"
 FULL_DISK = (
     "the server's disk is full: the request could not be completed, and nothing stored before "
     "was lost; retry once the server's operator has freed space"
 )
 
 
-def _chat(stream: bool, question: str) -> dict[str, Any]:
+def _chat(stream: bool, question: str = "Who bought Viaweb?") -> dict[str, Any]:
     return {
         "model": "citeflow-kb",
         "messages": [{"role": "user", "content": question}],
         "stream": stream,
     }
+
+
+# --- the LLM provider ----------------------------------------------------------------------------
+@pytest.fixture
+def upstream() -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer() as server:
+        yield server
+
+
+@pytest.fixture
+async def client(kb: KnowledgeBase, upstream: FakeOpenAIServer) -> AsyncIterator[httpx.AsyncClient]:
+    engine = upstream_engine(kb, upstream, llm_timeout=0.5, citation_judge="off")
+    transport = httpx.ASGITransport(app=create_app(engine))
+    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
+        yield c
+    await engine.aclose()
+
+
+@pytest.mark.parametrize(
+    ("reply", "message"),
+    [
+        (Reply.error(500, "shard db-7 is down"), "the LLM provider failed; retry later"),
+        (Reply(text=ANSWER, ttft=3.0), "the LLM provider timed out; retry later"),
+        (Reply.drop(after_tokens=12, text=LONG_ANSWER), "the LLM provider failed; retry later"),
+    ],
+    ids=["500", "timeout", "cut-mid-stream"],
+)
+async def test_a_provider_failure_is_502_or_an_error_chunk_then_done(
+    client: httpx.AsyncClient, upstream: FakeOpenAIServer, reply: Reply, message: str
+) -> None:
+    upstream.script([reply, reply])
+    plain = await client.post("/v1/chat/completions", json=_chat(stream=False))
+    assert plain.status_code == 502, plain.text
+    error = plain.json()["error"]
+    assert error["type"] == "upstream_error" and error["message"].startswith(message)
+    started = time.monotonic()
+    streamed = await client.post("/v1/chat/completions", json=_chat(stream=True))
+    assert time.monotonic() - started < 2.5  # a timeout is the client's, not the provider's 3 s
+    assert streamed.status_code == 200  # the stream had begun: the error is its last chunk
+    items = parse_sse(streamed.text)
+    assert items[-1] == "[DONE]" and items[-2] == {"error": error}
+    assert "db-7" not in plain.text + streamed.text  # the provider's words stay in the log
+    if reply.drop_after is not None:  # the sentences checked before the cut went out
+        text = "".join(
+            i["choices"][0]["delta"].get("content") or ""
+            for i in items
+            if isinstance(i, dict) and i.get("choices")
+        )
+        assert text.startswith("Yahoo bought Viaweb in 1998")
+
+
+async def test_a_client_disconnect_cancels_the_provider_request(
+    kb: KnowledgeBase, upstream: FakeOpenAIServer
+) -> None:
+    """The client goes away while the provider streams (20 tokens a second, ~6 s in all): the
+    provider's stream is closed at once, not read to its end."""
+    upstream.script(Reply(text=LONG_ANSWER, tokens_per_second=20))
+    engine = upstream_engine(kb, upstream, citation_judge="off")
+    with LiveServer(create_app(engine)) as live:
+        async with (
+            httpx.AsyncClient(base_url=live.base_url, timeout=5) as http,
+            http.stream("POST", "/v1/chat/completions", json=_chat(stream=True)) as response,
+        ):
+            async for line in response.aiter_lines():
+                if '"content":"Yahoo' in line:
+                    assert upstream.active_streams == 1
+                    break
+        await wait_until(lambda: upstream.active_streams == 0, within=1.0)
+    assert upstream.peak_streams == 1 and len(upstream.requests_of("chat")) == 1
 
 
 # --- the disk: the store -------------------------------------------------------------------------
@@ -258,6 +365,105 @@ async def test_a_full_disk_while_an_upload_arrives_is_507_and_leaves_nothing(
         assert (folder / "owls.txt").read_bytes() == owls  # the earlier upload, unharmed
         listed = (await client.get("/v1/collections/kb/documents")).json()["data"]
         assert [d["complete"] for d in listed if d["file_name"] == "owls.txt"] == [True]
+
+
+# --- kill -9 during ingestion --------------------------------------------------------------------
+class _HangingEmbedding(HashEmbedding):
+    """Writes a byte to ``notify_fd`` for each batch it embeds; on batch ``hang_on`` it hangs
+    (until killed) instead of returning."""
+
+    notify_fd: int = -1
+    hang_on: int = 0
+    calls: int = 0
+
+    def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
+        self.calls += 1
+        os.write(self.notify_fd, b".")
+        if self.calls == self.hang_on:
+            time.sleep(60)
+        return super()._get_text_embeddings(texts)
+
+
+def _ingest_until_killed(settings: Settings, path: Path, notify_fd: int) -> None:
+    """The child process: the ingestion of one file (`KnowledgeBase.ingest`, as ``citeflow
+    ingest`` runs it), two chunks per batch, hanging in the eighth batch (seven batches, 14
+    chunks, are stored by then)."""
+    embed = _HangingEmbedding(dim=64, embed_batch_size=2, notify_fd=notify_fd, hang_on=8)
+    kb = KnowledgeBase(settings, store=Store.open(settings), embed_model=embed)
+    kb.ingest([path], progress=False)
+    os._exit(3)  # not reached: killed while hanging
+
+
+def _kill_midway(settings: Settings, path: Path) -> None:
+    """Ingest ``path`` in a real child process and ``kill -9`` it in its eighth batch."""
+    read_fd, write_fd = os.pipe()
+    child = multiprocessing.get_context("fork").Process(
+        target=_ingest_until_killed, args=(settings, path, write_fd), daemon=True
+    )
+    child.start()
+    os.close(write_fd)
+    try:
+        seen = b""
+        while len(seen) < 8:
+            ready, _, _ = select.select([read_fd], [], [], 20)
+            chunk = os.read(read_fd, 8) if ready else b""
+            assert chunk, f"the ingesting child stopped early (exit code {child.exitcode})"
+            seen += chunk
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.join(10)
+        os.close(read_fd)
+    assert child.exitcode == -signal.SIGKILL
+
+
+async def test_kill_9_during_ingest_then_ingest_again(
+    settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    geese = tmp_path / "geese.txt"
+    geese.write_text(GEESE)
+    kb = KnowledgeBase(settings, store=Store.open(settings), embed_model=HashEmbedding(dim=64))
+    kb.add_documents([Document(id_="ducks", text=FACTS["ducks"])])
+    chunks = len(kb.ingestor(progress=False).chunk_documents([Document(id_="g", text=GEESE)]))
+    assert chunks > 20
+    kb.close()  # the child process opens the embedded store
+
+    _kill_midway(settings, geese)
+
+    # listed as incomplete, with the fix
+    monkeypatch.setenv("CITEFLOW_DATA_DIR", str(settings.data_dir))
+    code, out, _ = _run(capsys, "documents", "-c", "kb")
+    assert code == 0
+    [line] = [line for line in out.splitlines() if str(geese) in line]
+    assert line == (
+        f"   14 chunks  {geese}  INCOMPLETE (14 of {chunks} chunks stored, kept out of answers): "
+        f"run `citeflow ingest {geese} --collection kb` again"
+    )
+
+    # kept out of answers
+    kb = KnowledgeBase(settings, store=Store.open(settings), embed_model=HashEmbedding(dim=64))
+    try:
+        assert kb.count() == 1 + 14
+        found = await kb.retriever(top_k=10).aretrieve(GEESE_QUESTION)
+        assert {n.node.metadata["doc_id"] for n in found} == {"ducks"}
+
+        # ingested again: whole, once
+        report = kb.ingest([geese], progress=False)
+        assert (report.replaced, report.chunks) == (1, chunks)
+        record = kb.store.documents("kb")[doc_id_for(geese)]
+        assert record.complete and record.chunks == record.expected_chunks == chunks
+        assert kb.count() == 1 + chunks  # no duplicate
+        points, _ = kb.store.client.scroll("kb", limit=1000, with_payload=True)
+        indexes = sorted(
+            p.payload["chunk_index"] for p in points if p.payload.get("doc_id") == record.doc_id
+        )  # type: ignore[union-attr]
+        assert indexes == list(range(chunks))  # no chunk lost
+        found = await kb.retriever(top_k=10).aretrieve(GEESE_QUESTION)
+        assert record.doc_id in {n.node.metadata["doc_id"] for n in found}
+    finally:
+        kb.close()
 
 
 def test_no_space_is_told_apart_from_other_failures() -> None:

@@ -14,15 +14,13 @@ from typing import Any
 
 import httpx
 import pytest
-from pydantic import SecretStr
 
-from citeflow.api.engine import Engine
 from citeflow.errors import UpstreamError, UpstreamRateLimitError
 from citeflow.knowledge_base import KnowledgeBase
-from citeflow.providers.llm import DEFAULT_RETRY_AFTER, as_upstream_error, build_llm, retry_after
+from citeflow.providers.llm import DEFAULT_RETRY_AFTER, as_upstream_error, retry_after
 from citeflow.server import create_app
 from tests.fakes.openai_server import FakeOpenAIServer, Reply
-from tests.server_helpers import events_of, parse_sse
+from tests.server_helpers import events_of, parse_sse, upstream_engine
 
 SECRET = "Incorrect API key provided: sk-pr****xk2Q. Org org-Secret123 has no access."
 
@@ -43,17 +41,7 @@ def upstream() -> Iterator[FakeOpenAIServer]:
 
 @pytest.fixture
 async def client(kb: KnowledgeBase, upstream: FakeOpenAIServer) -> AsyncIterator[httpx.AsyncClient]:
-    settings = kb.settings.model_copy(
-        update={
-            "llm_provider": "openai",
-            "llm_model": "chat-model",
-            "openai_base_url": upstream.openai_base_url,
-            "openai_api_key": SecretStr("k"),
-            "grader": "none",
-        }
-    )
-    llm = build_llm(settings, max_retries=0, aiohttp=True)
-    engine = Engine(settings, store=kb.store, embed_model=kb.embed_model, llm=llm)
+    engine = upstream_engine(kb, upstream)
     transport = httpx.ASGITransport(app=create_app(engine))
     async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
         yield c
