@@ -12,6 +12,7 @@ from citeflow.knowledge_base import KnowledgeBase
 from citeflow.settings import Settings
 from citeflow.store import Store
 from tests.fakes.embedding import HashEmbedding
+from tests.fakes.openai_server import FakeOpenAIServer
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -70,3 +71,10 @@ def kb(settings: Settings, store: Store) -> KnowledgeBase:
         ]
     )
     return base
+
+
+@pytest.fixture
+def upstream() -> Iterator[FakeOpenAIServer]:
+    """A fake OpenAI-compatible server on 127.0.0.1, for tests of the provider path."""
+    with FakeOpenAIServer() as server:
+        yield server

@@ -11,6 +11,7 @@ from collections.abc import AsyncGenerator, Sequence
 from types import TracebackType
 from typing import Any
 
+import httpx
 import uvicorn
 from fastapi import FastAPI
 from llama_index.core.llms import ChatMessage, ChatResponse
@@ -19,6 +20,7 @@ from pydantic import PrivateAttr
 from citeflow.api.engine import Engine
 from citeflow.api.options import ServerOptions
 from citeflow.knowledge_base import KnowledgeBase
+from citeflow.server import create_app
 from tests.fakes.embedding import HashEmbedding
 from tests.fakes.llm import ScriptedLLM
 from tests.fakes.openai_server import FakeOpenAIServer
@@ -106,6 +108,21 @@ class CountingEmbedding(HashEmbedding):
     async def _aget_query_embedding(self, query: str) -> list[float]:
         self.queries += 1
         return await super()._aget_query_embedding(query)
+
+
+def chat_request(content: str = "Who bought Viaweb?", *, stream: bool = False) -> dict[str, Any]:
+    """An OpenAI chat completion request body for the test knowledge base, one user message."""
+    return {
+        "model": "citeflow-kb",
+        "messages": [{"role": "user", "content": content}],
+        "stream": stream,
+    }
+
+
+def asgi_client(engine: Engine, **headers: str) -> httpx.AsyncClient:
+    """An HTTP client calling the app over ``engine`` in-process (no socket)."""
+    transport = httpx.ASGITransport(app=create_app(engine))
+    return httpx.AsyncClient(transport=transport, base_url="http://testserver", headers=headers)
 
 
 def make_engine(

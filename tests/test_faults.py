@@ -74,7 +74,15 @@ from tests.fakes.embedding import HashEmbedding
 from tests.fakes.full_disk import FullDiskClient, disk_full_error
 from tests.fakes.llm import ScriptedLLM
 from tests.fakes.openai_server import FakeOpenAIServer, Reply
-from tests.server_helpers import LiveServer, make_engine, parse_sse, upstream_engine, wait_until
+from tests.server_helpers import (
+    LiveServer,
+    asgi_client,
+    chat_request,
+    make_engine,
+    parse_sse,
+    upstream_engine,
+    wait_until,
+)
 
 ANSWER = "Yahoo bought Viaweb in 1998 [1]. Ducks live near ponds [2]."
 LONG_ANSWER = " ".join([ANSWER] * 10)
@@ -90,26 +98,11 @@ FULL_DISK = (
 )
 
 
-def _chat(stream: bool, question: str = "Who bought Viaweb?") -> dict[str, Any]:
-    return {
-        "model": "citeflow-kb",
-        "messages": [{"role": "user", "content": question}],
-        "stream": stream,
-    }
-
-
 # --- the LLM provider ----------------------------------------------------------------------------
-@pytest.fixture
-def upstream() -> Iterator[FakeOpenAIServer]:
-    with FakeOpenAIServer() as server:
-        yield server
-
-
 @pytest.fixture
 async def client(kb: KnowledgeBase, upstream: FakeOpenAIServer) -> AsyncIterator[httpx.AsyncClient]:
     engine = upstream_engine(kb, upstream, llm_timeout=0.5, citation_judge="off")
-    transport = httpx.ASGITransport(app=create_app(engine))
-    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
+    async with asgi_client(engine) as c:
         yield c
     await engine.aclose()
 
@@ -127,12 +120,12 @@ async def test_a_provider_failure_is_502_or_an_error_chunk_then_done(
     client: httpx.AsyncClient, upstream: FakeOpenAIServer, reply: Reply, message: str
 ) -> None:
     upstream.script([reply, reply])
-    plain = await client.post("/v1/chat/completions", json=_chat(stream=False))
+    plain = await client.post("/v1/chat/completions", json=chat_request())
     assert plain.status_code == 502, plain.text
     error = plain.json()["error"]
     assert error["type"] == "upstream_error" and error["message"].startswith(message)
     started = time.monotonic()
-    streamed = await client.post("/v1/chat/completions", json=_chat(stream=True))
+    streamed = await client.post("/v1/chat/completions", json=chat_request(stream=True))
     assert time.monotonic() - started < 2.5  # a timeout is the client's, not the provider's 3 s
     assert streamed.status_code == 200  # the stream had begun: the error is its last chunk
     items = parse_sse(streamed.text)
@@ -157,7 +150,7 @@ async def test_a_client_disconnect_cancels_the_provider_request(
     with LiveServer(create_app(engine)) as live:
         async with (
             httpx.AsyncClient(base_url=live.base_url, timeout=5) as http,
-            http.stream("POST", "/v1/chat/completions", json=_chat(stream=True)) as response,
+            http.stream("POST", "/v1/chat/completions", json=chat_request(stream=True)) as response,
         ):
             async for line in response.aiter_lines():
                 if '"content":"Yahoo' in line:
@@ -277,8 +270,7 @@ async def test_a_full_disk_during_an_upload_is_507_and_loses_nothing(
 ) -> None:
     kb, disk = full_disk_kb
     engine = make_engine(kb, ScriptedLLM(["Ducks live near ponds [1]."] * 2))
-    transport = httpx.ASGITransport(app=create_app(engine))
-    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
+    async with asgi_client(engine) as client:
         disk.free(room=5)
         files = [("file", ("geese.txt", GEESE.encode(), "text/plain"))]
         response = await client.post("/v1/collections/kb/documents", files=files)
@@ -300,7 +292,7 @@ async def test_a_full_disk_during_an_upload_is_507_and_loses_nothing(
             "ducks.txt": (True, 1),
             "geese.txt": (False, 5),
         }
-        chat = _chat(stream=False, question="Where do ducks live?")
+        chat = chat_request("Where do ducks live?")
         answer = (await client.post("/v1/chat/completions", json=chat)).json()
         assert [s["source"]["name"] for s in answer["sources"]] == ["ducks.txt"]
         assert not any(engine.upload_dir("kb").iterdir())  # the upload was not kept
@@ -341,8 +333,7 @@ async def test_a_full_disk_while_an_upload_arrives_is_507_and_leaves_nothing(
 ) -> None:
     engine = make_engine(kb, ScriptedLLM(["Barn owls eat mice [1]."]))
     owls = b"Owls hunt at night. Barn owls eat mice and voles."
-    transport = httpx.ASGITransport(app=create_app(engine))
-    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
+    async with asgi_client(engine) as client:
         first = await client.post(
             "/v1/collections/kb/documents", files=[("file", ("owls.txt", owls, "text/plain"))]
         )

@@ -9,7 +9,6 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from citeflow.api.engine import Engine
 from citeflow.api.errors import RateLimitError
 from citeflow.api.limits import ChatLimits, ConcurrencyLimit, RequestRate, client_id
 from citeflow.api.options import ServerOptions
@@ -20,6 +19,7 @@ from tests.fakes.llm import ScriptedLLM
 from tests.server_helpers import (
     LiveServer,
     PacedLLM,
+    asgi_client,
     content_of,
     make_engine,
     parse_sse,
@@ -37,11 +37,6 @@ def _chat(stream: bool = False, content: str = QUESTION) -> dict[str, Any]:
         "messages": [{"role": "user", "content": content}],
         "stream": stream,
     }
-
-
-def _client(engine: Engine, **headers: str) -> httpx.AsyncClient:
-    transport = httpx.ASGITransport(app=create_app(engine))
-    return httpx.AsyncClient(transport=transport, base_url="http://testserver", headers=headers)
 
 
 def _assert_429(response: httpx.Response) -> dict[str, Any]:
@@ -155,7 +150,7 @@ async def test_chats_past_the_concurrency_limit_get_429(kb: KnowledgeBase) -> No
 
 async def test_failed_requests_free_their_slot(kb: KnowledgeBase) -> None:
     engine = make_engine(kb, ScriptedLLM([ANSWER]), max_concurrent_chats=1)
-    async with _client(engine) as client:
+    async with asgi_client(engine) as client:
         unknown = {**_chat(), "model": "citeflow-nothing"}
         for body in (unknown, {"model": "citeflow-kb"}, _chat(content="  ")):
             assert (await client.post("/v1/chat/completions", json=body)).status_code in (400, 404)
@@ -194,8 +189,8 @@ async def test_rate_per_minute_per_key(kb: KnowledgeBase) -> None:
     engine = make_engine(kb, ScriptedLLM([ANSWER]), chats_per_minute=2)
     engine.settings.api_keys = [SecretStr("k1"), SecretStr("k2")]
     async with (
-        _client(engine, authorization="Bearer k1") as first,
-        _client(engine, authorization="Bearer k2") as second,
+        asgi_client(engine, authorization="Bearer k1") as first,
+        asgi_client(engine, authorization="Bearer k2") as second,
     ):
         for _ in range(2):
             assert (await first.post("/v1/chat/completions", json=_chat())).status_code == 200
@@ -205,7 +200,7 @@ async def test_rate_per_minute_per_key(kb: KnowledgeBase) -> None:
         assert 25 <= int(response.headers["retry-after"]) <= 31
         assert (await second.post("/v1/chat/completions", json=_chat())).status_code == 200
         # an unauthenticated request is refused for its key, not counted against one
-        anonymous = _client(engine)
+        anonymous = asgi_client(engine)
         async with anonymous:
             assert (await anonymous.post("/v1/chat/completions", json=_chat())).status_code == 401
         assert (await second.post("/v1/chat/completions", json=_chat())).status_code == 200
@@ -213,14 +208,14 @@ async def test_rate_per_minute_per_key(kb: KnowledgeBase) -> None:
 
 async def test_rate_per_address_without_keys(kb: KnowledgeBase) -> None:
     engine = make_engine(kb, ScriptedLLM([ANSWER]), chats_per_minute=1)
-    async with _client(engine) as client:
+    async with asgi_client(engine) as client:
         assert (await client.post("/v1/chat/completions", json=_chat())).status_code == 200
         _assert_429(await client.post("/v1/chat/completions", json=_chat()))
 
 
 async def test_64_concurrent_streams_pass_the_default_limits(kb: KnowledgeBase) -> None:
     engine = make_engine(kb, PacedLLM([ANSWER], delay=0.01))
-    async with _client(engine) as client:
+    async with asgi_client(engine) as client:
         answers = await asyncio.gather(
             *(
                 client.post("/v1/chat/completions", json=_chat(True, f"{QUESTION} ({i})"))

@@ -7,10 +7,9 @@ against the fake OpenAI server on 127.0.0.1.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
-from typing import Any
 
 import httpx
 import pytest
@@ -18,32 +17,16 @@ import pytest
 from citeflow.errors import UpstreamError, UpstreamRateLimitError
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.providers.llm import DEFAULT_RETRY_AFTER, as_upstream_error, retry_after
-from citeflow.server import create_app
 from tests.fakes.openai_server import FakeOpenAIServer, Reply
-from tests.server_helpers import events_of, parse_sse, upstream_engine
+from tests.server_helpers import asgi_client, chat_request, events_of, parse_sse, upstream_engine
 
 SECRET = "Incorrect API key provided: sk-pr****xk2Q. Org org-Secret123 has no access."
-
-
-def _chat(stream: bool) -> dict[str, Any]:
-    return {
-        "model": "citeflow-kb",
-        "messages": [{"role": "user", "content": "Who bought Viaweb?"}],
-        "stream": stream,
-    }
-
-
-@pytest.fixture
-def upstream() -> Iterator[FakeOpenAIServer]:
-    with FakeOpenAIServer() as server:
-        yield server
 
 
 @pytest.fixture
 async def client(kb: KnowledgeBase, upstream: FakeOpenAIServer) -> AsyncIterator[httpx.AsyncClient]:
     engine = upstream_engine(kb, upstream)
-    transport = httpx.ASGITransport(app=create_app(engine))
-    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
+    async with asgi_client(engine) as c:
         yield c
     await engine.aclose()
 
@@ -58,8 +41,8 @@ async def test_an_upstream_error_is_told_in_general_terms_and_logged(
 ) -> None:
     upstream.script([Reply.error(401, SECRET), Reply.error(401, SECRET)])
     with caplog.at_level(logging.WARNING, logger="citeflow"):
-        plain = await client.post("/v1/chat/completions", json=_chat(stream=False))
-        streamed = await client.post("/v1/chat/completions", json=_chat(stream=True))
+        plain = await client.post("/v1/chat/completions", json=chat_request())
+        streamed = await client.post("/v1/chat/completions", json=chat_request(stream=True))
     assert plain.status_code == 502, plain.text
     error = plain.json()["error"]
     assert error["type"] == "upstream_error"
@@ -89,8 +72,8 @@ async def test_an_upstream_rate_limit_is_429_with_retry_after(
     limited = Reply.error(429, "Rate limit reached for org-Secret123.", retry_after=given)
     upstream.script([limited, limited])
     with caplog.at_level(logging.WARNING, logger="citeflow"):
-        plain = await client.post("/v1/chat/completions", json=_chat(stream=False))
-        streamed = await client.post("/v1/chat/completions", json=_chat(stream=True))
+        plain = await client.post("/v1/chat/completions", json=chat_request())
+        streamed = await client.post("/v1/chat/completions", json=chat_request(stream=True))
     assert plain.status_code == 429, plain.text
     assert plain.headers["retry-after"] == expected
     error = plain.json()["error"]
