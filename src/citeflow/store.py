@@ -399,20 +399,8 @@ class Store:
         with self._lock:
             marked = self._incomplete.get(collection)
             if marked is None:
-                marked = set()
-                offset: Any = None
-                while True:
-                    points, offset = self.client.scroll(
-                        collection_name=collection,
-                        scroll_filter=_INCOMPLETE_ONLY,
-                        limit=1024,
-                        offset=offset,
-                        with_payload=False,
-                        with_vectors=False,
-                    )
-                    marked.update(str(_point_key(p.id)) for p in points)
-                    if offset is None:
-                        break
+                points = self._scroll(collection, _INCOMPLETE_ONLY, payload=False)
+                marked = {str(_point_key(p.id)) for p in points}
                 self._incomplete[collection] = marked
             return frozenset(marked)
 
@@ -605,22 +593,14 @@ class Store:
 
     def delete_document(self, collection: str, doc_id: str) -> None:
         """Delete every chunk of one document."""
-        flt = rest.Filter(
-            must=[rest.FieldCondition(key="doc_id", match=rest.MatchValue(value=doc_id))]
-        )
-        with self._lock, self._disk():
-            self.client.delete(
-                collection_name=collection, points_selector=rest.FilterSelector(filter=flt)
-            )
+        self._delete_where(collection, rest.Filter(must=[_of_document(doc_id)]))
 
     def delete_other_versions(self, collection: str, doc_id: str, content_hash: str) -> None:
         """Delete the chunks of a document's other versions (other content hashes)."""
-        flt = rest.Filter(
-            must=[rest.FieldCondition(key="doc_id", match=rest.MatchValue(value=doc_id))],
-            must_not=[
-                rest.FieldCondition(key="content_hash", match=rest.MatchValue(value=content_hash))
-            ],
-        )
+        version = rest.FieldCondition(key="content_hash", match=rest.MatchValue(value=content_hash))
+        self._delete_where(collection, rest.Filter(must=[_of_document(doc_id)], must_not=[version]))
+
+    def _delete_where(self, collection: str, flt: rest.Filter) -> None:
         with self._lock, self._disk():
             self.client.delete(
                 collection_name=collection, points_selector=rest.FilterSelector(filter=flt)
@@ -665,6 +645,14 @@ class Store:
     def _scroll_payloads(
         self, collection: str, keys: list[str], flt: rest.Filter | None = None
     ) -> Iterator[dict[str, Any]]:
+        payload = rest.PayloadSelectorInclude(include=keys)
+        for point in self._scroll(collection, flt, payload):
+            yield dict(point.payload or {})
+
+    def _scroll(
+        self, collection: str, flt: rest.Filter | None, payload: rest.PayloadSelector | bool
+    ) -> Iterator[rest.Record]:
+        """Every point of the collection that passes ``flt``, a page of 1,024 at a time."""
         offset: Any = None
         while True:
             points, offset = self.call(
@@ -673,11 +661,10 @@ class Store:
                 limit=1024,
                 offset=offset,
                 scroll_filter=flt,
-                with_payload=rest.PayloadSelectorInclude(include=keys),
+                with_payload=payload,
                 with_vectors=False,
             )
-            for point in points:
-                yield dict(point.payload or {})
+            yield from points
             if offset is None:
                 return
 
@@ -728,6 +715,11 @@ _INCOMPLETE_ONLY = rest.Filter(
 _COMPLETE_ONLY = rest.Filter(
     must_not=[rest.FieldCondition(key=INCOMPLETE, match=rest.MatchValue(value=True))]
 )
+
+
+def _of_document(doc_id: str) -> rest.FieldCondition:
+    """The condition "chunk of document ``doc_id``"."""
+    return rest.FieldCondition(key="doc_id", match=rest.MatchValue(value=doc_id))
 
 
 def _point_key(point_id: Any) -> Any:
