@@ -11,6 +11,7 @@ from llama_index.core.schema import Document
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.settings import Settings
 from citeflow.store import Store
+from citeflow.store.engine import Record
 from tests.fakes.embedding import HashEmbedding
 from tests.fakes.openai_server import FakeOpenAIServer
 
@@ -78,3 +79,8 @@ def upstream() -> Iterator[FakeOpenAIServer]:
     """A fake OpenAI-compatible server on 127.0.0.1, for tests of the provider path."""
     with FakeOpenAIServer() as server:
         yield server
+
+
+def stored_points(store: Store, collection: str) -> list[Record]:
+    """Every point of a collection, payloads and vectors included (either engine)."""
+    return [record for page in store.points(collection) for record in page]

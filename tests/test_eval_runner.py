@@ -27,7 +27,7 @@ from citeflow.evaluation.runner import (
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.settings import Settings
 from citeflow.store import Store
-from tests.conftest import REPO, SHARED_DATA
+from tests.conftest import REPO, SHARED_DATA, stored_points
 from tests.fakes.embedding import HashEmbedding
 
 MINI = REPO / "tests" / "data" / "beir_mini"
@@ -258,8 +258,8 @@ def test_index_holds_what_add_documents_writes(
     mini: BeirDataset, settings: Settings, tmp_path: Path
 ) -> None:
     with _open(mini, settings, tmp_path / "cache", HashEmbedding()) as index:
-        points, _ = index.kb.store.client.scroll(COLLECTION, limit=1000, with_payload=True)
-    ours = {(str(p.id), (p.payload or {})["doc_id"], (p.payload or {})["title"]) for p in points}
+        points = stored_points(index.kb.store, COLLECTION)
+    ours = {(p.id, p.payload["doc_id"], p.payload["title"]) for p in points}
 
     reference = KnowledgeBase(
         settings, store=Store.open_path(":memory:"), embed_model=HashEmbedding(), collection="x"
@@ -270,8 +270,8 @@ def test_index_holds_what_add_documents_writes(
             for doc in mini.corpus.values()
         ]
     )
-    points, _ = reference.store.client.scroll("x", limit=1000, with_payload=True)
-    theirs = {(str(p.id), (p.payload or {})["doc_id"], (p.payload or {})["title"]) for p in points}
+    points = stored_points(reference.store, "x")
+    theirs = {(p.id, p.payload["doc_id"], p.payload["title"]) for p in points}
     reference.close()
     assert ours == theirs and len(ours) == 12
 

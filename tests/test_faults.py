@@ -15,8 +15,9 @@ A client that disconnects mid-answer: the provider's request is closed at once
 (`test_a_client_disconnect_cancels_the_provider_request`; the workflow run:
 `test_server_live.py::test_client_disconnect_cancels_the_run`).
 
-A full disk (`tests.fakes.full_disk`: the store's client fails writes as SQLite does on a full
-disk; an upload's ``.part`` file, made by `citeflow.api.uploads.create_part`, fails with ENOSPC):
+A full disk (`tests.fakes.full_disk`: the embedded store's free-space check sees room for so many
+more chunks; a Qdrant server's client fails writes as a full disk does; an upload's ``.part``
+file, made by `citeflow.api.uploads.create_part`, fails with ENOSPC):
 
 * during ``citeflow ingest``: one line; what was stored stays listed and answers questions
   (`test_a_full_disk_during_ingest_is_one_line_and_loses_nothing`);
@@ -45,9 +46,9 @@ hostile request at large gets a 5xx (`test_server_fuzz.py`).
 from __future__ import annotations
 
 import errno
-import functools
 import multiprocessing
 import os
+import re
 import select
 import signal
 import sqlite3
@@ -69,9 +70,10 @@ from citeflow.knowledge_base import KnowledgeBase
 from citeflow.server import create_app
 from citeflow.settings import Settings
 from citeflow.store import Store
-from tests.conftest import FACTS
+from citeflow.store.client import ClientEngine
+from tests.conftest import FACTS, stored_points
 from tests.fakes.embedding import HashEmbedding
-from tests.fakes.full_disk import FullDiskClient, disk_full_error
+from tests.fakes.full_disk import FillingDisk, FullDiskClient, disk_full_error
 from tests.fakes.llm import ScriptedLLM
 from tests.fakes.openai_server import FakeOpenAIServer, Reply
 from tests.server_helpers import (
@@ -197,13 +199,11 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
     return code, out, err
 
 
-@pytest.mark.parametrize("error", ["sqlite", "oserror"])
 def test_a_full_disk_during_ingest_is_one_line_and_loses_nothing(
     cli_env: FakeOpenAIServer,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-    error: str,
 ) -> None:
     ducks, geese = tmp_path / "ducks.txt", tmp_path / "geese.txt"
     ducks.write_text(FACTS["ducks"])
@@ -212,10 +212,7 @@ def test_a_full_disk_during_ingest_is_one_line_and_loses_nothing(
 
     chunks = len(kb_chunks(GEESE))
     assert chunks > 20
-    # the disk has room for 10 more chunks
-    monkeypatch.setattr(
-        "citeflow.store.QdrantClient", functools.partial(FullDiskClient, room=10, error=error)
-    )
+    disk = FillingDisk(monkeypatch, room=10)  # the disk has room for 10 more chunks
     code, out, err = _run(capsys, "ingest", "-q", str(geese))
     assert code == 1 and "Traceback" not in err
     lines = [line for line in err.splitlines() if line.startswith("citeflow:")]
@@ -229,17 +226,19 @@ def test_a_full_disk_during_ingest_is_one_line_and_loses_nothing(
     # the store works on the full disk: listing, and answers from what was stored before
     code, out, _ = _run(capsys, "documents")
     assert code == 0
+    [stored] = re.findall(r"(\d+) chunks  " + re.escape(str(geese)), out)
+    assert 0 < int(stored) <= 10
     assert out.splitlines() == [
         f"    1 chunks  {ducks}",
-        f"   10 chunks  {geese}  INCOMPLETE (10 of {chunks} chunks stored, kept out of answers): "
-        f"run `citeflow ingest {geese}` again",
+        f"{int(stored):5d} chunks  {geese}  INCOMPLETE ({stored} of {chunks} chunks stored, "
+        f"kept out of answers): run `citeflow ingest {geese}` again",
     ]
     cli_env.script("Ducks live near ponds and rivers [1].")
     code, out, _ = _run(capsys, "ask", "-q", "Where do ducks live?")
     assert code == 0 and "ducks.txt" in out.partition("Sources:")[2]
 
     # space freed: the same command writes the document whole, once
-    monkeypatch.setattr("citeflow.store.QdrantClient", FullDiskClient)
+    disk.free()
     code, out, _ = _run(capsys, "ingest", "-q", str(geese))
     assert code == 0 and "0 added, 1 replaced" in out
     code, out, _ = _run(capsys, "documents")
@@ -256,7 +255,9 @@ def full_disk_kb(settings: Settings) -> Iterator[tuple[KnowledgeBase, FullDiskCl
     """The test knowledge base, on an in-memory store whose disk can fill up."""
     disk = FullDiskClient(location=":memory:")
     base = KnowledgeBase(
-        settings, store=Store(disk, location=":memory:"), embed_model=HashEmbedding()
+        settings,
+        store=Store(ClientEngine(disk, location=":memory:")),
+        embed_model=HashEmbedding(),
     )
     base.add_documents(
         [Document(id_=k, text=v, metadata={"file_name": f"{k}.txt"}) for k, v in FACTS.items()]
@@ -446,10 +447,10 @@ async def test_kill_9_during_ingest_then_ingest_again(
         record = kb.store.documents("kb")[doc_id_for(geese)]
         assert record.complete and record.chunks == record.expected_chunks == chunks
         assert kb.count() == 1 + chunks  # no duplicate
-        points, _ = kb.store.client.scroll("kb", limit=1000, with_payload=True)
+        points = stored_points(kb.store, "kb")
         indexes = sorted(
             p.payload["chunk_index"] for p in points if p.payload.get("doc_id") == record.doc_id
-        )  # type: ignore[union-attr]
+        )
         assert indexes == list(range(chunks))  # no chunk lost
         found = await kb.retriever(top_k=10).aretrieve(GEESE_QUESTION)
         assert record.doc_id in {n.node.metadata["doc_id"] for n in found}

@@ -11,13 +11,15 @@ import pytest
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import BaseNode, Document, MetadataMode, TextNode
 from llama_index.vector_stores.qdrant import QdrantVectorStore
+from qdrant_client import QdrantClient
 from qdrant_client.http import models as rest
 
 from citeflow.bm25 import BM25Encoder
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.query.retrieval import Retriever, SearchOptions
 from citeflow.settings import Settings
-from citeflow.store import DENSE_VECTOR, SPARSE_VECTOR, Store
+from citeflow.store import DENSE_VECTOR, SPARSE_VECTOR, Layout, Store
+from citeflow.store.client import ClientEngine
 from tests.fakes.embedding import HashEmbedding
 
 #: a dense side that can barely tell texts apart: 2 hashed buckets
@@ -56,8 +58,14 @@ def write_single_vector_collection(store: Store, name: str, embed: HashEmbedding
     ]
     for node in nodes:
         node.embedding = embed.get_text_embedding(node.get_content())
-    QdrantVectorStore(collection_name=name, client=store.client).add(nodes)
+    QdrantVectorStore(collection_name=name, client=qdrant_client(store)).add(nodes)
     return nodes
+
+
+def qdrant_client(store: Store) -> QdrantClient:
+    """The qdrant-client behind a store opened on ``:memory:`` (a Qdrant server's API)."""
+    assert isinstance(store.engine, ClientEngine)
+    return store.engine.client
 
 
 async def doc_ids(r: Retriever, query: str, top_k: int = 3) -> list[str]:
@@ -68,7 +76,7 @@ async def test_new_collections_have_the_hybrid_layout(settings: Settings, store:
     kb = make_kb(settings, store)
     layout = store.layout(kb.collection)
     assert (layout.dense, layout.sparse) == (DENSE_VECTOR, SPARSE_VECTOR)
-    info = store.client.get_collection(kb.collection)
+    info = qdrant_client(store).get_collection(kb.collection)
     assert info.config.params.sparse_vectors is not None
     assert info.config.params.sparse_vectors[SPARSE_VECTOR].modifier == "idf"
 
@@ -150,12 +158,15 @@ async def test_notebooks_can_open_the_collection_with_llamaindex(
     assert nodes[0].node.ref_doc_id == "toner"
 
 
-def test_embedded_store_writes_through_sqlite_wal(settings: Settings, tmp_path: Path) -> None:
+def test_the_embedded_store_keeps_one_shard_per_collection(
+    settings: Settings, tmp_path: Path
+) -> None:
     store = Store.open_path(tmp_path / "qdrant")
     try:
         make_kb(settings, store)
-        connection = store.client._client.collections["office"].storage.storage  # type: ignore[union-attr]
-        assert connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert store.embedded and store.collections() == ["office"]
+        assert (tmp_path / "qdrant" / "shards" / "office" / "edge_config.json").is_file()
+        assert store.layout("office") == Layout(DENSE_VECTOR, SPARSE_VECTOR)
     finally:
         store.close()
     reopened = Store.open_path(tmp_path / "qdrant")  # and the data is there after a reopen
@@ -170,12 +181,12 @@ async def test_reindex_adds_the_keyword_side_without_re_embedding(
 ) -> None:
     embed = HashEmbedding(dim=64)
     nodes = write_single_vector_collection(store, "old", embed)
-    before = store.client.retrieve("old", [nodes[1].node_id], with_vectors=True)[0].vector
+    before = qdrant_client(store).retrieve("old", [nodes[1].node_id], with_vectors=True)[0].vector
 
     assert store.add_keyword_index("old", BM25Encoder()) == len(OFFICE)
     assert store.layout("old").sparse == SPARSE_VECTOR
     assert not store.exists("old.reindex")
-    after = store.client.retrieve("old", [nodes[1].node_id], with_vectors=True)[0].vector
+    after = qdrant_client(store).retrieve("old", [nodes[1].node_id], with_vectors=True)[0].vector
     assert isinstance(before, list) and isinstance(after, dict)
     assert after[DENSE_VECTOR] == pytest.approx(before)  # the same embedding, not a new one
     r = Retriever(store, BLURRY, collection="old", top_k=1, options=SearchOptions(mode="keyword"))
@@ -188,11 +199,12 @@ async def test_reindex_resumes_from_the_staging_collection(
 ) -> None:
     kb = make_kb(settings, store)
     # as if interrupted after the original was dropped: only the staging copy remains
-    store.client.create_collection(
-        "office.reindex", vectors_config=store.client.get_collection("office").config.params.vectors
+    client = qdrant_client(store)
+    client.create_collection(
+        "office.reindex", vectors_config=client.get_collection("office").config.params.vectors
     )
-    points, _ = store.client.scroll("office", limit=100, with_payload=True, with_vectors=True)
-    store.client.upsert(
+    points, _ = client.scroll("office", limit=100, with_payload=True, with_vectors=True)
+    client.upsert(
         "office.reindex",
         points=[
             rest.PointStruct(
@@ -257,10 +269,10 @@ FEEDBACK_POINTS = {
 }
 
 
-def feedback_store(server: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[Store, dict[str, str]]:
-    """The three points in ``:memory:``; ``server``: searched through qdrant-client's API (the
-    server's code path) instead of the embedded store's index."""
-    store = Store.open_path(":memory:")
+def feedback_store(server: bool, directory: Path) -> tuple[Store, dict[str, str]]:
+    """The three points in the embedded engine (in ``directory``), or with ``server`` through
+    qdrant-client's API (its ``:memory:`` mode, standing in for a Qdrant server)."""
+    store = Store.open_path(":memory:" if server else directory / "store")
     ids = {name: str(uuid.uuid4()) for name in FEEDBACK_POINTS}
     nodes: list[BaseNode] = []
     for name, (text, vector) in FEEDBACK_POINTS.items():
@@ -269,8 +281,6 @@ def feedback_store(server: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[Store
         nodes.append(node)
     texts = [text for text, _ in FEEDBACK_POINTS.values()]
     store.add("c", nodes, BM25Encoder().encode_documents(texts))
-    if server:
-        monkeypatch.setattr(store, "_local_index", lambda collection: None)
     return store, ids
 
 
@@ -290,10 +300,8 @@ def cosine(a: list[float], b: list[float]) -> float:
 
 
 @pytest.mark.parametrize("server", [False, True], ids=["embedded", "server-path"])
-async def test_feedback_finds_chunks_near_the_top_hits(
-    server: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    store, ids = feedback_store(server, monkeypatch)
+async def test_feedback_finds_chunks_near_the_top_hits(server: bool, tmp_path: Path) -> None:
+    store, ids = feedback_store(server, tmp_path)
     names = {v: k for k, v in ids.items()}
     off = await feedback_retriever(store, feedback_chunks=0).asearch("alpha")
     assert [names[h.node.node_id] for h in off.hits] == ["alpha", "decoy"]
@@ -311,8 +319,10 @@ async def test_feedback_finds_chunks_near_the_top_hits(
     store.close()
 
 
-async def test_feedback_needs_both_sides_and_hybrid_mode(monkeypatch: pytest.MonkeyPatch) -> None:
-    store, ids = feedback_store(False, monkeypatch)
+async def test_feedback_needs_both_sides_and_hybrid_mode(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    store, ids = feedback_store(False, tmp_path)
     searches: list[bool] = []
     search = store.search
 
@@ -338,8 +348,8 @@ async def test_feedback_needs_both_sides_and_hybrid_mode(monkeypatch: pytest.Mon
 
 
 @pytest.mark.parametrize("server", [False, True], ids=["embedded", "server-path"])
-def test_store_vectors_by_id(server: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    store, ids = feedback_store(server, monkeypatch)
+def test_store_vectors_by_id(server: bool, tmp_path: Path) -> None:
+    store, ids = feedback_store(server, tmp_path)
     found = store.vectors("c", [ids["close"], str(uuid.uuid4())])
     assert list(found) == [ids["close"]]  # an unknown id is left out
     expected = FEEDBACK_POINTS["close"][1]

@@ -13,13 +13,12 @@ from citeflow.ingestion.pipeline import Ingestor, doc_id_for
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.settings import Settings
 from citeflow.store import Store
-from tests.conftest import SHARED_DATA
+from tests.conftest import SHARED_DATA, stored_points
 from tests.fakes.embedding import HashEmbedding, RecordingEmbedding
 
 
 def _payloads(store: Store, collection: str) -> list[dict[str, object]]:
-    points, _ = store.client.scroll(collection, limit=10_000, with_payload=True)
-    return [dict(p.payload or {}) for p in points]
+    return [r.payload for r in stored_points(store, collection)]
 
 
 @pytest.fixture
@@ -159,12 +158,12 @@ def test_pools_are_embedded_in_length_order_and_every_chunk_keeps_its_own_vector
     for start in range(0, len(embed.batches), 3):  # 3 windows of 2 make a pool of 6
         pool = [t for b in embed.batches[start : start + 3] for t in b]
         assert [len(t) for t in pool] == sorted(len(t) for t in pool)
-    points, _ = store.client.scroll("w", limit=1000, with_vectors=True)
-    nodes = store.nodes("w", [str(p.id) for p in points])
+    points = stored_points(store, "w")
+    nodes = store.nodes("w", [p.id for p in points])
     for point in points:
-        text = nodes[str(point.id)].get_content(metadata_mode=MetadataMode.EMBED)
-        vector = point.vector["text-dense"]  # type: ignore[index]
-        assert vector == pytest.approx(embed.get_text_embedding(text), abs=1e-6)
+        text = nodes[point.id].get_content(metadata_mode=MetadataMode.EMBED)
+        assert point.dense is not None
+        assert list(point.dense) == pytest.approx(embed.get_text_embedding(text), abs=1e-6)
 
 
 def test_a_document_cut_short_is_written_again_not_taken_as_unchanged(folder: Path) -> None:
@@ -185,7 +184,7 @@ def test_a_document_cut_short_is_written_again_not_taken_as_unchanged(folder: Pa
     assert record.stored == f"{record.chunks} of {record.expected_chunks}"
     doc_id = doc_id_for(folder / "a.md")
     assert store.content_hashes("c", [doc_id]) == {doc_id: ""}
-    stored = {str(p.id) for p in store.client.scroll("c", limit=1000)[0]}
+    stored = {p.id for p in stored_points(store, "c")}
     assert store.incomplete_points("c") == stored  # every chunk written so far is marked
 
     report = Ingestor(store, HashEmbedding(dim=32), collection="c", **options).ingest_paths(
@@ -222,18 +221,14 @@ def _doc_ids(store: Store, collection: str, ids: set[str]) -> set[str]:
     return {str(n.metadata["doc_id"]) for n in store.nodes(collection, sorted(ids)).values()}
 
 
-@pytest.mark.parametrize("path", ["local index", "query filter"])
-def test_chunks_of_a_write_cut_short_are_kept_out_of_searches(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str
-) -> None:
+@pytest.mark.parametrize("engine", ["embedded", "server-api"])
+def test_chunks_of_a_write_cut_short_are_kept_out_of_searches(tmp_path: Path, engine: str) -> None:
     """A document whose write died midway is in the store in part: no search finds those chunks
-    (the embedded store's numpy index, and the query filter a Qdrant server applies), until the
-    document is written whole."""
+    (on the embedded engine and through a Qdrant server's API), until the document is written
+    whole."""
     from llama_index.core.schema import Document
 
-    store = Store.open_path(tmp_path / "q")
-    if path == "query filter":
-        monkeypatch.setattr(store, "_local_index", lambda collection: None)
+    store = Store.open_path(tmp_path / "q" if engine == "embedded" else ":memory:")
     options = {"chunk_size": 64, "chunk_overlap": 8, "window": 2, "pool": 2, "progress": False}
     docs = [Document(id_="ducks", text=DUCKS), Document(id_="geese", text=GEESE)]
     Ingestor(store, HashEmbedding(dim=32), collection="c", **options).ingest_documents(docs[:1])
@@ -326,8 +321,7 @@ def test_ingest_documents_from_python_skips_unchanged_and_replaces_changed() -> 
     changed = Document(id_="d1", text="Document 1 is now about geese.")
     assert ingestor.ingest_documents([changed]) == 1
     assert store.content_hashes("py", ["d1"])["d1"] != before
-    points, _ = store.client.scroll("py", limit=100)
-    nodes = store.nodes("py", [str(p.id) for p in points]).values()
+    nodes = store.nodes("py", [p.id for p in stored_points(store, "py")]).values()
     texts = {str(n.metadata["doc_id"]): n.get_content() for n in nodes}
     assert texts == {
         "d0": "Document 0 is about ducks number 0.",
@@ -337,19 +331,19 @@ def test_ingest_documents_from_python_skips_unchanged_and_replaces_changed() -> 
     assert store.count("py") == 3  # the old chunk of d1 is gone
 
 
-def test_content_hashes_read_in_process_agree_with_the_filtered_query(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", ["embedded", "server-api"])
+def test_content_hashes_name_the_stored_documents_only(tmp_path: Path, engine: str) -> None:
     from llama_index.core.schema import Document
 
-    store = Store.open_path(tmp_path / "q")
+    store = Store.open_path(tmp_path / "q" if engine == "embedded" else ":memory:")
     ingestor = Ingestor(store, HashEmbedding(dim=16), collection="h", progress=False)
     ingestor.ingest_documents([Document(id_=f"d{i}", text=f"text {i} of ducks") for i in range(6)])
     store.delete_document("h", "d3")
     ingestor.ingest_documents([Document(id_="d4", text="a new text of geese")])
     asked = ["d0", "d3", "d4", "missing"]
-    fast = store.content_hashes("h", asked)
-    assert store._local_collection("h") is not None  # the embedded store took the fast path
-    assert fast == store._content_hashes_by_filter("h", asked)
-    assert set(fast) == {"d0", "d4"}
+    found = store.content_hashes("h", asked)
+    assert set(found) == {"d0", "d4"}
+    assert found["d4"] == store.documents("h")["d4"].content_hash != ""
     store.close()
 
 

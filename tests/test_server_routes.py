@@ -103,7 +103,7 @@ async def test_unready_health_says_only_so(kb: KnowledgeBase, llm: ScriptedLLM) 
             raise OSError("/srv/secret/qdrant: input/output error")
 
     engine = make_engine(kb, llm)
-    engine.store = UnreachableStore(kb.store.client, location="/srv/secret/qdrant")
+    engine.store = UnreachableStore(kb.store.engine)
     async with await _client(engine) as c:
         ready = await c.get("/health/ready")
     assert ready.status_code == 503 and ready.json() == {"status": "unavailable"}

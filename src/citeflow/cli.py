@@ -1,4 +1,5 @@
-"""The ``citeflow`` command: ingest, ask, delete, reindex, documents, collections, models, serve.
+"""The ``citeflow`` command: ingest, ask, delete, reindex, migrate, optimize, documents,
+collections, models, serve.
 
 Every user-fixable problem ends in one line ``citeflow: error: ...`` and exit status 1; progress
 and status go to stderr, answers to stdout.
@@ -19,7 +20,7 @@ from citeflow.errors import CiteflowError
 from citeflow.settings import Settings, load_settings
 
 if TYPE_CHECKING:
-    from citeflow.store import DocumentRecord
+    from citeflow.store import DocumentRecord, Store
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -50,10 +51,58 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     kb = KnowledgeBase.open(settings=settings)
     try:
         report = kb.ingest(args.paths, prune=args.prune, progress=not args.quiet)
+        _build_index(kb.store, settings.collection, quiet=args.quiet)
     finally:
         kb.close()
     print(f"{settings.collection}: {report.summary()}")
     return 0 if report.files or not report.skipped else 1
+
+
+def _build_index(store: Store, collection: str, *, quiet: bool) -> None:
+    """Build the embedded store's search index of what was just written (see
+    `citeflow.store.edge`: it holds the process, so it runs here and never in the server)."""
+    import time
+
+    if not store.embedded:
+        return
+    if not quiet:
+        _say(f"{collection}: indexing for search ...")
+    started = time.perf_counter()
+    store.optimize(collection)
+    if not quiet:
+        _say(f"{collection}: indexed in {time.perf_counter() - started:.1f} s")
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from citeflow.store import Store
+
+    settings = load_settings()
+    if settings.qdrant_url:
+        raise CiteflowError(
+            "citeflow migrate moves an embedded store; CITEFLOW_QDRANT_URL names a Qdrant "
+            "server, which needs no migration"
+        )
+    store = Store.open_path(settings.qdrant_path, progress=not args.quiet)
+    try:
+        for collection in store.collections():
+            _build_index(store, collection, quiet=args.quiet)
+            print(f"{collection}: {store.count(collection)} chunks, embedded engine")
+    finally:
+        store.close()
+    return 0
+
+
+def cmd_optimize(args: argparse.Namespace) -> int:
+    from citeflow.store import Store
+
+    settings = _settings(args)
+    store = Store.open(settings)
+    try:
+        store.require(settings.collection)
+        _build_index(store, settings.collection, quiet=False)
+    finally:
+        store.close()
+    return 0
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
@@ -228,6 +277,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     collection_arg(p)
     p.set_defaults(func=cmd_reindex)
+
+    p = sub.add_parser(
+        "migrate",
+        help="move the embedded store of an earlier citeflow into the embedded engine "
+        "(also done on first open) and index it",
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=cmd_migrate)
+
+    p = sub.add_parser(
+        "optimize",
+        help="index for search what was added through the server's API (run with the server "
+        "stopped; citeflow ingest does it itself)",
+    )
+    collection_arg(p)
+    p.set_defaults(func=cmd_optimize)
 
     p = sub.add_parser("documents", help="list the documents of a knowledge base")
     collection_arg(p)

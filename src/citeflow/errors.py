@@ -69,6 +69,16 @@ class StoreLockedError(CiteflowError):
     status = 503
 
 
+class StoreUnreadableError(CiteflowError):
+    """The embedded store's files cannot be opened: written by another version, or damaged.
+
+    Nothing is changed or deleted: the message names the directory and what to do.
+    """
+
+    kind = "server_error"
+    status = 503
+
+
 class StorageFullError(CiteflowError):
     """The disk holding the store or the uploads is full (HTTP 507).
 

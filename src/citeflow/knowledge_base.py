@@ -145,8 +145,10 @@ class KnowledgeBase:
 
     def as_index(self) -> VectorStoreIndex:
         """The collection as a plain LlamaIndex `VectorStoreIndex` (for your own experiments)."""
+        from citeflow.store.vector_store import StoreVectorStore
+
         return VectorStoreIndex.from_vector_store(
-            self.store.vector_store(self.collection), embed_model=self.embed_model
+            StoreVectorStore(self.store, self.collection), embed_model=self.embed_model
         )
 
     def close(self) -> None:

@@ -144,10 +144,10 @@ def use_embed_threads(settings: Settings) -> None:
 def use_one_blas_thread() -> Any:
     """Run numpy's BLAS on one thread while serving; returns the limiter (to restore it).
 
-    The embedded store's dense search is a matrix-vector product (`citeflow.local_index`).
-    OpenBLAS splits one over every core and its threads spin-wait for each other: with the
-    server's other threads busy, one search over SciFact's 5,596 chunks took 6-7 ms instead of
-    0.6 ms on one thread. Requests run side by side; each needs no more than one core.
+    Requests use numpy's BLAS for small products (the query against candidate vectors).
+    OpenBLAS splits each over every core and its threads spin-wait for each other, which with
+    the server's other threads busy cost a product ten times its one-thread time. Requests run
+    side by side; each needs no more than one core.
     """
     from threadpoolctl import threadpool_limits
 

@@ -80,3 +80,38 @@ class FullDiskClient(QdrantClient):
         if self.room == 0:  # deleting writes too (SQLite's write-ahead log)
             raise self._fail()
         return super().delete(collection_name, *args, **kw)
+
+
+class FillingDisk:
+    """The disk under an embedded store (`citeflow.store.edge`) with room for ``room`` more
+    points: the store's free-space check (`citeflow.store.directory.free_bytes`) sees citeflow's
+    reserve plus that room, and every point the engine stores takes one unit of it.
+
+    The embedded engine writes through memory-mapped files, which on a really full disk kill
+    the process instead of failing a write; so its guard is the check before each write, and
+    this fake drives that check (``tests/test_store_durability.py`` fills a real disk).
+    """
+
+    def __init__(self, monkeypatch: Any, room: int | None) -> None:
+        from citeflow.store import directory
+        from citeflow.store.edge import EdgeEngine
+
+        self.room = room
+        real_upsert = EdgeEngine.upsert
+
+        def upsert(engine: EdgeEngine, collection: str, points: Sequence[Any]) -> None:
+            real_upsert(engine, collection, points)
+            if self.room is not None:
+                self.room -= len(points)
+
+        def free_bytes(root: Any) -> int:
+            if self.room is None:
+                return 1 << 40
+            return directory.RESERVE_BYTES + max(self.room, 0) * directory.BYTES_PER_POINT
+
+        monkeypatch.setattr(EdgeEngine, "upsert", upsert)
+        monkeypatch.setattr(directory, "free_bytes", free_bytes)
+
+    def free(self, room: int | None = None) -> None:
+        """Make room (None: no limit any more)."""
+        self.room = room

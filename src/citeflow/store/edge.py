@@ -1,0 +1,370 @@
+"""The embedded engine: Qdrant's own engine in-process (qdrant-edge), one shard per collection.
+
+Each collection is an `EdgeShard` in ``<store>/shards/<name>/`` (see `citeflow.store.directory`
+for the rest of the directory): a write-ahead log, so that every acknowledged write survives a
+crash, segments with HNSW indexes for the dense vectors, sparse indexes with the IDF modifier
+for BM25, and keyword/bool payload indexes on ``doc_id`` and `INCOMPLETE`. Opening reads segment
+headers and memory-maps the rest: no point is loaded into Python.
+
+**Indexing is deferred.** qdrant-edge has no background optimizer: new points are searched by an
+exact scan until `optimize` builds the HNSW index, and ``optimize()`` holds the GIL for its whole
+run (seconds at 10,000 chunks, about a minute at 100,000; see ``bench/store_scale.py``), stalling
+every other thread of the process, the server's event loop included. So nothing on a request
+path calls it: ``citeflow ingest`` and ``citeflow migrate`` optimize at their end, and
+``citeflow optimize`` does it for a store fed through the server's API (with the server stopped).
+
+Scores keep their meaning: the dense side is cosine similarity (vectors stored normalised), the
+keyword side BM25 (the IDF modifier times citeflow's stored term weights), as on a Qdrant server.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from qdrant_edge import (
+    CountRequest,
+    Distance,
+    EdgeConfig,
+    EdgeShard,
+    EdgeSparseVectorParams,
+    EdgeVectorParams,
+    FieldCondition,
+    Filter,
+    HnswIndexConfig,
+    IsEmptyCondition,
+    MatchAny,
+    MatchValue,
+    Modifier,
+    PayloadSchemaType,
+    Query,
+    QueryBatchRequest,
+    QueryRequest,
+    ScrollRequest,
+    UpdateOperation,
+)
+from qdrant_edge import Point as EdgePoint
+from qdrant_edge import SparseVector as EdgeSparse
+
+from citeflow.bm25 import SparseVector
+from citeflow.errors import StoreUnreadableError
+from citeflow.store.directory import SHARDS, locked_error, require_room
+from citeflow.store.engine import (
+    DENSE_VECTOR,
+    INCOMPLETE,
+    SPARSE_VECTOR,
+    Candidate,
+    Hits,
+    Layout,
+    Point,
+    Record,
+    SearchRequest,
+    Vector,
+    Where,
+)
+
+#: HNSW graph parameters (Qdrant's defaults): m=16, ef_construct=100 kept SciFact and HotpotQA
+#: nDCG@10 within 0.005 of an exact search (``bench/store_scale.py`` prints dense recall@10).
+#: Segments under ``full_scan_threshold`` KB of vectors (about 6,600 384-d chunks) are scanned.
+HNSW = HnswIndexConfig(m=16, ef_construct=100, full_scan_threshold=10_000)
+
+LAYOUT = Layout(dense=DENSE_VECTOR, sparse=SPARSE_VECTOR)
+
+
+def shard_config(dimension: int) -> EdgeConfig:
+    return EdgeConfig(
+        vectors={DENSE_VECTOR: EdgeVectorParams(size=dimension, distance=Distance.Cosine)},
+        sparse_vectors={SPARSE_VECTOR: EdgeSparseVectorParams(modifier=Modifier.Idf)},
+        hnsw_config=HNSW,
+    )
+
+
+class EdgeEngine:
+    """`citeflow.store.engine.Engine` over qdrant-edge shards in ``<root>/shards/``.
+
+    Shards are opened when first used and stay open until `close`.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.location = str(root)
+        self._shards: dict[str, EdgeShard] = {}
+
+    @property
+    def shards_dir(self) -> Path:
+        return self.root / SHARDS
+
+    def _path(self, collection: str) -> Path:
+        return self.shards_dir / collection
+
+    def _shard(self, collection: str) -> EdgeShard:
+        shard = self._shards.get(collection)
+        if shard is None:
+            path = self._path(collection)
+            require_room(self.root)
+            shard = _load(path)
+            self._shards[collection] = shard
+        return shard
+
+    def close(self) -> None:
+        shards, self._shards = self._shards, {}
+        for shard in shards.values():
+            shard.close()
+
+    # --- collections -------------------------------------------------------------------------
+    def collections(self) -> list[str]:
+        if not self.shards_dir.is_dir():
+            return []
+        return sorted(
+            p.name for p in self.shards_dir.iterdir() if p.is_dir() and not p.name.startswith(".")
+        )
+
+    def exists(self, collection: str) -> bool:
+        return collection in self._shards or self._path(collection).is_dir()
+
+    def create(self, collection: str, dimension: int) -> None:
+        self.create_at(self._path(collection), dimension)
+        self._shards[collection] = _load(self._path(collection))
+
+    def create_at(self, path: Path, dimension: int) -> None:
+        """Create a shard with citeflow's layout and payload indexes at ``path`` (closed)."""
+        require_room(self.root)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shard = EdgeShard.create(str(path), shard_config(dimension))
+        try:
+            shard.update(UpdateOperation.create_field_index("doc_id", PayloadSchemaType.Keyword))
+            shard.update(UpdateOperation.create_field_index(INCOMPLETE, PayloadSchemaType.Bool))
+        finally:
+            shard.close()
+
+    def layout(self, collection: str) -> Layout:
+        return LAYOUT
+
+    def drop(self, collection: str) -> bool:
+        shard = self._shards.pop(collection, None)
+        if shard is not None:
+            shard.close()
+        path = self._path(collection)
+        if not path.is_dir():
+            return False
+        # renamed first, so that a crash mid-delete leaves no half shard under the name
+        doomed = path.with_name(f".{collection}.deleting")
+        shutil.rmtree(doomed, ignore_errors=True)
+        path.rename(doomed)
+        shutil.rmtree(doomed, ignore_errors=True)
+        return True
+
+    def rename(self, collection: str, name: str) -> None:
+        """Give a (complete) collection its final name: one directory rename."""
+        shard = self._shards.pop(collection, None)
+        if shard is not None:
+            shard.close()
+        self._path(collection).rename(self._path(name))
+
+    def count(self, collection: str, where: Where | None = None) -> int:
+        return self._shard(collection).count(CountRequest(exact=True, filter=_filter(where)))
+
+    # --- writes ------------------------------------------------------------------------------
+    def upsert(self, collection: str, points: Sequence[Point]) -> None:
+        shard = self._shard(collection)
+        require_room(self.root, len(points))
+        edge_points = []
+        for point in points:
+            vectors: dict[str, Any] = {DENSE_VECTOR: _floats(point.dense)}
+            if point.sparse is not None and point.sparse.indices:
+                vectors[SPARSE_VECTOR] = EdgeSparse(
+                    indices=point.sparse.indices, values=point.sparse.values
+                )
+            edge_points.append(EdgePoint(point.id, vectors, point.payload))
+        shard.update(UpdateOperation.upsert_points(edge_points))
+
+    def delete_key(self, collection: str, ids: Sequence[str], key: str) -> None:
+        shard = self._shard(collection)
+        require_room(self.root, len(ids))
+        shard.update(UpdateOperation.delete_payload(list(ids), [key]))
+
+    def delete(self, collection: str, where: Where) -> None:
+        shard = self._shard(collection)
+        require_room(self.root)
+        flt = _filter(where)
+        if flt is None:
+            raise ValueError("refusing to delete without a condition")
+        shard.update(UpdateOperation.delete_points_by_filter(flt))
+
+    # --- reads -------------------------------------------------------------------------------
+    def scroll(
+        self,
+        collection: str,
+        where: Where | None,
+        keys: Sequence[str] | bool,
+        *,
+        vectors: bool = False,
+        page: int = 1024,
+    ) -> Iterator[Record]:
+        shard = self._shard(collection)
+        payload: Any = keys if isinstance(keys, bool) else list(keys)
+        with_vector: Any = bool(vectors)
+        flt = _filter(where)
+        offset: Any = None
+        while True:
+            records, offset = shard.scroll(
+                ScrollRequest(
+                    offset=offset,
+                    limit=page,
+                    filter=flt,
+                    with_payload=payload,
+                    with_vector=with_vector,
+                )
+            )
+            for record in records:
+                yield _record(record.id, record.payload, record.vector if vectors else None)
+            if offset is None:
+                return
+
+    def retrieve(
+        self, collection: str, ids: Sequence[str], *, payload: bool, dense: bool
+    ) -> list[Record]:
+        with_vector: Any = [DENSE_VECTOR] if dense else False
+        found = self._shard(collection).retrieve(
+            list(ids), with_payload=payload, with_vector=with_vector
+        )
+        return [_record(r.id, r.payload, r.vector if dense else None) for r in found]
+
+    def search(self, collection: str, request: SearchRequest) -> Hits:
+        """Both sides in one planned batch (``query_batch``); fusion stays citeflow's own
+        (`citeflow.query.fusion`: the engine's RRF and DBSF are not its relative fusion)."""
+        shard = self._shard(collection)
+        flt = _filter(request.where)
+        queries: list[QueryRequest] = []
+        if request.dense is not None:
+            queries.append(
+                QueryRequest(
+                    limit=request.limit,
+                    query=Query.Nearest(_floats(request.dense), using=DENSE_VECTOR),
+                    filter=flt,
+                    with_payload=False,
+                )
+            )
+        sparse = request.sparse
+        use_sparse = sparse is not None and bool(sparse.indices)
+        if use_sparse:
+            assert sparse is not None
+            queries.append(
+                QueryRequest(
+                    limit=request.sparse_limit,
+                    query=Query.Nearest(
+                        EdgeSparse(indices=sparse.indices, values=sparse.values),
+                        using=SPARSE_VECTOR,
+                    ),
+                    filter=flt,
+                    with_payload=False,
+                    with_vector=[DENSE_VECTOR] if request.sparse_vectors else False,
+                )
+            )
+        if not queries:
+            return Hits(dense=[], sparse=[])
+        results = shard.query_batch(QueryBatchRequest(queries))
+        sides = [[Candidate(str(p.id), float(p.score)) for p in side] for side in results]
+        vectors: dict[str, Vector] = {}
+        if use_sparse and request.sparse_vectors:
+            for point in results[-1]:
+                found = _dense_of(point.vector)
+                if found is not None:
+                    vectors[str(point.id)] = found
+        return Hits(
+            dense=sides[0] if request.dense is not None else [],
+            sparse=sides[-1] if use_sparse else [],
+            vectors=vectors,
+        )
+
+    def optimize(self, collection: str) -> bool:
+        """Build the HNSW index of what was written since the last optimize (holds the GIL)."""
+        shard = self._shard(collection)
+        size = sum(f.stat().st_size for f in self._path(collection).rglob("*") if f.is_file())
+        require_room(self.root, size // 4096)  # a new segment is written beside the old ones
+        done = shard.optimize()
+        shard.flush()
+        return done
+
+    def unindexed(self, collection: str) -> int:
+        """An estimate: each point has two vectors (dense and BM25), and the BM25 side is
+        indexed as it is written, so the shortfall is the dense vectors awaiting HNSW."""
+        info = self._shard(collection).info()
+        return max(0, 2 * info.points_count - info.indexed_vectors_count)
+
+
+def _load(path: Path) -> EdgeShard:
+    """Open one shard; its problems as one clear line each."""
+    try:
+        return EdgeShard.load(str(path))
+    except Exception as exc:  # qdrant-edge raises plain Exceptions; its text tells them apart
+        text = str(exc)
+        if "WouldBlock" in text:
+            raise locked_error(path.parent.parent) from None
+        raise StoreUnreadableError(
+            f"the collection {path.name!r} in the store {path.parent.parent} cannot be opened "
+            f"({_first_line(text)}): its files are damaged or were written by another version; "
+            f"restore the directory from a backup, or move {path} aside and ingest the "
+            f"collection's documents again"
+        ) from None
+
+
+def _first_line(text: str) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else "no reason given"
+    return line if len(line) <= 200 else line[:197] + "..."
+
+
+def _floats(vector: Vector) -> list[float]:
+    if isinstance(vector, np.ndarray):
+        return [float(x) for x in vector.astype(np.float32).tolist()]
+    return [float(x) for x in vector]
+
+
+def _dense_of(vector: Any) -> Vector | None:
+    if isinstance(vector, dict):
+        vector = vector.get(DENSE_VECTOR)
+    if isinstance(vector, np.ndarray):
+        return vector
+    return vector if isinstance(vector, list) else None
+
+
+def _record(point_id: Any, payload: Any, vector: Any) -> Record:
+    sparse: SparseVector | None = None
+    if isinstance(vector, dict):
+        found = vector.get(SPARSE_VECTOR)
+        if found is not None:
+            sparse = SparseVector(indices=list(found.indices), values=list(found.values))
+    return Record(
+        id=str(point_id),
+        payload=dict(payload or {}),
+        dense=_dense_of(vector) if vector is not None else None,
+        sparse=sparse,
+    )
+
+
+def _filter(where: Where | None) -> Filter | None:
+    if where is None:
+        return None
+    must: list[Any] = []
+    must_not: list[Any] = []
+    if where.doc_ids is not None:
+        if len(where.doc_ids) == 1:
+            match: Any = MatchValue(value=where.doc_ids[0])
+        else:
+            match = MatchAny(any=list(where.doc_ids))
+        must.append(FieldCondition(key="doc_id", match=match))
+    if where.not_content_hash is not None:
+        must_not.append(
+            FieldCondition(key="content_hash", match=MatchValue(value=where.not_content_hash))
+        )
+    if where.incomplete is not None:
+        # "has the key": qdrant-edge 0.9.0 turns MatchValue(value=True) into the integer 1,
+        # which matches no stored ``true``; the mark is only ever True, or absent
+        unmarked = IsEmptyCondition(key=INCOMPLETE)
+        (must_not if where.incomplete else must).append(unmarked)
+    if not must and not must_not:
+        return None
+    return Filter(must=must or None, must_not=must_not or None)

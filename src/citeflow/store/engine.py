@@ -1,0 +1,177 @@
+"""What a storage engine does for `citeflow.store.Store`, in neither engine's own data model.
+
+Two engines sit behind `Store`:
+
+* `citeflow.store.edge.EdgeEngine`, the embedded default: the Qdrant engine in-process
+  (qdrant-edge), one shard per collection in a directory;
+* `citeflow.store.client.ClientEngine`: qdrant-client, for a Qdrant server or cluster by URL
+  (and its ``:memory:`` mode, which stands in for a server in tests).
+
+Both keep the same collection layout (LlamaIndex's hybrid Qdrant layout: a dense vector
+`DENSE_VECTOR`, cosine, and a BM25 sparse vector `SPARSE_VECTOR` with Qdrant's IDF modifier) and
+answer the same operations with the same scores: cosine similarity on the dense side, BM25 on the
+keyword side. `Where` is the one filter language: the few conditions citeflow asks for, which each
+engine turns into its own filter model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from citeflow.bm25 import SparseVector
+
+#: vector names of LlamaIndex's hybrid Qdrant layout (QdrantVectorStore's defaults)
+DENSE_VECTOR = "text-dense"
+SPARSE_VECTOR = "text-sparse-new"
+
+#: payload key of a chunk whose document is being written: set on every chunk as it is stored,
+#: removed from all of them once the document's last chunk is stored (`Store.mark_complete`).
+#: Searches leave such chunks out, so a write cut short (a crash, ``kill -9``, a full disk)
+#: never reaches an answer, and listings show the document as incomplete.
+INCOMPLETE = "incomplete"
+
+#: a dense vector: a list from qdrant-client, a list or numpy array from qdrant-edge
+Vector = Sequence[float] | npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """How a collection stores its vectors."""
+
+    dense: str
+    """name of the dense vector ("" for a collection with one unnamed vector)"""
+    sparse: str | None
+    """name of the BM25 sparse vector, or None when the collection has no keyword side"""
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One search hit before its payload is loaded: a point id and its score."""
+
+    id: str
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
+class Hits:
+    """One search's candidates per side, best first (either side may be empty).
+
+    Candidates come without payloads: ranking needs ids and scores only, and turning a payload
+    into a LlamaIndex node costs more than the search itself on a small collection. Load the
+    chosen ones with `Store.nodes`.
+    """
+
+    dense: list[Candidate]
+    sparse: list[Candidate]
+    vectors: dict[str, Vector] = field(default_factory=dict)
+    """dense vectors of keyword candidates, by point id (when asked for)"""
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """One chunk to write: its id, vectors and payload."""
+
+    id: str
+    dense: Vector
+    sparse: SparseVector | None
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One stored point read back: its id, payload (as asked for) and dense vector (if asked)."""
+
+    id: str
+    payload: dict[str, Any]
+    dense: Vector | None = None
+    sparse: SparseVector | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Where:
+    """A filter on payloads, from the conditions citeflow needs (all given ones must hold)."""
+
+    doc_ids: tuple[str, ...] | None = None
+    """the chunk's ``doc_id`` is one of these"""
+    not_content_hash: str | None = None
+    """the chunk's ``content_hash`` is not this one (another version of its document)"""
+    incomplete: bool | None = None
+    """True: only chunks marked `INCOMPLETE`; False: only the others; None: both"""
+
+
+#: chunks whose document's write finished (what searches see)
+COMPLETE_ONLY = Where(incomplete=False)
+
+
+@dataclass(frozen=True, slots=True)
+class SearchRequest:
+    """Dense and/or BM25 search in one round trip (see `Store.search`)."""
+
+    dense: Vector | None
+    sparse: SparseVector | None
+    limit: int
+    sparse_limit: int
+    sparse_vectors: bool
+    where: Where | None = COMPLETE_ONLY
+
+
+class Engine(Protocol):
+    """The operations `Store` needs of a storage engine (see the module doc).
+
+    Engines are not required to be thread-safe: `Store` calls them under its own lock.
+    """
+
+    location: str
+    """where the data lives, for messages: a directory, a URL or ``:memory:``"""
+
+    def close(self) -> None: ...
+
+    def collections(self) -> list[str]: ...
+
+    def exists(self, collection: str) -> bool: ...
+
+    def create(self, collection: str, dimension: int) -> None:
+        """Create the collection with the hybrid layout."""
+
+    def layout(self, collection: str) -> Layout: ...
+
+    def drop(self, collection: str) -> bool: ...
+
+    def count(self, collection: str, where: Where | None = None) -> int: ...
+
+    def upsert(self, collection: str, points: Sequence[Point]) -> None: ...
+
+    def delete_key(self, collection: str, ids: Sequence[str], key: str) -> None:
+        """Remove one payload key from these points."""
+
+    def delete(self, collection: str, where: Where) -> None: ...
+
+    def scroll(
+        self,
+        collection: str,
+        where: Where | None,
+        keys: Sequence[str] | bool,
+        *,
+        vectors: bool = False,
+        page: int = 1024,
+    ) -> Iterator[Record]:
+        """Every point passing ``where``: its payload (all of it: True; none: False; these
+        keys), and its vectors when asked; a page at a time."""
+
+    def retrieve(
+        self, collection: str, ids: Sequence[str], *, payload: bool, dense: bool
+    ) -> list[Record]:
+        """These points (missing ids left out)."""
+
+    def search(self, collection: str, request: SearchRequest) -> Hits: ...
+
+    def optimize(self, collection: str) -> bool:
+        """Build the collection's indexes now, if the engine defers it; whether it did work."""
+
+    def unindexed(self, collection: str) -> int:
+        """How many of the collection's points an optimize would still index (0: none)."""
