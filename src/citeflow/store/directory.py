@@ -1,6 +1,6 @@
 """The embedded store's directory: what wrote it, who has it open, and room to write.
 
-Layout of ``CITEFLOW_QDRANT_PATH``::
+Layout of the store directory (``<CITEFLOW_DATA_DIR>/qdrant``)::
 
     citeflow-store.json    the format marker: {"format": 1, "engine": "qdrant-edge", ...}
     citeflow.lock          held (flock) by the one process that has the store open
@@ -95,14 +95,14 @@ def read_marker(root: Path) -> Marker | None:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise StoreUnreadableError(
             f"the store {root} has a damaged {MARKER} ({exc.__class__.__name__}); restore the "
-            "directory from a backup, or point CITEFLOW_QDRANT_PATH at a new directory and "
+            "directory from a backup, or set CITEFLOW_DATA_DIR to a new directory and "
             "ingest again"
         ) from None
     if marker.format > FORMAT or marker.engine != "qdrant-edge":
         raise StoreUnreadableError(
             f"the store {root} was written by a newer citeflow (store format {marker.format}, "
             f"engine {marker.engine}); this one reads format {FORMAT}: upgrade citeflow, or "
-            "point CITEFLOW_QDRANT_PATH at another directory"
+            "set CITEFLOW_DATA_DIR to another directory"
         )
     return marker
 

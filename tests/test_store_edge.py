@@ -1,0 +1,218 @@
+"""The embedded engine's directory under bad conditions: another version's files, two
+processes, a real full disk, ``kill -9`` while indexing. Each is one clear line, and nothing
+already stored is lost.
+
+(``kill -9`` during an ingestion: `test_faults.py::test_kill_9_during_ingest_then_ingest_again`;
+a disk filling up during ``citeflow ingest``: `test_faults.py`, through the free-space check.)
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from citeflow.bm25 import BM25Encoder
+from citeflow.errors import StorageFullError, StoreLockedError, StoreUnreadableError
+from citeflow.store import Store
+from citeflow.store.directory import MARKER, RESERVE_BYTES
+from citeflow.store.engine import Point
+
+ENCODER = BM25Encoder()
+
+
+def points(n: int, *, seed: int = 0, start: int = 0) -> list[Point]:
+    """``n`` chunks with 384-d vectors, BM25 vectors and ~600-character payloads."""
+    out = []
+    for i in range(start, start + n):
+        rng = np.random.default_rng([seed, i])
+        text = f"chunk {i} about ducks, geese and swans " * 16
+        out.append(
+            Point(
+                str(uuid.uuid5(uuid.NAMESPACE_URL, f"chunk-{i}")),
+                rng.standard_normal(384).astype(np.float32),
+                ENCODER.encode_document(text),
+                {"doc_id": f"doc-{i // 10}", "text": text, "chunk_index": i % 10},
+            )
+        )
+    return out
+
+
+def fill(store: Store, collection: str, n: int, batch: int = 256) -> None:
+    store.ensure_collection(collection, 384)
+    for start in range(0, n, batch):
+        store.write(collection, points(min(batch, n - start), start=start))
+
+
+def snapshot(directory: Path) -> dict[str, int]:
+    return {str(p.relative_to(directory)): p.stat().st_size for p in directory.rglob("*")}
+
+
+def test_a_store_of_a_newer_format_is_one_line_and_left_alone(tmp_path: Path) -> None:
+    store = Store.open_path(tmp_path / "s")
+    fill(store, "kb", 10)
+    store.close()
+    marker = tmp_path / "s" / MARKER
+    marker.write_text(json.dumps({"format": 99, "engine": "qdrant-edge"}))
+    before = snapshot(tmp_path / "s")
+    with pytest.raises(StoreUnreadableError, match=r"newer citeflow .*format 99.*upgrade"):
+        Store.open_path(tmp_path / "s")
+    assert snapshot(tmp_path / "s") == before
+
+
+def test_a_damaged_marker_is_one_line_and_left_alone(tmp_path: Path) -> None:
+    Store.open_path(tmp_path / "s").close()
+    (tmp_path / "s" / MARKER).write_text("{not json")
+    with pytest.raises(StoreUnreadableError, match=r"damaged citeflow-store\.json"):
+        Store.open_path(tmp_path / "s")
+    assert (tmp_path / "s" / MARKER).read_text() == "{not json"
+
+
+def test_a_shard_that_cannot_be_read_is_one_line_and_the_others_still_answer(
+    tmp_path: Path,
+) -> None:
+    store = Store.open_path(tmp_path / "s")
+    fill(store, "good", 20)
+    fill(store, "bad", 20)
+    store.close()
+    (tmp_path / "s" / "shards" / "bad" / "edge_config.json").write_text("{not json")
+    store = Store.open_path(tmp_path / "s")
+    try:
+        with pytest.raises(StoreUnreadableError, match=r"'bad' .* cannot be opened"):
+            store.count("bad")
+        assert store.count("good") == 20
+    finally:
+        store.close()
+
+
+def _hold_store(path: str, ready: multiprocessing.synchronize.Event) -> None:
+    store = Store.open_path(path)
+    ready.set()
+    time.sleep(60)
+    store.close()
+
+
+def test_a_second_process_gets_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "data" / "qdrant"
+    Store.open_path(path).close()
+    context = multiprocessing.get_context("spawn")
+    ready = context.Event()
+    holder = context.Process(target=_hold_store, args=(str(path), ready), daemon=True)
+    holder.start()
+    try:
+        assert ready.wait(60)
+        with pytest.raises(StoreLockedError, match="in use by another process"):
+            Store.open_path(path)
+        env = {**os.environ, "CITEFLOW_DATA_DIR": str(tmp_path / "data")}
+        done = subprocess.run(
+            [sys.executable, "-m", "citeflow.cli", "documents"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 1 and "Traceback" not in done.stderr
+        assert (
+            done.stderr.strip().splitlines()[-1].startswith("citeflow: error: the embedded store")
+        )
+    finally:
+        holder.kill()
+        holder.join(10)
+    Store.open_path(path).close()  # the lock went with the process
+
+
+def _index_until_killed(path: str) -> None:
+    store = Store.open_path(path)
+    store.optimize("kb")
+    os._exit(3)  # not reached: killed while indexing
+
+
+def test_kill_9_while_indexing_loses_nothing(tmp_path: Path) -> None:
+    store = Store.open_path(tmp_path / "s")
+    fill(store, "kb", 8_000)
+    store.close()
+    child = multiprocessing.get_context("spawn").Process(
+        target=_index_until_killed, args=(str(tmp_path / "s"),), daemon=True
+    )
+    child.start()
+    time.sleep(4)  # the child imports, opens the store and is building the index
+    os.kill(child.pid, signal.SIGKILL)
+    child.join(10)
+    assert child.exitcode == -signal.SIGKILL
+    store = Store.open_path(tmp_path / "s")
+    try:
+        assert store.count("kb") == 8_000
+        wanted = points(1, start=4_321)[0]
+        hits = store.search("kb", dense=wanted.dense, sparse=None, limit=1)
+        assert [c.id for c in hits.dense] == [wanted.id]
+        assert store.nodes("kb", [wanted.id])[wanted.id].get_content().startswith("chunk 4321")
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real filesystem with little room: a tmpfs of the reserve plus 96 MiB (Linux, root)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    size = RESERVE_BYTES + 96 * 2**20
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)],
+        capture_output=True,
+        check=False,
+    )
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {made.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def _fill_until_full(path: str) -> None:
+    """Child: write until the store refuses; exit 0 on the clear error (a crash is a signal)."""
+    store = Store.open_path(path)
+    written = 0
+    try:
+        store.ensure_collection("kb", 384)
+        while True:
+            store.write("kb", points(256, start=written))
+            written += 256
+    except StorageFullError as exc:
+        Path(path, "written").write_text(f"{written}\n{exc}")
+        store.close()
+        os._exit(0)
+    os._exit(4)
+
+
+def test_a_real_full_disk_is_refused_before_the_engine_crashes(small_disk: Path) -> None:
+    """On a full disk qdrant-edge's memory-mapped writes would kill the process (SIGBUS); the
+    free-space check refuses the write first, and everything acknowledged stays."""
+    path = small_disk / "s"
+    child = multiprocessing.get_context("spawn").Process(target=_fill_until_full, args=(str(path),))
+    child.start()
+    child.join(300)
+    assert child.exitcode == 0, f"the writer died (exit {child.exitcode})"
+    written_text, message = (path / "written").read_text().split("\n", 1)
+    written = int(written_text)
+    assert written > 0
+    assert "not enough free space on the disk holding the store" in message
+    assert "nothing already stored was lost" in message
+    store = Store.open_path(path)
+    try:
+        assert store.count("kb") == written
+        with pytest.raises(StorageFullError):
+            store.write("kb", points(256, start=written))
+        assert store.count("kb") == written
+    finally:
+        store.close()
