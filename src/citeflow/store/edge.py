@@ -317,10 +317,12 @@ def _first_line(text: str) -> str:
     return line if len(line) <= 200 else line[:197] + "..."
 
 
-def _floats(vector: Vector) -> list[float]:
+def _floats(vector: Vector) -> Any:
+    """A dense vector as qdrant-edge takes it: a list of floats or a float32 array, as is (a
+    copy per element cost a fifth of an upsert's time)."""
     if isinstance(vector, np.ndarray):
-        return [float(x) for x in vector.astype(np.float32).tolist()]
-    return [float(x) for x in vector]
+        return vector.astype(np.float32, copy=False)
+    return vector if isinstance(vector, list) else list(vector)
 
 
 def _dense_of(vector: Any) -> Vector | None:

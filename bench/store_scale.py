@@ -1,0 +1,356 @@
+"""The embedded store at 10,000, 100,000 and 1,000,000 chunks: the previous store beside this one.
+
+Synthetic chunks shaped like citeflow's: 384-d vectors clustered as sentence embeddings are (200
+centres plus noise, normalised), ~600-character texts drawn from a Zipfian vocabulary with their
+BM25 vectors (`citeflow.bm25`), and the payload citeflow's ingestion writes (LlamaIndex node
+content, file path and name, title, doc id, content hash, chunk count and index). Everything
+goes through `citeflow.store.Store`, as citeflow uses it.
+
+* **new**: this checkout's store (qdrant-edge, `src/citeflow/store/edge.py`);
+* **old**: the store of commit ``--old-ref`` (qdrant-client's local mode plus citeflow's numpy
+  index), run from ``git archive`` of that commit. Measured up to 100,000 chunks: at 1,000,000
+  it would hold every point in Python (over 40 GB at the 4.2 GB per 100,000 measured).
+
+Each cell runs in fresh processes, so peak memory (``VmHWM``) is the process's own:
+
+1. ingest: chunks written in batches of 256 by ``Store.add`` (generation not timed), then for
+   the new store ``Store.optimize`` (the HNSW build ``citeflow ingest`` runs at its end);
+2. serve: a new process opens the store and answers a first hybrid search (the reopen cost every
+   ``citeflow ask`` pays), then ``--queries`` dense and hybrid top-10 searches: dense = the
+   dense side plus ``Store.nodes`` of the top 10; hybrid = both sides in one round trip, citeflow's
+   relative fusion, ``Store.nodes`` of the fused top 10;
+3. recall (new store): dense top-10 ids against an exact search over the same vectors.
+
+    .venv/bin/python bench/store_scale.py [--sizes 10000,100000,1000000] [--stores old,new]
+        [--old-ref 3b14540] [--queries 200] [--dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+ROOT = Path(__file__).resolve().parents[1]
+COLLECTION = "scale"
+DIM = 384
+BATCH = 256
+CENTRES = 200
+VOCABULARY = 5_000
+WORDS_PER_CHUNK = 90
+SEED = 20261124
+
+#: the issue's targets on a 2-core machine
+TARGETS = {
+    100_000: "reopen ≤ 1 s, hybrid p50 ≤ 10 ms, ≥ 5,000 upserts/s, peak ≤ 1 GB",
+    1_000_000: "hybrid p50 ≤ 30 ms",
+}
+
+
+# --- synthetic chunks ------------------------------------------------------------------------
+def _vocabulary() -> list[str]:
+    rng = np.random.default_rng(SEED)
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+    lengths = rng.integers(3, 11, VOCABULARY)
+    return ["".join(rng.choice(letters, n)) for n in lengths]
+
+
+def _centres() -> npt.NDArray[np.float32]:
+    rng = np.random.default_rng([SEED, 1])
+    centres = rng.standard_normal((CENTRES, DIM)).astype(np.float32)
+    return centres / np.linalg.norm(centres, axis=1, keepdims=True)
+
+
+def batch_vectors(batch: int, size: int, centres: npt.NDArray[np.float32]) -> Any:
+    """The vectors of batch ``batch`` (``size`` chunks), the same in every process."""
+    rng = np.random.default_rng([SEED, 2, batch])
+    picks = rng.integers(0, CENTRES, size)
+    vectors = centres[picks] + 0.6 * rng.standard_normal((size, DIM)).astype(np.float32) / 20
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def batch_texts(batch: int, size: int, words: list[str]) -> list[str]:
+    rng = np.random.default_rng([SEED, 3, batch])
+    ranks = np.minimum(rng.zipf(1.2, (size, WORDS_PER_CHUNK)), VOCABULARY) - 1
+    return [" ".join(words[r] for r in row) for row in ranks]
+
+
+def point_id(index: int) -> str:
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"citeflow-scale-{index}"))
+
+
+def batches(n: int) -> Iterator[tuple[int, int]]:
+    for batch, start in enumerate(range(0, n, BATCH)):
+        yield batch, min(BATCH, n - start)
+
+
+# --- workers (run with PYTHONPATH at the store's source) --------------------------------------
+def _peak_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def worker_ingest(path: str, n: int) -> dict[str, Any]:
+    from llama_index.core.schema import TextNode
+
+    from citeflow.bm25 import BM25Encoder
+    from citeflow.store import Store
+
+    words, centres, encoder = _vocabulary(), _centres(), BM25Encoder()
+    store = Store.open_path(path)
+    writing = 0.0
+    for batch, size in batches(n):
+        vectors = batch_vectors(batch, size, centres)
+        texts = batch_texts(batch, size, words)
+        sparse = encoder.encode_documents(texts)
+        nodes = []
+        for i in range(size):
+            index = batch * BATCH + i
+            doc = index // 20
+            node = TextNode(
+                id_=point_id(index),
+                text=texts[i],
+                embedding=vectors[i].tolist(),
+                metadata={
+                    "file_path": f"/srv/handbook/section-{doc // 50}/page-{doc}.md",
+                    "file_name": f"page-{doc}.md",
+                    "title": f"Handbook page {doc}",
+                    "doc_id": hashlib.sha1(f"doc-{doc}".encode()).hexdigest(),
+                    "content_hash": hashlib.sha256(f"doc-{doc}".encode()).hexdigest(),
+                    "chunk_count": 20,
+                    "chunk_index": index % 20,
+                },
+            )
+            nodes.append(node)
+        started = time.perf_counter()
+        store.add(COLLECTION, nodes, sparse)
+        writing += time.perf_counter() - started
+    optimize = None
+    if hasattr(store, "optimize"):
+        started = time.perf_counter()
+        store.optimize(COLLECTION)
+        optimize = time.perf_counter() - started
+    store.close()
+    return {"upserts_per_s": n / writing, "optimize_s": optimize, "ingest_peak_mb": _peak_mb()}
+
+
+def _queries(n: int, count: int) -> list[tuple[Any, str, int]]:
+    """(vector, words, source index) per query: a stored chunk's vector moved a little, and
+    four of its words."""
+    words, centres = _vocabulary(), _centres()
+    rng = np.random.default_rng([SEED, 4])
+    found = []
+    for index in rng.integers(0, n, count):
+        batch, offset = divmod(int(index), BATCH)
+        size = min(BATCH, n - batch * BATCH)
+        vector = batch_vectors(batch, size, centres)[offset]
+        vector = vector + 0.02 * rng.standard_normal(DIM).astype(np.float32)
+        text = batch_texts(batch, size, words)[offset].split()
+        picked = " ".join(text[j] for j in rng.integers(0, len(text), 4))
+        found.append((vector / np.linalg.norm(vector), picked, int(index)))
+    return found
+
+
+def worker_serve(path: str, n: int, count: int) -> dict[str, Any]:
+    from citeflow.bm25 import BM25Encoder
+    from citeflow.query.fusion import fuse
+    from citeflow.store import Store
+
+    encoder = BM25Encoder()
+    queries = [(v.tolist(), encoder.encode_query(t)) for v, t, _ in _queries(n, count + 1)]
+
+    def hybrid(store: Any, dense: list[float], sparse: Any) -> None:
+        hits = store.search(COLLECTION, dense=dense, sparse=sparse, limit=10, sparse_limit=10)
+        top = fuse(hits.dense, hits.sparse, mode="relative", top_k=10)
+        store.nodes(COLLECTION, [key for key, _ in top])
+
+    def dense_only(store: Any, dense: list[float], sparse: Any) -> None:
+        hits = store.search(COLLECTION, dense=dense, limit=10)
+        store.nodes(COLLECTION, [c.id for c in hits.dense])
+
+    started = time.perf_counter()
+    store = Store.open_path(path)
+    hybrid(store, *queries[0])
+    reopen = time.perf_counter() - started
+    timings: dict[str, list[float]] = {"dense": [], "hybrid": []}
+    for dense, sparse in queries[1:]:
+        for name, run in (("dense", dense_only), ("hybrid", hybrid)):
+            started = time.perf_counter()
+            run(store, dense, sparse)
+            timings[name].append((time.perf_counter() - started) * 1000)
+    store.close()
+    out: dict[str, Any] = {"reopen_s": reopen, "serve_peak_mb": _peak_mb()}
+    for name, values in timings.items():
+        out[f"{name}_p50"] = statistics.median(values)
+        out[f"{name}_p95"] = statistics.quantiles(values, n=20)[-1]
+    return out
+
+
+def worker_recall(path: str, n: int, count: int) -> dict[str, Any]:
+    from citeflow.store import Store
+
+    centres = _centres()
+    queries = _queries(n, count)
+    matrix = np.stack([v for v, _, _ in queries]).astype(np.float32)
+    best_scores = np.full((count, 10), -np.inf, dtype=np.float32)
+    best_ids = np.zeros((count, 10), dtype=np.int64)
+    for batch, size in batches(n):
+        scores = matrix @ batch_vectors(batch, size, centres).T
+        ids = np.arange(batch * BATCH, batch * BATCH + size)
+        merged = np.concatenate([best_scores, scores], axis=1)
+        merged_ids = np.concatenate([best_ids, np.broadcast_to(ids, (count, size))], axis=1)
+        keep = np.argsort(-merged, axis=1)[:, :10]
+        best_scores = np.take_along_axis(merged, keep, axis=1)
+        best_ids = np.take_along_axis(merged_ids, keep, axis=1)
+    store = Store.open_path(path)
+    found = 0
+    for q, (vector, _, _) in enumerate(queries):
+        hits = store.search(COLLECTION, dense=vector.tolist(), limit=10)
+        exact = {point_id(int(i)) for i in best_ids[q]}
+        found += len(exact & {c.id for c in hits.dense})
+    store.close()
+    return {"dense_recall_at_10": found / (10 * count)}
+
+
+# --- driver ----------------------------------------------------------------------------------
+def _run(src: Path, *args: str) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{ROOT}", "PYTHONWARNINGS": "ignore"}
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "--worker", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"worker {args} failed:\n{done.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _disk_mb(path: Path) -> float:
+    du = subprocess.run(["du", "-sk", str(path)], capture_output=True, text=True, check=True)
+    return int(du.stdout.split()[0]) / 1024
+
+
+def _old_source(ref: str, into: Path) -> Path:
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", ref, "src"], capture_output=True, check=True
+    )
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into / "src"
+
+
+def _fmt(value: Any, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="10000,100000,1000000")
+    parser.add_argument("--stores", default="old,new")
+    parser.add_argument("--old-ref", default="3b14540")
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--recall-queries", type=int, default=50)
+    parser.add_argument("--old-max", type=int, default=100_000)
+    parser.add_argument("--dir", type=Path, default=None)
+    parser.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        kind, path, *rest = args.worker
+        numbers = [int(x) for x in rest]
+        work = {"ingest": worker_ingest, "serve": worker_serve, "recall": worker_recall}[kind]
+        print(json.dumps(work(path, *numbers)))
+        return 0
+
+    sizes = [int(s) for s in args.sizes.split(",")]
+    stores = args.stores.split(",")
+    base = Path(tempfile.mkdtemp(prefix="store-scale-", dir=args.dir))
+    sources = {"new": ROOT / "src"}
+    if "old" in stores:
+        (base / "old-src").mkdir()
+        sources["old"] = _old_source(args.old_ref, base / "old-src")
+    rows: list[dict[str, Any]] = []
+    try:
+        for n in sizes:
+            for name in stores:
+                if name == "old" and n > args.old_max:
+                    rows.append({"store": name, "n": n, "skipped": True})
+                    continue
+                path = base / f"{name}-{n}"
+                print(f"{name} {n:,}: ingesting", file=sys.stderr, flush=True)
+                started = time.perf_counter()
+                row: dict[str, Any] = {"store": name, "n": n}
+                row |= _run(sources[name], "ingest", str(path), str(n))
+                row["disk_mb"] = _disk_mb(path)
+                print(f"{name} {n:,}: serving", file=sys.stderr, flush=True)
+                row |= _run(sources[name], "serve", str(path), str(n), str(args.queries))
+                if name == "new":
+                    row |= _run(
+                        sources[name], "recall", str(path), str(n), str(args.recall_queries)
+                    )
+                row["cell_s"] = time.perf_counter() - started
+                print(f"{name} {n:,}: {json.dumps(row)}", file=sys.stderr, flush=True)
+                rows.append(row)
+                shutil.rmtree(path, ignore_errors=True)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    _print_table(rows, args)
+    return 0
+
+
+def _print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    print(
+        f"\nstore_scale: {os.cpu_count()} cores, {args.queries} queries per cell, "
+        f"old = {args.old_ref}, new = this checkout\n"
+    )
+    header = (
+        "| chunks | store | upserts/s | index build s | reopen + first search s "
+        "| dense p50 / p95 ms | hybrid p50 / p95 ms | dense recall@10 "
+        "| peak MB ingest / serve | disk MB |"
+    )
+    print(header)
+    print("|" + " --- |" * 10)
+    for row in rows:
+        if row.get("skipped"):
+            print(
+                f"| {row['n']:,} | {row['store']} | not run: it holds every point in memory |"
+                + " |" * 7
+            )
+            continue
+        print(
+            f"| {row['n']:,} | {row['store']} | {_fmt(row['upserts_per_s'], 0)} "
+            f"| {_fmt(row['optimize_s'])} | {_fmt(row['reopen_s'], 2)} "
+            f"| {_fmt(row['dense_p50'], 2)} / {_fmt(row['dense_p95'], 2)} "
+            f"| {_fmt(row['hybrid_p50'], 2)} / {_fmt(row['hybrid_p95'], 2)} "
+            f"| {_fmt(row.get('dense_recall_at_10'), 3)} "
+            f"| {_fmt(row['ingest_peak_mb'], 0)} / {_fmt(row['serve_peak_mb'], 0)} "
+            f"| {_fmt(row['disk_mb'], 0)} |"
+        )
+    print()
+    for n, target in TARGETS.items():
+        print(f"target at {n:,}: {target}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
