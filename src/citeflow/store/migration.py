@@ -95,6 +95,6 @@ def _unreadable(root: Path, exc: BaseException) -> StoreUnreadableError:
     return StoreUnreadableError(
         f"the store {root} was written by an earlier citeflow and cannot be read for its "
         f"migration ({exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
-        "restore the directory from a backup, or point CITEFLOW_QDRANT_PATH at a new directory "
+        "restore the directory from a backup, or set CITEFLOW_DATA_DIR to a new directory "
         "and ingest again"
     )
