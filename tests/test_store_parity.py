@@ -1,0 +1,258 @@
+"""One behaviour, two engines: the embedded engine (qdrant-edge) and qdrant-client's API (its
+``:memory:`` mode, standing in for a Qdrant server or cluster; no server binary installs here).
+
+The same ingestion, re-ingestion, replacement, deletion, interrupted writes, searches and hybrid
+retrieval run on both, and must agree:
+
+* the same documents, chunk ids, payloads and listings, exactly;
+* the same ranking on each side and after fusion: the same ids in the same order, except that
+  candidates whose scores differ by less than 1e-5 may swap (both engines compute in float32
+  with their own summation order, so exact ties can break either way), and where such a tie
+  straddles the cut-off either engine may keep either of the tied candidates;
+* the same scores: dense (cosine) within 1e-4, BM25 within 1e-3 relative, stored vectors within
+  1e-5. So the grader's threshold and the relevance Open WebUI shows mean the same on either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from llama_index.core.schema import BaseNode, Document, TextNode
+
+from citeflow.bm25 import BM25Encoder
+from citeflow.ingestion.pipeline import Ingestor
+from citeflow.query.retrieval import Retriever, SearchOptions
+from citeflow.store import Candidate, Store
+from tests.conftest import stored_points
+from tests.fakes.embedding import HashEmbedding
+
+ENGINES = ("embedded", "server-api")
+DENSE_ABS = 1e-4
+SPARSE_REL = 1e-3
+TIE = 1e-5
+WORDS = (
+    "ducks geese swans owls herons ponds rivers lakes marsh nests eggs winter spring migrate "
+    "feathers wings flocks south north reeds insects fish snails seeds grass mud banks islands"
+).split()
+
+
+def open_store(engine: str, tmp_path: Path) -> Store:
+    return Store.open_path(tmp_path / "embedded" if engine == "embedded" else ":memory:")
+
+
+@pytest.fixture
+def stores(tmp_path: Path) -> Iterator[dict[str, Store]]:
+    """Both engines, each holding nothing yet."""
+    opened = {engine: open_store(engine, tmp_path) for engine in ENGINES}
+    yield opened
+    for store in opened.values():
+        store.close()
+
+
+def corpus(n: int = 300, dim: int = 64) -> tuple[list[TextNode], list[str]]:
+    """``n`` chunks: seeded vectors (clustered, so rankings have near-ties) and texts."""
+    rng = np.random.default_rng(7)
+    centres = rng.standard_normal((12, dim))
+    nodes, texts = [], []
+    for i in range(n):
+        words = " ".join(rng.choice(WORDS, int(rng.integers(6, 30))))
+        text = f"note {i}: {words}"
+        vector = centres[i % 12] + 0.3 * rng.standard_normal(dim)
+        node = TextNode(
+            id_=f"00000000-0000-0000-0000-{i:012d}",
+            text=text,
+            metadata={"doc_id": f"doc-{i // 5}", "file_name": f"f{i // 5}.txt"},
+        )
+        node.embedding = [float(x) for x in vector]
+        nodes.append(node)
+        texts.append(text)
+    return nodes, texts
+
+
+def write_corpus(stores: dict[str, Store]) -> tuple[list[TextNode], list[str]]:
+    nodes, texts = corpus()
+    sparse = BM25Encoder().encode_documents(texts)
+    for store in stores.values():
+        store.add("c", list[BaseNode](nodes), sparse)
+    return nodes, texts
+
+
+def assert_same_ranking(
+    a: list[Candidate], b: list[Candidate], *, rel: float = 0.0, abs_: float = 0.0
+) -> None:
+    """Same ids in the same order (ties under `TIE` may swap), scores within the tolerance."""
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        assert x.score == pytest.approx(y.score, rel=rel, abs=abs_)
+    groups_a: list[set[str]] = []
+    groups_b: list[set[str]] = []
+    last: float | None = None
+    for x, y in zip(a, b, strict=True):
+        if last is None or abs(x.score - last) > TIE:
+            groups_a.append(set())
+            groups_b.append(set())
+        groups_a[-1].add(x.id)
+        groups_b[-1].add(y.id)
+        last = x.score
+    # every group of tied candidates the same, but the last one (a tie cut by the limit)
+    assert groups_a[:-1] == groups_b[:-1]
+    assert len(groups_a[-1]) == len(groups_b[-1])
+
+
+def test_searches_rank_and_score_alike(stores: dict[str, Store]) -> None:
+    nodes, texts = write_corpus(stores)
+    encoder = BM25Encoder()
+    rng = np.random.default_rng(11)
+    for q in range(20):
+        source = nodes[int(rng.integers(0, len(nodes)))]
+        dense = [x + 0.2 * float(rng.standard_normal()) for x in source.get_embedding()]
+        sparse = encoder.encode_query(" ".join(texts[q * 7].split()[2:5]))
+        hits = {
+            engine: store.search(
+                "c", dense=dense, sparse=sparse, limit=10, sparse_limit=10, sparse_vectors=True
+            )
+            for engine, store in stores.items()
+        }
+        edge, server = hits["embedded"], hits["server-api"]
+        assert len(edge.dense) == 10 and edge.sparse
+        assert_same_ranking(edge.dense, server.dense, abs_=DENSE_ABS)
+        assert_same_ranking(edge.sparse, server.sparse, rel=SPARSE_REL)
+        assert edge.vectors.keys() == {c.id for c in edge.sparse}
+        assert server.vectors.keys() == {c.id for c in server.sparse}
+        for key in edge.vectors.keys() & server.vectors.keys():
+            assert list(edge.vectors[key]) == pytest.approx(list(server.vectors[key]), abs=1e-5)
+
+
+async def test_hybrid_retrieval_gives_the_same_chunks_and_relevance(
+    tmp_path: Path,
+) -> None:
+    """Through citeflow's retriever (fusion, feedback, relevance): same order, same scores."""
+    embed = HashEmbedding(dim=64)
+    rng = np.random.default_rng(5)
+    docs = [
+        Document(id_=f"d{i}", text=" ".join(rng.choice(WORDS, int(rng.integers(5, 40)))))
+        for i in range(60)
+    ]
+    results = {}
+    for engine in ENGINES:
+        store = open_store(engine, tmp_path)
+        Ingestor(store, embed, collection="c", progress=False).ingest_documents(docs)
+        retriever = Retriever(
+            store, embed, collection="c", top_k=5, options=SearchOptions(mode="hybrid")
+        )
+        found = []
+        for query in ("ducks on ponds", "geese migrate south", "owls nests eggs", "fish"):
+            found.append([(n.node.node_id, n.score) for n in await retriever.aretrieve(query)])
+        results[engine] = found
+        store.close()
+    for edge, server in zip(results["embedded"], results["server-api"], strict=True):
+        assert len(edge) == len(server) == 5
+        ranked_edge = [Candidate(i, s or 0.0) for i, s in edge]
+        ranked_server = [Candidate(i, s or 0.0) for i, s in server]
+        assert_same_ranking(ranked_edge, ranked_server, abs_=DENSE_ABS)
+
+
+def test_scores_mean_the_same(stores: dict[str, Store]) -> None:
+    """Cosine on both: the query's own vector scores 1, an orthogonal one 0, an opposite -1."""
+    vectors = {"same": [1.0, 0.0, 0.0], "orthogonal": [0.0, 1.0, 0.0], "opposite": [-1.0, 0, 0]}
+    nodes = []
+    for i, (name, vector) in enumerate(vectors.items()):
+        node = TextNode(id_=f"00000000-0000-0000-0000-00000000000{i}", text=name)
+        node.embedding = vector
+        nodes.append(node)
+    for store in stores.values():
+        store.add("c", list[BaseNode](nodes), BM25Encoder().encode_documents(list(vectors)))
+        hits = store.search("c", dense=[2.0, 0.0, 0.0], limit=3).dense
+        assert [round(c.score, 5) for c in hits] == [1.0, 0.0, -1.0]
+
+
+def _folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "ducks.md").write_text("# Ducks\n\nDucks live near ponds and rivers. " * 20)
+    (folder / "geese.txt").write_text("Geese migrate south in V-shaped flocks. " * 25)
+    (folder / "owls.txt").write_text("Owls hunt at night and nest in old barns. " * 15)
+    return folder
+
+
+def _state(store: Store) -> tuple[object, ...]:
+    points = stored_points(store, "kb")
+    return (
+        store.documents("kb"),
+        sorted(p.id for p in points),
+        sorted((p.id, sorted(p.payload.items())) for p in points),
+        store.count("kb"),
+    )
+
+
+def test_ingest_reingest_replace_delete_alike(tmp_path: Path) -> None:
+    folder = _folder(tmp_path)
+    states: dict[str, list[tuple[object, ...]]] = {}
+    for engine in ENGINES:
+        store = open_store(engine, tmp_path)
+        ingestor = Ingestor(
+            store, HashEmbedding(dim=32), collection="kb", chunk_size=64, chunk_overlap=8,
+            progress=False,
+        )  # fmt: skip
+        seen = []
+        first = ingestor.ingest_paths([folder])
+        assert first.documents_added == 3
+        seen.append(_state(store))
+        again = ingestor.ingest_paths([folder])
+        assert again.unchanged == 3 and again.chunks == 0
+        seen.append(_state(store))
+        (folder / "geese.txt").write_text("Geese now winter on the lakes. " * 30)
+        assert ingestor.ingest_paths([folder]).replaced == 1
+        seen.append(_state(store))
+        assert ingestor.delete_paths([folder / "owls.txt"]) == 1
+        seen.append(_state(store))
+        hashes = store.content_hashes("kb", [d.doc_id for d in store.documents("kb").values()])
+        seen.append((hashes,))
+        states[engine] = seen
+        store.close()
+        (folder / "geese.txt").write_text("Geese migrate south in V-shaped flocks. " * 25)
+    assert states["embedded"] == states["server-api"]
+
+
+def test_incomplete_chunks_are_hidden_alike_until_marked_complete(
+    stores: dict[str, Store],
+) -> None:
+    nodes, texts = corpus(20)
+    sparse = BM25Encoder().encode_documents(texts)
+    query = nodes[3].get_embedding()
+    for store in stores.values():
+        store.add("c", list[BaseNode](nodes[:10]), sparse[:10])
+        store.add("c", list[BaseNode](nodes[10:]), sparse[10:], incomplete=True)
+        assert store.incomplete_points("c") == {n.node_id for n in nodes[10:]}
+        hits = store.search("c", dense=query, sparse=sparse[12], limit=20, sparse_limit=20)
+        assert {c.id for c in hits.dense + hits.sparse} <= {n.node_id for n in nodes[:10]}
+        store.mark_complete("c", [n.node_id for n in nodes[10:]])
+        assert not store.incomplete_points("c")
+        hits = store.search("c", dense=query, limit=20)
+        assert len(hits.dense) == 20
+    assert stores["embedded"].documents("c") == stores["server-api"].documents("c")
+
+
+def test_points_nodes_vectors_and_collections_alike(stores: dict[str, Store]) -> None:
+    nodes, _ = write_corpus(stores)
+    ids = [nodes[i].node_id for i in (0, 17, 123)] + ["00000000-0000-0000-0000-999999999999"]
+    edge, server = stores["embedded"], stores["server-api"]
+    assert edge.count("c") == server.count("c") == len(nodes)
+    assert edge.collections() == server.collections() == ["c"]
+    edge_nodes, server_nodes = edge.nodes("c", ids), server.nodes("c", ids)
+    assert list(edge_nodes) == list(server_nodes) == ids[:3]
+    for key in ids[:3]:
+        assert edge_nodes[key].get_content() == server_nodes[key].get_content()
+        assert edge_nodes[key].metadata == server_nodes[key].metadata
+        assert edge_nodes[key].ref_doc_id == server_nodes[key].ref_doc_id
+    edge_vectors, server_vectors = edge.vectors("c", ids), server.vectors("c", ids)
+    assert edge_vectors.keys() == server_vectors.keys() == set(ids[:3])
+    for key, vector in edge_vectors.items():
+        assert list(vector) == pytest.approx(list(server_vectors[key]), abs=1e-5)
+        assert float(np.linalg.norm(vector)) == pytest.approx(1.0, abs=1e-5)  # normalised
+    assert edge.drop("c") and server.drop("c")
+    assert edge.collections() == server.collections() == []
+    assert edge.count("c") == server.count("c") == 0
