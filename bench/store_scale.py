@@ -11,7 +11,9 @@ goes through `citeflow.store.Store`, as citeflow uses it.
   index), run from ``git archive`` of that commit. Measured up to 100,000 chunks: at 1,000,000
   it would hold every point in Python (over 40 GB at the 4.2 GB per 100,000 measured).
 
-Each cell runs in fresh processes, so peak memory (``VmHWM``) is the process's own:
+Each cell runs in fresh processes, so peak memory is the process's own: ``VmHWM`` (all resident
+pages, the store's memory-mapped files included) and the peak of ``RssAnon`` (the memory the
+process itself holds; mapped file pages are page cache the kernel can drop):
 
 1. ingest: chunks written in batches of 256 by ``Store.add`` (generation not timed), then for
    the new store ``Store.optimize`` (the HNSW build ``citeflow ingest`` runs at its end);
@@ -141,13 +143,19 @@ def worker_ingest(path: str, n: int) -> dict[str, Any]:
         started = time.perf_counter()
         store.add(COLLECTION, nodes, sparse)
         writing += time.perf_counter() - started
+    written_peak = _peak_mb()
     optimize = None
     if hasattr(store, "optimize"):
         started = time.perf_counter()
         store.optimize(COLLECTION)
         optimize = time.perf_counter() - started
     store.close()
-    return {"upserts_per_s": n / writing, "optimize_s": optimize, "ingest_peak_mb": _peak_mb()}
+    return {
+        "upserts_per_s": n / writing,
+        "optimize_s": optimize,
+        "write_peak_mb": written_peak,
+        "ingest_peak_mb": _peak_mb(),
+    }
 
 
 def _queries(n: int, count: int) -> list[tuple[Any, str, int]]:
@@ -230,18 +238,34 @@ def worker_recall(path: str, n: int, count: int) -> dict[str, Any]:
 
 # --- driver ----------------------------------------------------------------------------------
 def _run(src: Path, *args: str) -> dict[str, Any]:
+    """Run a worker; its JSON result plus ``anon_peak_mb``, the peak of its anonymous memory
+    (``RssAnon``, sampled every 50 ms from outside: the store's memory-mapped files count in
+    ``VmHWM`` as page cache the kernel can drop, which this leaves out)."""
     env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{ROOT}", "PYTHONWARNINGS": "ignore"}
-    done = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--worker", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"worker {args} failed:\n{done.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    command = [sys.executable, str(Path(__file__).resolve()), "--worker", *args]
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        child = subprocess.Popen(command, env=env, stdout=out, stderr=err)
+        anon = 0
+        while child.poll() is None:
+            anon = max(anon, _rss_anon_kb(child.pid))
+            time.sleep(0.05)
+        out.seek(0)
+        err.seek(0)
+        if child.returncode != 0:
+            raise RuntimeError(f"worker {args} failed:\n{err.read().decode()[-3000:]}")
+        result: dict[str, Any] = json.loads(out.read().decode().strip().splitlines()[-1])
+    result[f"{args[0]}_anon_peak_mb"] = anon / 1024
     return result
+
+
+def _rss_anon_kb(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1])
+    except (FileNotFoundError, ProcessLookupError):
+        pass
+    return 0
 
 
 def _disk_mb(path: Path) -> float:
@@ -327,10 +351,10 @@ def _print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     header = (
         "| chunks | store | upserts/s | index build s | reopen + first search s "
         "| dense p50 / p95 ms | hybrid p50 / p95 ms | dense recall@10 "
-        "| peak MB ingest / serve | disk MB |"
+        "| peak MB ingest / serve (RSS) | peak MB ingest / serve (anonymous) | disk MB |"
     )
     print(header)
-    print("|" + " --- |" * 10)
+    print("|" + " --- |" * 11)
     for row in rows:
         if row.get("skipped"):
             print(
@@ -345,6 +369,7 @@ def _print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
             f"| {_fmt(row['hybrid_p50'], 2)} / {_fmt(row['hybrid_p95'], 2)} "
             f"| {_fmt(row.get('dense_recall_at_10'), 3)} "
             f"| {_fmt(row['ingest_peak_mb'], 0)} / {_fmt(row['serve_peak_mb'], 0)} "
+            f"| {_fmt(row['ingest_anon_peak_mb'], 0)} / {_fmt(row['serve_anon_peak_mb'], 0)} "
             f"| {_fmt(row['disk_mb'], 0)} |"
         )
     print()

@@ -216,3 +216,81 @@ def test_a_real_full_disk_is_refused_before_the_engine_crashes(small_disk: Path)
         assert store.count("kb") == written
     finally:
         store.close()
+
+
+def test_the_server_says_at_start_up_what_is_not_indexed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from citeflow.api import engine
+
+    store = Store.open_path(tmp_path / "s")
+    try:
+        fill(store, "kb", 300)
+        assert store.unindexed("kb") >= 300  # written, not indexed: searched by a scan
+        monkeypatch.setattr(engine, "UNINDEXED_WARNING", 200)
+        with caplog.at_level("WARNING", logger="citeflow.server"):
+            engine._warn_unindexed(store)
+        [record] = caplog.records
+        assert "'kb' are not indexed yet" in record.getMessage()
+        assert "citeflow optimize --collection kb" in record.getMessage()
+    finally:
+        store.close()
+
+
+def test_citeflow_optimize_indexes_what_the_api_wrote(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from citeflow.cli import main
+    from citeflow.store.edge import EdgeEngine
+
+    store = Store.open_path(tmp_path / "data" / "qdrant")
+    fill(store, "kb", 12_000)  # past the size qdrant-edge scans instead of indexing
+    pending = store.unindexed("kb")
+    store.close()
+    assert pending >= 12_000
+    built: list[str] = []
+    real = EdgeEngine.optimize
+
+    def optimize(engine: EdgeEngine, collection: str) -> bool:
+        built.append(collection)
+        return real(engine, collection)
+
+    monkeypatch.setattr(EdgeEngine, "optimize", optimize)
+    monkeypatch.setenv("CITEFLOW_DATA_DIR", str(tmp_path / "data"))
+    assert main(["optimize", "--collection", "kb"]) == 0
+    assert built == ["kb"] and "kb: indexed in" in capsys.readouterr().err
+    store = Store.open_path(tmp_path / "data" / "qdrant")
+    try:
+        assert store.unindexed("kb") < pending and store.count("kb") == 12_000
+    finally:
+        store.close()
+
+
+async def test_the_server_never_builds_an_index_while_serving(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An index build holds the process (`citeflow.store.edge`): uploads and answers through
+    the API write and search the embedded store without one."""
+    from citeflow.knowledge_base import KnowledgeBase
+    from citeflow.settings import Settings
+    from citeflow.store.edge import EdgeEngine
+    from tests.fakes.embedding import HashEmbedding
+    from tests.fakes.llm import ScriptedLLM
+    from tests.server_helpers import asgi_client, chat_request, make_engine
+
+    def refuse(engine: EdgeEngine, collection: str) -> bool:
+        raise AssertionError("an index build on a request path")
+
+    monkeypatch.setattr(EdgeEngine, "optimize", refuse)
+    settings = Settings(data_dir=tmp_path / "data", grader="none")
+    kb = KnowledgeBase(
+        settings, store=Store.open(settings), embed_model=HashEmbedding(), collection="kb"
+    )
+    engine = make_engine(kb, ScriptedLLM(["Ducks live near ponds [1]."]))
+    async with asgi_client(engine) as client:
+        files = [("file", ("ducks.txt", b"Ducks live near ponds and rivers.", "text/plain"))]
+        uploaded = await client.post("/v1/collections/kb/documents", files=files)
+        assert uploaded.status_code == 200, uploaded.text
+        answer = await client.post("/v1/chat/completions", json=chat_request("Where?"))
+        assert answer.status_code == 200 and answer.json()["sources"]
+    kb.close()
