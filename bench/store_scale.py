@@ -20,8 +20,12 @@ process itself holds; mapped file pages are page cache the kernel can drop):
 2. serve: a new process opens the store and answers a first hybrid search (the reopen cost every
    ``citeflow ask`` pays), then ``--queries`` dense and hybrid top-10 searches: dense = the
    dense side plus ``Store.nodes`` of the top 10; hybrid = both sides in one round trip, citeflow's
-   relative fusion, ``Store.nodes`` of the fused top 10;
-3. recall (new store): dense top-10 ids against an exact search over the same vectors.
+   relative fusion, ``Store.nodes`` of the fused top 10; then the hybrid searches again while
+   another thread writes new chunks in batches of 64 (documents arriving through the API: no
+   index is built while serving, and these stay unindexed until the next ``citeflow ingest``
+   or ``citeflow optimize``);
+3. recall (new store, before serving): dense top-10 ids against an exact search over the same
+   vectors.
 
     .venv/bin/python bench/store_scale.py [--sizes 10000,100000,1000000] [--stores old,new]
         [--old-ref 3b14540] [--queries 200] [--dir DIR]
@@ -38,6 +42,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -108,9 +113,35 @@ def _peak_mb() -> float:
     return float("nan")
 
 
-def worker_ingest(path: str, n: int) -> dict[str, Any]:
+def make_batch(batch: int, size: int, words: list[str], centres: Any, encoder: Any) -> Any:
+    """Batch ``batch`` as LlamaIndex nodes with their BM25 vectors."""
     from llama_index.core.schema import TextNode
 
+    vectors = batch_vectors(batch, size, centres)
+    texts = batch_texts(batch, size, words)
+    nodes = []
+    for i in range(size):
+        index = batch * BATCH + i
+        doc = index // 20
+        node = TextNode(
+            id_=point_id(index),
+            text=texts[i],
+            embedding=vectors[i].tolist(),
+            metadata={
+                "file_path": f"/srv/handbook/section-{doc // 50}/page-{doc}.md",
+                "file_name": f"page-{doc}.md",
+                "title": f"Handbook page {doc}",
+                "doc_id": hashlib.sha1(f"doc-{doc}".encode()).hexdigest(),
+                "content_hash": hashlib.sha256(f"doc-{doc}".encode()).hexdigest(),
+                "chunk_count": 20,
+                "chunk_index": index % 20,
+            },
+        )
+        nodes.append(node)
+    return nodes, encoder.encode_documents(texts)
+
+
+def worker_ingest(path: str, n: int) -> dict[str, Any]:
     from citeflow.bm25 import BM25Encoder
     from citeflow.store import Store
 
@@ -118,28 +149,7 @@ def worker_ingest(path: str, n: int) -> dict[str, Any]:
     store = Store.open_path(path)
     writing = 0.0
     for batch, size in batches(n):
-        vectors = batch_vectors(batch, size, centres)
-        texts = batch_texts(batch, size, words)
-        sparse = encoder.encode_documents(texts)
-        nodes = []
-        for i in range(size):
-            index = batch * BATCH + i
-            doc = index // 20
-            node = TextNode(
-                id_=point_id(index),
-                text=texts[i],
-                embedding=vectors[i].tolist(),
-                metadata={
-                    "file_path": f"/srv/handbook/section-{doc // 50}/page-{doc}.md",
-                    "file_name": f"page-{doc}.md",
-                    "title": f"Handbook page {doc}",
-                    "doc_id": hashlib.sha1(f"doc-{doc}".encode()).hexdigest(),
-                    "content_hash": hashlib.sha256(f"doc-{doc}".encode()).hexdigest(),
-                    "chunk_count": 20,
-                    "chunk_index": index % 20,
-                },
-            )
-            nodes.append(node)
+        nodes, sparse = make_batch(batch, size, words, centres, encoder)
         started = time.perf_counter()
         store.add(COLLECTION, nodes, sparse)
         writing += time.perf_counter() - started
@@ -202,11 +212,36 @@ def worker_serve(path: str, n: int, count: int) -> dict[str, Any]:
             started = time.perf_counter()
             run(store, dense, sparse)
             timings[name].append((time.perf_counter() - started) * 1000)
+    serve_peak = _peak_mb()
+    # documents arriving through the API while questions are answered: another thread adds
+    # chunks in batches of 64 (as uploads do) during a second round of hybrid searches
+    words, centres = _vocabulary(), _centres()
+    extra = max(BATCH, min(10_000, n // 10))
+    first = n // BATCH + 1
+    arriving = [make_batch(first + b, 64, words, centres, encoder) for b in range(extra // 64)]
+    stop = threading.Event()
+
+    def upload() -> None:
+        for nodes, sparse in arriving:
+            if stop.is_set():
+                return
+            store.add(COLLECTION, nodes, sparse)
+
+    writer = threading.Thread(target=upload)
+    writer.start()
+    during: list[float] = []
+    for dense, sparse in queries[1:]:
+        started = time.perf_counter()
+        hybrid(store, dense, sparse)
+        during.append((time.perf_counter() - started) * 1000)
+    stop.set()
+    writer.join()
     store.close()
-    out: dict[str, Any] = {"reopen_s": reopen, "serve_peak_mb": _peak_mb()}
-    for name, values in timings.items():
+    out: dict[str, Any] = {"reopen_s": reopen, "serve_peak_mb": serve_peak}
+    for name, values in (*timings.items(), ("writing", during)):
         out[f"{name}_p50"] = statistics.median(values)
         out[f"{name}_p95"] = statistics.quantiles(values, n=20)[-1]
+    out["writing_max"] = max(during)
     return out
 
 
@@ -327,12 +362,12 @@ def main() -> int:
                 row: dict[str, Any] = {"store": name, "n": n}
                 row |= _run(sources[name], "ingest", str(path), str(n))
                 row["disk_mb"] = _disk_mb(path)
-                print(f"{name} {n:,}: serving", file=sys.stderr, flush=True)
-                row |= _run(sources[name], "serve", str(path), str(n), str(args.queries))
-                if name == "new":
+                if name == "new":  # before serving, which adds chunks
                     row |= _run(
                         sources[name], "recall", str(path), str(n), str(args.recall_queries)
                     )
+                print(f"{name} {n:,}: serving", file=sys.stderr, flush=True)
+                row |= _run(sources[name], "serve", str(path), str(n), str(args.queries))
                 row["cell_s"] = time.perf_counter() - started
                 print(f"{name} {n:,}: {json.dumps(row)}", file=sys.stderr, flush=True)
                 rows.append(row)
@@ -350,11 +385,12 @@ def _print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     )
     header = (
         "| chunks | store | upserts/s | index build s | reopen + first search s "
-        "| dense p50 / p95 ms | hybrid p50 / p95 ms | dense recall@10 "
+        "| dense p50 / p95 ms | hybrid p50 / p95 ms | hybrid while writing p50 / p95 / max ms "
+        "| dense recall@10 "
         "| peak MB ingest / serve (RSS) | peak MB ingest / serve (anonymous) | disk MB |"
     )
     print(header)
-    print("|" + " --- |" * 11)
+    print("|" + " --- |" * 12)
     for row in rows:
         if row.get("skipped"):
             print(
@@ -367,6 +403,8 @@ def _print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
             f"| {_fmt(row['optimize_s'])} | {_fmt(row['reopen_s'], 2)} "
             f"| {_fmt(row['dense_p50'], 2)} / {_fmt(row['dense_p95'], 2)} "
             f"| {_fmt(row['hybrid_p50'], 2)} / {_fmt(row['hybrid_p95'], 2)} "
+            f"| {_fmt(row['writing_p50'], 2)} / {_fmt(row['writing_p95'], 2)} "
+            f"/ {_fmt(row['writing_max'], 1)} "
             f"| {_fmt(row.get('dense_recall_at_10'), 3)} "
             f"| {_fmt(row['ingest_peak_mb'], 0)} / {_fmt(row['serve_peak_mb'], 0)} "
             f"| {_fmt(row['ingest_anon_peak_mb'], 0)} / {_fmt(row['serve_anon_peak_mb'], 0)} "
