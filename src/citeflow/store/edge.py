@@ -20,7 +20,7 @@ keyword side BM25 (the IDF modifier times citeflow's stored term weights), as on
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,7 @@ from qdrant_edge import (
     QueryBatchRequest,
     QueryRequest,
     ScrollRequest,
+    SearchParams,
     UpdateOperation,
 )
 from qdrant_edge import Point as EdgePoint
@@ -74,6 +75,10 @@ HNSW = HnswIndexConfig(m=16, ef_construct=100, full_scan_threshold=10_000)
 LAYOUT = Layout(dense=DENSE_VECTOR, sparse=SPARSE_VECTOR)
 
 
+#: the configuration of a new shard, made from its dense vectors' dimension
+ShardConfig = Callable[[int], EdgeConfig]
+
+
 def shard_config(dimension: int) -> EdgeConfig:
     return EdgeConfig(
         vectors={DENSE_VECTOR: EdgeVectorParams(size=dimension, distance=Distance.Cosine)},
@@ -86,11 +91,26 @@ class EdgeEngine:
     """`citeflow.store.engine.Engine` over qdrant-edge shards in ``<root>/shards/``.
 
     Shards are opened when first used and stay open until `close`.
+
+    ``config`` makes the configuration of each shard this engine creates (`shard_config`; a
+    shard keeps the configuration it was created with); ``search_params`` are the dense side's
+    search parameters (None: the engine's, an HNSW ef of ef_construct, or the limit when that
+    is larger). citeflow keeps both defaults; ``bench/store_quality.py`` creates shards whose
+    every segment is HNSW-indexed and searches them with other ef values, to measure what the
+    approximate index costs in retrieval quality.
     """
 
-    def __init__(self, root: Path) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        config: ShardConfig = shard_config,
+        search_params: SearchParams | None = None,
+    ) -> None:
         self.root = root
         self.location = str(root)
+        self.config = config
+        self.search_params = search_params
         self._shards: dict[str, EdgeShard] = {}
 
     @property
@@ -133,7 +153,7 @@ class EdgeEngine:
         """Create a shard with citeflow's layout and payload indexes at ``path`` (closed)."""
         require_room(self.root)
         path.parent.mkdir(parents=True, exist_ok=True)
-        shard = EdgeShard.create(str(path), shard_config(dimension))
+        shard = EdgeShard.create(str(path), self.config(dimension))
         try:
             shard.update(UpdateOperation.create_field_index("doc_id", PayloadSchemaType.Keyword))
             shard.update(UpdateOperation.create_field_index(INCOMPLETE, PayloadSchemaType.Bool))
@@ -245,6 +265,7 @@ class EdgeEngine:
                     limit=request.limit,
                     query=Query.Nearest(_floats(request.dense), using=DENSE_VECTOR),
                     filter=flt,
+                    params=self.search_params,
                     with_payload=False,
                 )
             )

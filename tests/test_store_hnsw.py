@@ -1,0 +1,72 @@
+"""`EdgeEngine`'s ``config`` and ``search_params`` reach the engine: a shard configured to index
+every segment searches through its HNSW graph, and the search's ef is the one asked for (the
+seam ``bench/store_quality.py`` measures the graph's cost in retrieval quality through)."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import numpy as np
+from qdrant_edge import EdgeConfig, EdgeOptimizersConfig, HnswIndexConfig, SearchParams
+
+from citeflow.bm25 import SparseVector
+from citeflow.store import Store
+from citeflow.store.edge import EdgeEngine, shard_config
+from citeflow.store.engine import Point
+
+N, DIM = 2000, 64
+
+
+def indexed_everywhere(dimension: int) -> EdgeConfig:
+    base = shard_config(dimension)
+    return EdgeConfig(
+        vectors=base.vectors,
+        sparse_vectors=base.sparse_vectors,
+        hnsw_config=HnswIndexConfig(m=4, ef_construct=8, full_scan_threshold=10),
+        optimizers=EdgeOptimizersConfig(indexing_threshold=10),
+    )
+
+
+def top10(store: Store, queries: np.ndarray) -> list[set[str]]:
+    return [{c.id for c in store.search("kb", dense=q.tolist(), limit=10).dense} for q in queries]
+
+
+def test_config_and_search_params_reach_the_engine(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    vectors = rng.standard_normal((N, DIM)).astype(np.float32)
+    queries = rng.standard_normal((50, DIM)).astype(np.float32)
+    for name in ("default", "forced"):
+        (tmp_path / name).mkdir()
+
+    default = Store(EdgeEngine(tmp_path / "default"))
+    forced = Store(EdgeEngine(tmp_path / "forced", config=indexed_everywhere))
+    for store in (default, forced):
+        store.ensure_collection("kb", DIM)
+        for start in range(0, N, 500):
+            store.write(
+                "kb",
+                [
+                    Point(str(uuid.UUID(int=i)), vectors[i], SparseVector([i % 50], [1.0]), {})
+                    for i in range(start, start + 500)
+                ],
+            )
+        store.optimize("kb")
+    assert default.unindexed("kb") == N  # small: scanned, as citeflow's default config says
+    assert forced.unindexed("kb") == 0
+    exact = top10(default, queries)
+    default.close()
+    forced.close()
+
+    def recall(params: SearchParams | None) -> float:
+        store = Store(EdgeEngine(tmp_path / "forced", search_params=params))
+        try:
+            found = top10(store, queries)
+        finally:
+            store.close()
+        return float(np.mean([len(f & e) / 10 for f, e in zip(found, exact, strict=True)]))
+
+    assert recall(SearchParams(exact=True)) == 1.0
+    graph = recall(None)  # a tiny graph on random vectors misses neighbours
+    assert graph < 1.0
+    assert recall(SearchParams(hnsw_ef=500)) > graph
