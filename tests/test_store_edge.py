@@ -294,3 +294,28 @@ async def test_the_server_never_builds_an_index_while_serving(
         answer = await client.post("/v1/chat/completions", json=chat_request("Where?"))
         assert answer.status_code == 200 and answer.json()["sources"]
     kb.close()
+
+
+@pytest.mark.parametrize("damage", ["segment state", "vector file"])
+def test_a_damaged_segment_is_one_line_and_the_others_still_answer(
+    tmp_path: Path, damage: str
+) -> None:
+    store = Store.open_path(tmp_path / "s")
+    fill(store, "good", 20)
+    fill(store, "bad", 500)
+    store.close()
+    [segment] = (tmp_path / "s" / "shards" / "bad" / "segments").iterdir()
+    if damage == "segment state":
+        (segment / "segment.json").write_text('{"version": ')
+    else:
+        (segment / "vector_storage-text-dense" / "vectors" / "chunk_0.mmap").write_bytes(b"")
+    store = Store.open_path(tmp_path / "s")
+    try:
+        with pytest.raises(
+            StoreUnreadableError, match=r"'bad' .* (cannot be opened|could not be read)"
+        ):
+            store.search("bad", dense=points(1)[0].dense, limit=3)
+        assert store.count("good") == 20
+        assert len(store.search("good", dense=points(1)[0].dense, limit=3).dense) == 3
+    finally:
+        store.close()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,7 @@ from qdrant_edge import Point as EdgePoint
 from qdrant_edge import SparseVector as EdgeSparse
 
 from citeflow.bm25 import SparseVector
-from citeflow.errors import StoreUnreadableError
+from citeflow.errors import CiteflowError, StoreUnreadableError
 from citeflow.store.directory import SHARDS, locked_error, require_room
 from citeflow.store.engine import (
     DENSE_VECTOR,
@@ -185,7 +186,8 @@ class EdgeEngine:
         self._path(collection).rename(self._path(name))
 
     def count(self, collection: str, where: Where | None = None) -> int:
-        return self._shard(collection).count(CountRequest(exact=True, filter=_filter(where)))
+        with _reading(self._path(collection)):
+            return self._shard(collection).count(CountRequest(exact=True, filter=_filter(where)))
 
     # --- writes ------------------------------------------------------------------------------
     def upsert(self, collection: str, points: Sequence[Point]) -> None:
@@ -199,12 +201,14 @@ class EdgeEngine:
                     indices=point.sparse.indices, values=point.sparse.values
                 )
             edge_points.append(EdgePoint(point.id, vectors, point.payload))
-        shard.update(UpdateOperation.upsert_points(edge_points))
+        with _reading(self._path(collection)):
+            shard.update(UpdateOperation.upsert_points(edge_points))
 
     def delete_key(self, collection: str, ids: Sequence[str], key: str) -> None:
         shard = self._shard(collection)
         require_room(self.root, len(ids))
-        shard.update(UpdateOperation.delete_payload(list(ids), [key]))
+        with _reading(self._path(collection)):
+            shard.update(UpdateOperation.delete_payload(list(ids), [key]))
 
     def delete(self, collection: str, where: Where) -> None:
         shard = self._shard(collection)
@@ -212,7 +216,8 @@ class EdgeEngine:
         flt = _filter(where)
         if flt is None:
             raise ValueError("refusing to delete without a condition")
-        shard.update(UpdateOperation.delete_points_by_filter(flt))
+        with _reading(self._path(collection)):
+            shard.update(UpdateOperation.delete_points_by_filter(flt))
 
     # --- reads -------------------------------------------------------------------------------
     def scroll(
@@ -230,15 +235,16 @@ class EdgeEngine:
         flt = _filter(where)
         offset: Any = None
         while True:
-            records, offset = shard.scroll(
-                ScrollRequest(
-                    offset=offset,
-                    limit=page,
-                    filter=flt,
-                    with_payload=payload,
-                    with_vector=with_vector,
+            with _reading(self._path(collection)):
+                records, offset = shard.scroll(
+                    ScrollRequest(
+                        offset=offset,
+                        limit=page,
+                        filter=flt,
+                        with_payload=payload,
+                        with_vector=with_vector,
+                    )
                 )
-            )
             for record in records:
                 yield _record(record.id, record.payload, record.vector if vectors else None)
             if offset is None:
@@ -248,9 +254,10 @@ class EdgeEngine:
         self, collection: str, ids: Sequence[str], *, payload: bool, dense: bool
     ) -> list[Record]:
         with_vector: Any = [DENSE_VECTOR] if dense else False
-        found = self._shard(collection).retrieve(
-            list(ids), with_payload=payload, with_vector=with_vector
-        )
+        with _reading(self._path(collection)):
+            found = self._shard(collection).retrieve(
+                list(ids), with_payload=payload, with_vector=with_vector
+            )
         return [_record(r.id, r.payload, r.vector if dense else None) for r in found]
 
     def search(self, collection: str, request: SearchRequest) -> Hits:
@@ -287,7 +294,8 @@ class EdgeEngine:
             )
         if not queries:
             return Hits(dense=[], sparse=[])
-        results = shard.query_batch(QueryBatchRequest(queries))
+        with _reading(self._path(collection)):
+            results = shard.query_batch(QueryBatchRequest(queries))
         sides = [[Candidate(str(p.id), float(p.score)) for p in side] for side in results]
         vectors: dict[str, Vector] = {}
         if use_sparse and request.sparse_vectors:
@@ -306,15 +314,37 @@ class EdgeEngine:
         shard = self._shard(collection)
         size = sum(f.stat().st_size for f in self._path(collection).rglob("*") if f.is_file())
         require_room(self.root, size // 4096)  # a new segment is written beside the old ones
-        done = shard.optimize()
-        shard.flush()
+        with _reading(self._path(collection)):
+            done = shard.optimize()
+            shard.flush()
         return done
 
     def unindexed(self, collection: str) -> int:
         """An estimate: each point has two vectors (dense and BM25), and the BM25 side is
         indexed as it is written, so the shortfall is the dense vectors awaiting HNSW."""
-        info = self._shard(collection).info()
+        with _reading(self._path(collection)):
+            info = self._shard(collection).info()
         return max(0, 2 * info.points_count - info.indexed_vectors_count)
+
+
+@contextmanager
+def _reading(path: Path) -> Iterator[None]:
+    """Around each operation on an open shard: a failure of the engine itself (a damaged file
+    found while reading or writing) becomes one clear `StoreUnreadableError`. Input the engine
+    refuses ("Wrong input") and citeflow's own errors pass unchanged."""
+    try:
+        yield
+    except CiteflowError:
+        raise
+    except Exception as exc:  # qdrant-edge raises plain Exceptions; its text tells them apart
+        text = str(exc)
+        if "Wrong input" in text or type(exc) is not Exception:
+            raise
+        raise StoreUnreadableError(
+            f"the collection {path.name!r} in the store {path.parent.parent} could not be "
+            f"read ({_first_line(text)}): its files are damaged; restore the directory from a "
+            f"backup, or move {path} aside and ingest the collection's documents again"
+        ) from None
 
 
 def _load(path: Path) -> EdgeShard:
