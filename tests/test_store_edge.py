@@ -258,7 +258,7 @@ def test_citeflow_optimize_indexes_what_the_api_wrote(
     monkeypatch.setattr(EdgeEngine, "optimize", optimize)
     monkeypatch.setenv("CITEFLOW_DATA_DIR", str(tmp_path / "data"))
     assert main(["optimize", "--collection", "kb"]) == 0
-    assert built == ["kb"] and "kb: indexed in" in capsys.readouterr().err
+    assert built == ["kb"] and "kb: indexed for search in" in capsys.readouterr().err
     store = Store.open_path(tmp_path / "data" / "qdrant")
     try:
         assert store.unindexed("kb") < pending and store.count("kb") == 12_000

@@ -58,19 +58,18 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     return 0 if report.files or not report.skipped else 1
 
 
-def _build_index(store: Store, collection: str, *, quiet: bool) -> None:
+def _build_index(store: Store, collection: str, *, quiet: bool) -> bool:
     """Build the embedded store's search index of what was just written (see
     `citeflow.store.edge`: it holds the process, so it runs here and never in the server)."""
     import time
 
     if not store.embedded:
-        return
-    if not quiet:
-        _say(f"{collection}: indexing for search ...")
+        return False
     started = time.perf_counter()
-    store.optimize(collection)
-    if not quiet:
-        _say(f"{collection}: indexed in {time.perf_counter() - started:.1f} s")
+    built = store.optimize(collection)
+    if built and not quiet:
+        _say(f"{collection}: indexed for search in {time.perf_counter() - started:.1f} s")
+    return built
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -99,7 +98,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     store = Store.open(settings)
     try:
         store.require(settings.collection)
-        _build_index(store, settings.collection, quiet=False)
+        if not _build_index(store, settings.collection, quiet=False):
+            _say(f"{settings.collection}: nothing to index")
     finally:
         store.close()
     return 0
