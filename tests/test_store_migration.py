@@ -611,6 +611,8 @@ def test_a_damaged_earlier_store_is_one_line_and_left_alone(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setenv("CITEFLOW_DATA_DIR", str(small.path.parent))
+    # old's file alone holds that collection (no WAL); a hybrid collection's file overwritten so
+    # would be rebuilt by SQLite from its write-ahead log, which holds every page written
     garbage = b"this is not what qdrant-client wrote" * 100
     (small.path / damaged).write_bytes(garbage)
     assert main(["migrate"]) == 1
