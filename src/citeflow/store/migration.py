@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
@@ -27,6 +28,10 @@ from citeflow.errors import StoreUnreadableError
 from citeflow.store.client import ClientEngine
 from citeflow.store.directory import LEGACY_KEPT, has_legacy_store, locked_error
 from citeflow.store.edge import EdgeEngine
+from citeflow.store.engine import DENSE_VECTOR
+
+if TYPE_CHECKING:
+    from qdrant_client import QdrantClient
 
 log = logging.getLogger("citeflow.store")
 
@@ -64,14 +69,14 @@ def migrate(root: Path, *, progress: bool = True) -> int:
                 continue
             staging = f".{name}.migrating"
             target.drop(staging)
+            target.ensure_collection(staging, _dimension(client, name))  # kept even if empty
             total = source.count(name)
             with tqdm(
                 total=total, desc=f"migrating {name}", unit="chunk", disable=not progress
             ) as bar:
                 source.copy(name, target, staging, encoder, on_batch=bar.update)
-            if total:
-                target.optimize(staging)
-                engine.rename(staging, name)
+            target.optimize(staging)
+            engine.rename(staging, name)
             copied += total
     finally:
         target.close()
@@ -89,6 +94,16 @@ def migrate(root: Path, *, progress: bool = True) -> int:
         kept,
     )
     return copied
+
+
+def _dimension(client: QdrantClient, collection: str) -> int:
+    """The size of a collection's dense vectors (its one unnamed vector, or ``text-dense``)."""
+    vectors = client.get_collection(collection).config.params.vectors
+    if isinstance(vectors, dict):
+        vectors = vectors.get(DENSE_VECTOR) or next(iter(vectors.values()), None)
+    if vectors is None:
+        raise ValueError(f"collection {collection!r} has no dense vectors")
+    return vectors.size
 
 
 def _unreadable(root: Path, exc: BaseException) -> StoreUnreadableError:
