@@ -20,7 +20,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from llama_index.core.schema import BaseNode, Document, TextNode
+from llama_index.core.schema import (
+    BaseNode,
+    Document,
+    NodeRelationship,
+    RelatedNodeInfo,
+    TextNode,
+)
 
 from citeflow.bm25 import BM25Encoder
 from citeflow.ingestion.pipeline import Ingestor
@@ -124,6 +130,31 @@ def test_searches_rank_and_score_alike(stores: dict[str, Store]) -> None:
         assert server.vectors.keys() == {c.id for c in server.sparse}
         for key in edge.vectors.keys() & server.vectors.keys():
             assert list(edge.vectors[key]) == pytest.approx(list(server.vectors[key]), abs=1e-5)
+
+
+def test_bm25_scores_count_only_the_chunks_that_exist(stores: dict[str, Store]) -> None:
+    """After an index build, deleted and replaced chunks no longer count in BM25's IDF: the
+    embedded engine's own statistics keep them until its segment is vacuumed."""
+    nodes, texts = corpus(1500)
+    for i, node in enumerate(nodes):
+        node.relationships[NodeRelationship.SOURCE] = RelatedNodeInfo(node_id=f"doc-{i // 5}")
+    encoder = BM25Encoder()
+    sparse = encoder.encode_documents(texts)
+    for store in stores.values():
+        store.add("c", list[BaseNode](nodes), sparse)
+        store.optimize("c")
+        for doc in range(0, 300, 3):  # a third of the documents go
+            store.delete_document("c", f"doc-{doc}")
+        replaced = [n for n in nodes if n.ref_doc_id in {"doc-1", "doc-4", "doc-7"}]
+        store.add("c", list[BaseNode](replaced), sparse[: len(replaced)])
+    assert stores["embedded"].count("c") == stores["server-api"].count("c") == 1000
+    for words in ("ducks geese ponds", "owls winter", "snails mud banks", "herons fish eggs"):
+        query = encoder.encode_query(words)
+        edge, server = (
+            s.search("c", sparse=query, limit=1, sparse_limit=10) for s in stores.values()
+        )
+        assert len(edge.sparse) == 10
+        assert_same_ranking(edge.sparse, server.sparse, rel=SPARSE_REL)
 
 
 async def test_hybrid_retrieval_gives_the_same_chunks_and_relevance(
