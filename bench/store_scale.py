@@ -27,8 +27,13 @@ process itself holds; mapped file pages are page cache the kernel can drop):
 3. recall (new store, before serving): dense top-10 ids against an exact search over the same
    vectors.
 
+With ``--memory-limit MB`` every worker runs in a memory cgroup of that size (cgroup v2 or
+v1; root needed), as a container limit would hold it: the kernel then reclaims the mapped file
+pages it needs to, and a worker that needs more anonymous memory than the limit is killed
+(the cell reports it).
+
     .venv/bin/python bench/store_scale.py [--sizes 10000,100000,1000000] [--stores old,new]
-        [--old-ref 3b14540] [--queries 200] [--dir DIR]
+        [--old-ref 3b14540] [--queries 200] [--dir DIR] [--memory-limit MB]
 """
 
 from __future__ import annotations
@@ -272,25 +277,69 @@ def worker_recall(path: str, n: int, count: int) -> dict[str, Any]:
 
 
 # --- driver ----------------------------------------------------------------------------------
-def _run(src: Path, *args: str) -> dict[str, Any]:
+class MemoryLimit:
+    """A memory cgroup of ``mb`` MiB that workers start in (v2 ``memory.max`` where the memory
+    controller is on the unified hierarchy, else v1 ``memory.limit_in_bytes``)."""
+
+    def __init__(self, mb: int) -> None:
+        self.mb = mb
+        name = f"citeflow-store-scale-{os.getpid()}"
+        v2, v1 = Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/memory")
+        if "memory" in _read(v2 / "cgroup.controllers").split():
+            self.path, limit = v2 / name, "memory.max"
+        elif v1.is_dir():
+            self.path, limit = v1 / name, "memory.limit_in_bytes"
+        else:
+            raise SystemExit("--memory-limit: no memory cgroup here (cgroup v1 or v2 needed)")
+        try:
+            self.path.mkdir(exist_ok=True)
+            (self.path / limit).write_text(str(mb * 1024 * 1024))
+        except OSError as exc:
+            message = f"--memory-limit: cannot create a memory cgroup ({exc}); run as root"
+            raise SystemExit(message) from None
+
+    def enter(self) -> None:
+        """Move the calling process (a worker between fork and exec) into the cgroup."""
+        (self.path / "cgroup.procs").write_text(str(os.getpid()))
+
+    def remove(self) -> None:
+        self.path.rmdir()
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def _run(src: Path, *args: str, limit: MemoryLimit | None = None) -> dict[str, Any]:
     """Run a worker; its JSON result plus ``anon_peak_mb``, the peak of its anonymous memory
     (``RssAnon``, sampled every 50 ms from outside: the store's memory-mapped files count in
     ``VmHWM`` as page cache the kernel can drop, which this leaves out)."""
     env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{ROOT}", "PYTHONWARNINGS": "ignore"}
     command = [sys.executable, str(Path(__file__).resolve()), "--worker", *args]
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        child = subprocess.Popen(command, env=env, stdout=out, stderr=err)
+        child = subprocess.Popen(
+            command, env=env, stdout=out, stderr=err, preexec_fn=limit.enter if limit else None
+        )
         anon = 0
         while child.poll() is None:
             anon = max(anon, _rss_anon_kb(child.pid))
             time.sleep(0.05)
         out.seek(0)
         err.seek(0)
+        if child.returncode == -9 and limit is not None:
+            raise WorkerKilled(f"{args[0]} killed under the {limit.mb} MiB limit")
         if child.returncode != 0:
             raise RuntimeError(f"worker {args} failed:\n{err.read().decode()[-3000:]}")
         result: dict[str, Any] = json.loads(out.read().decode().strip().splitlines()[-1])
     result[f"{args[0]}_anon_peak_mb"] = anon / 1024
     return result
+
+
+class WorkerKilled(RuntimeError):
+    """A worker was killed by the memory cgroup's limit."""
 
 
 def _rss_anon_kb(pid: int) -> int:
@@ -333,6 +382,7 @@ def main() -> int:
     parser.add_argument("--recall-queries", type=int, default=50)
     parser.add_argument("--old-max", type=int, default=100_000)
     parser.add_argument("--dir", type=Path, default=None)
+    parser.add_argument("--memory-limit", type=int, default=None, metavar="MB")
     parser.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -349,6 +399,7 @@ def main() -> int:
     if "old" in stores:
         (base / "old-src").mkdir()
         sources["old"] = _old_source(args.old_ref, base / "old-src")
+    limit = MemoryLimit(args.memory_limit) if args.memory_limit else None
     rows: list[dict[str, Any]] = []
     try:
         for n in sizes:
@@ -360,20 +411,31 @@ def main() -> int:
                 print(f"{name} {n:,}: ingesting", file=sys.stderr, flush=True)
                 started = time.perf_counter()
                 row: dict[str, Any] = {"store": name, "n": n}
-                row |= _run(sources[name], "ingest", str(path), str(n))
-                row["disk_mb"] = _disk_mb(path)
-                if name == "new":  # before serving, which adds chunks
-                    row |= _run(
-                        sources[name], "recall", str(path), str(n), str(args.recall_queries)
-                    )
-                print(f"{name} {n:,}: serving", file=sys.stderr, flush=True)
-                row |= _run(sources[name], "serve", str(path), str(n), str(args.queries))
+                try:
+                    row |= _run(sources[name], "ingest", str(path), str(n), limit=limit)
+                    row["disk_mb"] = _disk_mb(path)
+                    if name == "new":  # before serving, which adds chunks
+                        row |= _run(
+                            sources[name],
+                            "recall",
+                            str(path),
+                            str(n),
+                            str(args.recall_queries),
+                            limit=limit,
+                        )
+                    print(f"{name} {n:,}: serving", file=sys.stderr, flush=True)
+                    queries = str(args.queries)
+                    row |= _run(sources[name], "serve", str(path), str(n), queries, limit=limit)
+                except WorkerKilled as killed:
+                    row["killed"] = str(killed)
                 row["cell_s"] = time.perf_counter() - started
                 print(f"{name} {n:,}: {json.dumps(row)}", file=sys.stderr, flush=True)
                 rows.append(row)
                 shutil.rmtree(path, ignore_errors=True)
     finally:
         shutil.rmtree(base, ignore_errors=True)
+        if limit is not None:
+            limit.remove()
     _print_table(rows, args)
     return 0
 
@@ -381,7 +443,13 @@ def main() -> int:
 def _print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     print(
         f"\nstore_scale: {os.cpu_count()} cores, {args.queries} queries per cell, "
-        f"old = {args.old_ref}, new = this checkout\n"
+        f"old = {args.old_ref}, new = this checkout"
+        + (
+            f", every worker in a {args.memory_limit} MiB memory cgroup"
+            if args.memory_limit
+            else ""
+        )
+        + "\n"
     )
     header = (
         "| chunks | store | upserts/s | index build s | reopen + first search s "
@@ -397,6 +465,9 @@ def _print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
                 f"| {row['n']:,} | {row['store']} | not run: it holds every point in memory |"
                 + " |" * 7
             )
+            continue
+        if row.get("killed"):
+            print(f"| {row['n']:,} | {row['store']} | {row['killed']} |" + " |" * 9)
             continue
         print(
             f"| {row['n']:,} | {row['store']} | {_fmt(row['upserts_per_s'], 0)} "
