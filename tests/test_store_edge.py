@@ -137,6 +137,29 @@ def _index_until_killed(path: str) -> None:
     os._exit(3)  # not reached: killed while indexing
 
 
+def test_an_index_build_needs_room_for_one_more_copy_of_the_shard(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The build writes a new segment beside the old ones: it asks for the shard's size in free
+    space, no more (a 1,000,000-chunk store must not need sixteen times its size), and is
+    refused with one line, the store intact, when that is not there."""
+    from citeflow.store import directory
+
+    store = Store.open_path(tmp_path / "s")
+    fill(store, "kb", 8_000)  # past the size a segment is scanned at instead of indexed
+    shard = tmp_path / "s" / "shards" / "kb"
+    size = sum(f.stat().st_size for f in shard.rglob("*") if f.is_file())
+    free = {"bytes": RESERVE_BYTES + size // 2}
+    monkeypatch.setattr(directory, "free_bytes", lambda root: free["bytes"])
+    with pytest.raises(StorageFullError, match="not enough free space"):
+        store.optimize("kb")
+    assert store.count("kb") == 8_000 and store.unindexed("kb") > 0
+    free["bytes"] = RESERVE_BYTES + 2 * size
+    assert store.optimize("kb")
+    assert store.unindexed("kb") == 0 and store.count("kb") == 8_000
+    store.close()
+
+
 def test_kill_9_while_indexing_loses_nothing(tmp_path: Path) -> None:
     store = Store.open_path(tmp_path / "s")
     fill(store, "kb", 8_000)

@@ -57,10 +57,10 @@ def free_bytes(root: Path) -> int:
     return shutil.disk_usage(root).free
 
 
-def require_room(root: Path, points: int = 0) -> None:
+def require_room(root: Path, points: int = 0, *, extra_bytes: int = 0) -> None:
     """Raise `StorageFullError` unless the disk holding ``root`` has room for ``points`` more
-    points above the reserve (see the module doc)."""
-    if free_bytes(root) < RESERVE_BYTES + points * BYTES_PER_POINT:
+    points and ``extra_bytes`` more bytes above the reserve (see the module doc)."""
+    if free_bytes(root) < RESERVE_BYTES + points * BYTES_PER_POINT + extra_bytes:
         raise StorageFullError(room_message(str(root)))
 
 

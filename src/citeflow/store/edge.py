@@ -321,7 +321,7 @@ class EdgeEngine:
         """Build the HNSW index of what was written since the last optimize (holds the GIL)."""
         shard = self._shard(collection)
         size = sum(f.stat().st_size for f in self._path(collection).rglob("*") if f.is_file())
-        require_room(self.root, size // 4096)  # a new segment is written beside the old ones
+        require_room(self.root, extra_bytes=size)  # the new segment is written beside the old
         with _reading(self._path(collection)):
             done = shard.optimize()
             shard.flush()
