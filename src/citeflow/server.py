@@ -24,7 +24,7 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from citeflow import __version__
-from citeflow.api import docs, documents, errors, routes
+from citeflow.api import docs, documents, errors, metrics, routes
 from citeflow.api.engine import Engine
 from citeflow.api.exposure import check_bind, docs_enabled
 from citeflow.api.limits import ChatLimits
@@ -63,6 +63,7 @@ def create_app(engine: Engine) -> FastAPI:
         engine.options.max_concurrent_chats, engine.options.chats_per_minute
     )
     app.state.links = DocumentLinks.from_settings(engine.settings)
+    app.state.metrics = metrics.Metrics()
     app.state.failed_keys = FailedKeys(
         engine.settings.auth_max_failures, engine.settings.auth_failure_window
     )
@@ -74,6 +75,9 @@ def create_app(engine: Engine) -> FastAPI:
     app.include_router(documents.files)
     if docs_enabled(engine.settings):
         app.include_router(docs.router)
+    if engine.settings.metrics:
+        app.include_router(metrics.router)
+    app.add_middleware(metrics.MetricsMiddleware, metrics=app.state.metrics)
     app.add_middleware(AccessLog)
     return app
 

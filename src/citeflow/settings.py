@@ -258,6 +258,10 @@ class Settings(BaseSettings):
         description="/docs, /redoc and /openapi.json: auto (on only when bound to loopback) | on "
         "| off; with API keys they need the key too.",
     )
+    metrics: bool = Field(
+        default=True,
+        description="Serve Prometheus metrics at GET /metrics (with API keys, behind the key).",
+    )
     public_url: str = Field(
         default="",
         description="Server URL as browsers see it, for source links "

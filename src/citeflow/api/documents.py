@@ -259,6 +259,15 @@ async def upload_documents(name: str, request: Request, engine: EngineDep) -> di
             whole = await asyncio.to_thread(_stored_whole, engine, collection, kept)
             await asyncio.to_thread(_settle, kept, keep=whole)
         raise
+    request.app.state.metrics.ingested(
+        {
+            "added": report.documents_added,
+            "replaced": report.replaced,
+            "unchanged": report.unchanged,
+            "failed": len(report.failed),
+        },
+        report.chunks,
+    )
     failed = {Path(path).name for path, _ in report.failed}
     await asyncio.to_thread(_settle, kept, keep=set(names) - failed)
     if report.failed and len(report.failed) == len(kept):

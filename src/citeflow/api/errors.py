@@ -93,15 +93,19 @@ class RateLimitError(CiteflowError):
     status = 429
     code = "rate_limit_exceeded"
 
-    def __init__(self, message: str, *, retry_after: float) -> None:
+    def __init__(self, message: str, *, retry_after: float, reason: str = "in_progress") -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        self.reason = reason  # the metrics' label (`citeflow.api.metrics.RATE_LIMIT_REASONS`)
 
 
 class AuthThrottledError(RateLimitError):
     """Too many wrong API keys from one client address (`citeflow.api.throttle`)."""
 
     code = "too_many_failed_keys"
+
+    def __init__(self, message: str, *, retry_after: float) -> None:
+        super().__init__(message, retry_after=retry_after, reason="failed_keys")
 
 
 class ModelNotFoundError(CollectionNotFoundError):
@@ -248,6 +252,9 @@ def install(app: FastAPI) -> None:
     async def on_citeflow(request: Request, exc: Exception) -> JSONResponse:
         log_failure(exc, request.url.path)
         response = response_for(exc)
+        metrics = getattr(request.app.state, "metrics", None)
+        if response.status_code == 429 and metrics is not None:
+            metrics.limited(getattr(exc, "reason", "upstream"))
         if response.status_code == 405:
             response.headers["Allow"] = allowed_methods(request)
         return response

@@ -115,6 +115,7 @@ class RequestRate:
                     f"rate limit of {self.per_minute} chat completions per minute reached; "
                     f"retry in {math.ceil(wait)} s",
                     retry_after=wait,
+                    reason="per_minute",
                 )
             bucket.tokens -= 1.0
 

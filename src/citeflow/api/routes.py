@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncGenerator, Awaitable
 from typing import Any, TypeVar
 
@@ -30,6 +31,7 @@ from citeflow.api.engine import Engine
 from citeflow.api.errors import NotReadyError, PayloadTooLargeError
 from citeflow.api.limits import Slot, client_id
 from citeflow.api.links import DocumentLinks
+from citeflow.api.metrics import Metrics
 from citeflow.api.options import ServerOptions
 from citeflow.api.schemas import (
     ChatCompletion,
@@ -229,14 +231,25 @@ async def _chat(request: Request, engine: Engine, links: DocumentLinks, slot: Sl
         include_usage=bool(chat.stream_options and chat.stream_options.include_usage),
         prompt_text=conversation.prompt_text,
     )
+    metrics: Metrics = request.app.state.metrics
     if chat.stream:
-        events = engine.events(collection, conversation.query, conversation.history)
+        events = metrics.observe_events(
+            engine.events(collection, conversation.query, conversation.history), writer.usage
+        )
         return HeldStream(
             wire.sse_stream(events, writer, keepalive=options.keepalive_seconds), slot
         )
-    result = await unless_disconnected(
-        request, engine.answer(collection, conversation.query, conversation.history)
-    )
+    started = time.perf_counter()
+    try:
+        result = await unless_disconnected(
+            request, engine.answer(collection, conversation.query, conversation.history)
+        )
+    except Exception:
+        metrics.failed()
+        raise
     if result is None:
+        metrics.failed(cancelled=True)
         return Response(status_code=499)
-    return wire.CompletionResponse(writer.completion(result))
+    completion = writer.completion(result)
+    metrics.answered(result, seconds=time.perf_counter() - started, usage=completion["usage"])
+    return wire.CompletionResponse(completion)

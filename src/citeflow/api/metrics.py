@@ -1,0 +1,294 @@
+"""Prometheus metrics: what the server did, at ``GET /metrics`` (the bearer key as the API).
+
+One `Metrics` per app, on its own registry (so two apps in one process, as in the tests, count
+apart). What is recorded, and where:
+
+* HTTP requests by route, method, status and outcome, and their duration: `MetricsMiddleware`;
+* answers (`Metrics.answered`, from `observe_events` for streams and the chat route otherwise):
+  outcome, whole-answer time, time to the first token of the answer, each workflow stage's time
+  (the run's ``timings``: rewrite, embed, retrieve, grade, reformulate, cite, synthesize and llm,
+  the time spent waiting for the LLM), retrieval rounds, citations kept, moved, added and removed,
+  unsupported sentences, tokens in and out (the estimate the answer's ``usage`` reports);
+* streams in flight; HTTP 429s by reason (`citeflow.api.errors`); ingestion through the API,
+  documents by result and chunks (`citeflow.api.documents`).
+
+**Cardinality guard.** No label holds user text, a key, a collection or a document name: the
+route label is the route's template (``/v1/collections/{collection}/documents``), or
+``unmatched``; the method is one of the HTTP methods, or ``OTHER``; every other label takes one of
+a fixed set of values, listed here.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import AsyncGenerator, AsyncIterable, Callable
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import Response
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from citeflow.api.deps import require_api_key
+from citeflow.errors import UpstreamRateLimitError
+from citeflow.events import AnswerDeltaEvent
+from citeflow.result import CitedResponse
+
+#: the workflow stages whose time is recorded (the keys of `CitedResponse.timings`)
+STAGES = ("rewrite", "embed", "retrieve", "grade", "reformulate", "cite", "synthesize", "llm")
+#: how an answer ended
+ANSWER_OUTCOMES = ("cited", "uncited", "not_covered", "failed", "cancelled")
+#: why a request got HTTP 429
+RATE_LIMIT_REASONS = ("in_progress", "per_minute", "failed_keys", "upstream")
+#: what ingestion through the API did with a document
+INGEST_RESULTS = ("added", "replaced", "unchanged", "failed")
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+_MARKER = re.compile(r"\[(\d+)\]")
+
+LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300)
+STAGE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)
+
+
+class Metrics:
+    """The server's metrics on one registry; ``exposition()`` is what ``/metrics`` serves."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "citeflow_http_requests",
+            "HTTP requests by route template, method, status and outcome",
+            ("route", "method", "status", "outcome"),
+            registry=r,
+        )
+        self.request_seconds = Histogram(
+            "citeflow_http_request_duration_seconds",
+            "Time to the end of each HTTP response (a stream: to its last chunk)",
+            ("route",),
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.answers = Counter("citeflow_answers", "Answers by outcome", ("outcome",), registry=r)
+        self.answer_seconds = Histogram(
+            "citeflow_answer_duration_seconds",
+            "Whole-answer time, from the question to the last word",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.first_token_seconds = Histogram(
+            "citeflow_time_to_first_token_seconds",
+            "Time from the question to the answer's first text (streams)",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.stage_seconds = Histogram(
+            "citeflow_stage_duration_seconds",
+            "Time per workflow stage per answer (llm: waiting for the LLM, within the others)",
+            ("stage",),
+            buckets=STAGE_BUCKETS,
+            registry=r,
+        )
+        self.rounds = Histogram(
+            "citeflow_retrieval_rounds",
+            "Retrieval rounds per answer (1: no retry)",
+            buckets=(1, 2, 3, 4, 5),
+            registry=r,
+        )
+        self.retries = Counter(
+            "citeflow_retrieval_retries", "Retrieval retries with a reworded query", registry=r
+        )
+        self.citations = Counter(
+            "citeflow_citations",
+            "Citations in answers: the model's kept, moved to a supporting source, added where "
+            "the model cited none, removed because no source supports the sentence",
+            ("action",),
+            registry=r,
+        )
+        self.unsupported = Counter(
+            "citeflow_unsupported_sentences",
+            "Answer sentences that no source supports",
+            registry=r,
+        )
+        self.tokens = Counter(
+            "citeflow_llm_tokens",
+            "Tokens in (question and sources read) and out (answer), as the answer's usage "
+            "estimates them",
+            ("direction",),
+            registry=r,
+        )
+        self.streams = Gauge("citeflow_streams_in_flight", "Answer streams being sent", registry=r)
+        self.rate_limited = Counter(
+            "citeflow_rate_limited", "HTTP 429 answers by reason", ("reason",), registry=r
+        )
+        self.ingested_documents = Counter(
+            "citeflow_ingested_documents",
+            "Documents uploaded through the API, by result",
+            ("result",),
+            registry=r,
+        )
+        self.ingested_chunks = Counter(
+            "citeflow_ingested_chunks", "Chunks written by uploads through the API", registry=r
+        )
+        for outcome in ANSWER_OUTCOMES:  # every series exists from the start, at zero
+            self.answers.labels(outcome)
+        for reason in RATE_LIMIT_REASONS:
+            self.rate_limited.labels(reason)
+        for result in INGEST_RESULTS:
+            self.ingested_documents.labels(result)
+        for action in ("kept", "moved", "added", "removed"):
+            self.citations.labels(action)
+        for stage in STAGES:
+            self.stage_seconds.labels(stage)
+
+    def exposition(self) -> tuple[bytes, str]:
+        """The text exposition and its content type."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+    # --- answers -----------------------------------------------------------------------------
+    def answered(
+        self,
+        result: CitedResponse,
+        *,
+        seconds: float,
+        usage: dict[str, int] | None = None,
+    ) -> None:
+        """Record one finished answer."""
+        self.answers.labels(_outcome(result)).inc()
+        self.answer_seconds.observe(seconds)
+        for stage, spent in result.timings.items():
+            if stage in STAGES:
+                self.stage_seconds.labels(stage).observe(spent)
+        self.rounds.observe(result.rounds)
+        if result.rounds > 1:
+            self.retries.inc(result.rounds - 1)
+        for action, count in citation_actions(result).items():
+            if count:
+                self.citations.labels(action).inc(count)
+        if result.unsupported:
+            self.unsupported.inc(len(result.unsupported))
+        if usage:
+            self.tokens.labels("in").inc(usage.get("prompt_tokens", 0))
+            self.tokens.labels("out").inc(usage.get("completion_tokens", 0))
+
+    def failed(self, *, cancelled: bool = False) -> None:
+        """Record an answer that ended without a result."""
+        self.answers.labels("cancelled" if cancelled else "failed").inc()
+
+    async def observe_events(
+        self,
+        events: AsyncIterable[Any],
+        usage: Callable[[CitedResponse], dict[str, int]] | None = None,
+    ) -> AsyncGenerator[Any, None]:
+        """Pass a run's stream events through, recording the stream in flight, its first
+        token, and the answer at its end (or its failure or cancellation)."""
+        started = time.perf_counter()
+        first = True
+        finished = False
+        self.streams.inc()
+        try:
+            async for item in events:
+                if first and isinstance(item, AnswerDeltaEvent):
+                    first = False
+                    self.first_token_seconds.observe(time.perf_counter() - started)
+                if isinstance(item, CitedResponse):
+                    finished = True
+                    seconds = time.perf_counter() - started
+                    self.answered(item, seconds=seconds, usage=usage(item) if usage else None)
+                yield item
+        except Exception as exc:
+            if isinstance(exc, UpstreamRateLimitError):  # told in the stream, not as HTTP 429
+                self.limited("upstream")
+            self.failed()
+            finished = True
+            raise
+        finally:
+            self.streams.dec()
+            if not finished:
+                self.failed(cancelled=True)
+
+    # --- the rest ----------------------------------------------------------------------------
+    def limited(self, reason: str) -> None:
+        self.rate_limited.labels(reason if reason in RATE_LIMIT_REASONS else "upstream").inc()
+
+    def ingested(self, counts: dict[str, int], chunks: int) -> None:
+        for result, count in counts.items():
+            if result in INGEST_RESULTS and count:
+                self.ingested_documents.labels(result).inc(count)
+        if chunks:
+            self.ingested_chunks.inc(chunks)
+
+
+def _outcome(result: CitedResponse) -> str:
+    if not result.source_nodes:
+        return "not_covered"
+    return "cited" if result.cited else "uncited"
+
+
+def citation_actions(result: CitedResponse) -> dict[str, int]:
+    """Citations kept, moved, added and removed in one answer. Removed: the model's markers
+    (in its raw text) that neither stayed nor moved."""
+    counts = {"kept": 0, "moved": 0, "added": 0}
+    for citation in result.citations:
+        counts["kept" if citation.origin == "model" else citation.origin] += 1
+    written = len(_MARKER.findall(result.raw_response or ""))
+    counts["removed"] = max(0, written - counts["kept"] - counts["moved"])
+    return counts
+
+
+class MetricsMiddleware:
+    """Counts each HTTP request by route template, method, status and outcome, and times it
+    to the end of its response (pure ASGI: streams pass through untouched)."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def send_counted(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_counted)
+        finally:
+            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            method = scope["method"] if scope["method"] in METHODS else "OTHER"
+            outcome = (
+                "rate_limited"
+                if status == 429
+                else "ok"
+                if status < 400
+                else "client_error"
+                if status < 500
+                else "server_error"
+            )
+            self.metrics.requests.labels(route, method, str(status), outcome).inc()
+            self.metrics.request_seconds.labels(route).observe(time.perf_counter() - started)
+
+
+router = APIRouter(tags=["health"], dependencies=[Depends(require_api_key)])
+
+
+@router.get("/metrics", include_in_schema=False)
+async def metrics_endpoint(request: Request) -> Response:
+    """The Prometheus text exposition (``CITEFLOW_METRICS=false``: not served)."""
+    metrics: Metrics = request.app.state.metrics
+    body, content_type = metrics.exposition()
+    return Response(body, media_type=content_type)
