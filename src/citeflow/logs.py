@@ -33,7 +33,10 @@ class JsonFormatter(logging.Formatter):
 
 def configure(level: str = "WARNING", *, json_format: bool = False) -> None:
     """Set up citeflow's logging once, for an entry point (CLI or server)."""
+    from citeflow.tracing import TraceIds
+
     handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(TraceIds())
     handler.setFormatter(
         JsonFormatter() if json_format else logging.Formatter("%(levelname)s %(name)s: %(message)s")
     )

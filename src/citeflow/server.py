@@ -33,6 +33,7 @@ from citeflow.api.options import ServerOptions
 from citeflow.api.throttle import FailedKeys
 from citeflow.errors import ConfigError
 from citeflow.settings import Settings
+from citeflow.tracing import fastapi_telemetry
 
 log = logging.getLogger("citeflow.server")
 
@@ -57,6 +58,7 @@ def create_app(engine: Engine) -> FastAPI:
         openapi_url=None,  # citeflow.api.docs serves them, when allowed and behind the key
         docs_url=None,
         redoc_url=None,
+        telemetry=fastapi_telemetry(),  # request spans; see citeflow.tracing
     )
     app.state.engine = engine
     app.state.limits = ChatLimits(

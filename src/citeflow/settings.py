@@ -258,6 +258,11 @@ class Settings(BaseSettings):
         description="/docs, /redoc and /openapi.json: auto (on only when bound to loopback) | on "
         "| off; with API keys they need the key too.",
     )
+    trace_content: bool = Field(
+        default=False,
+        description="Debugging: OpenTelemetry spans also carry the sources' text and the answer "
+        "(off: counts and the question only).",
+    )
     metrics: bool = Field(
         default=True,
         description="Serve Prometheus metrics at GET /metrics (with API keys, behind the key).",

@@ -8,6 +8,7 @@ synthesize. One step per stage; each stage's output is a typed event from `citef
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,13 +18,17 @@ from typing import Any
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.llms import LLM
 from llama_index.core.schema import NodeWithScore
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Span
 from workflows import Context, Workflow, step
 from workflows.decorators import StepFunction
 from workflows.events import StopEvent
+from workflows.handler import WorkflowHandler
 
 from citeflow.citations.judge import Judge
 from citeflow.citations.repair import CitationPolicy
-from citeflow.citations.sources import make_sources
+from citeflow.citations.sources import make_sources, source_text
 from citeflow.errors import CiteflowError, EmptyQueryError
 from citeflow.events import (
     AnswerDeltaEvent,
@@ -44,6 +49,7 @@ from citeflow.query.synthesis import CitationMode, CitationSynthesizer
 from citeflow.result import CitedResponse
 from citeflow.settings import Settings
 from citeflow.store import Store
+from citeflow.tracing import annotate, failed, span, tracer
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,7 @@ class QueryOptions:
     citation_mode: CitationMode = "markers"  # Settings.citation_mode, resolved per provider
     judge_cut: float = 0.5  # Settings.citation_judge_cut
     judge_timeout: float = 30.0  # Settings.llm_timeout
+    trace_content: bool = False  # Settings.trace_content
 
     @classmethod
     def from_settings(cls, settings: Settings) -> QueryOptions:
@@ -83,6 +90,7 @@ class QueryOptions:
             citation_mode=citation_mode_of(settings),
             judge_cut=settings.citation_judge_cut,
             judge_timeout=settings.llm_timeout,
+            trace_content=settings.trace_content,
         )
 
     def citation_policy(self, judge: Judge | None = None) -> CitationPolicy:
@@ -188,6 +196,28 @@ class CitationQueryWorkflow(Workflow):
         kb = KnowledgeBase.open(collection, settings=settings, store=store, embed_model=embed_model)
         return kb.workflow(llm, **kwargs)
 
+    def run(
+        self, ctx: Context | None = None, start_event: Any = None, **kwargs: Any
+    ) -> WorkflowHandler:
+        """Run the workflow (`Workflow.run`) inside a ``citeflow.answer`` span when tracing is
+        on: the steps' spans nest under it, and it under the caller's (the HTTP request's)."""
+        answer = tracer.start_span("citeflow.answer")
+        if not answer.is_recording():
+            return super().run(ctx, start_event, **kwargs)
+        annotate(answer, collection=self.retriever.collection, query=kwargs.get("query"))
+        attached = otel_context.attach(trace.set_span_in_context(answer))
+        try:
+            handler = super().run(ctx, start_event, **kwargs)
+        except BaseException:
+            answer.end()
+            raise
+        finally:
+            otel_context.detach(attached)
+        ending = asyncio.ensure_future(_end_when_done(handler, answer))
+        _ENDING.add(ending)  # held until done: the loop keeps only weak references to tasks
+        ending.add_done_callback(_ENDING.discard)
+        return handler
+
     def _get_steps(self) -> dict[str, StepFunction[..., Any]]:
         """The steps, cached per instance.
 
@@ -227,8 +257,9 @@ class CitationQueryWorkflow(Workflow):
         if ev.history:
             self._status(ctx, "rewriting", "Rewriting the question")
             waited = time.perf_counter()
-            with upstream("LLM"):
+            with span("rewrite", turns=len(ev.history)) as current, upstream("LLM"):
                 search_query = await condense(self.llm, query, ev.history)
+                annotate(current, search_query=search_query)
             llm_seconds = time.perf_counter() - waited
         trace = RunTrace(query=query, search_query=search_query)
         if ev.history:
@@ -242,8 +273,9 @@ class CitationQueryWorkflow(Workflow):
         """Top-k search of the knowledge base."""
         started = time.perf_counter()
         self._status(ctx, "searching", f"Searching the documents for “{ev.query}”", ev.round)
-        with upstream("embedding"):
+        with span("retrieve", round=ev.round, query=ev.query) as current, upstream("embedding"):
             nodes, embed_seconds = await self.retriever.aretrieve_timed(ev.query)
+            annotate(current, passages=len(nodes))
         if not nodes and ev.round == 1:
             await self.retriever.check()  # a missing or empty collection: one clear error
         trace = await self._trace(ctx)
@@ -256,8 +288,9 @@ class CitationQueryWorkflow(Workflow):
         """Keep the relevant hits; when there are none, retry with a new query or fall back."""
         started = time.perf_counter()
         self._status(ctx, "grading", f"Checking {len(ev.nodes)} passages", ev.round)
-        with upstream("LLM"):
+        with span("grade", round=ev.round, passages=len(ev.nodes)) as current, upstream("LLM"):
             relevant = await self.grader.grade(ev.query, ev.nodes)
+            annotate(current, relevant=len(relevant))
         trace = await self._trace(ctx)
         query, pool = trace.query, trace.pool
         for hit in ev.nodes:
@@ -280,8 +313,9 @@ class CitationQueryWorkflow(Workflow):
         """Word the query differently for the next retrieval round."""
         started = time.perf_counter()
         self._status(ctx, "retrying", f"Nothing relevant yet; retry {ev.round - 1}", ev.round)
-        with upstream("LLM"):
+        with span("reformulate", round=ev.round) as current, upstream("LLM"):
             query = await reformulate(self.llm, ev.original_query, ev.failed_query, ev.round)
+            annotate(current, query=query)
         trace = await self._trace(ctx)
         trace.timed("reformulate", started)
         trace.timed("llm", started)  # the whole step is the LLM call
@@ -292,13 +326,15 @@ class CitationQueryWorkflow(Workflow):
         """Split the relevant chunks into numbered "Source N" citation chunks (also streamed)."""
         started = time.perf_counter()
         self._status(ctx, "citing", f"Preparing sources from {len(ev.nodes)} passages")
-        sources = make_sources(
-            ev.nodes,
-            ev.query,
-            chunk_tokens=self.options.citation_chunk_size,
-            overlap_tokens=self.options.citation_chunk_overlap,
-            max_sources=self.options.max_sources,
-        )
+        with span("cite", passages=len(ev.nodes), grounded=ev.graded_relevant) as current:
+            sources = make_sources(
+                ev.nodes,
+                ev.query,
+                chunk_tokens=self.options.citation_chunk_size,
+                overlap_tokens=self.options.citation_chunk_overlap,
+                max_sources=self.options.max_sources,
+            )
+            annotate(current, sources=len(sources))
         trace = await self._trace(ctx)
         trace.grounded = ev.graded_relevant
         trace.timed("cite", started)
@@ -317,12 +353,27 @@ class CitationQueryWorkflow(Workflow):
             raw = text
         else:
             self._status(ctx, "writing", f"Writing the answer from {len(ev.sources)} sources")
-            with upstream("LLM"):
+            with span("synthesize", sources=len(ev.sources)) as current, upstream("LLM"):
                 synthesis = await self.synthesizer.synthesize(
                     ev.query,
                     ev.sources,
                     on_delta=lambda piece: ctx.write_event_to_stream(AnswerDeltaEvent(delta=piece)),
                 )
+                annotate(
+                    current,
+                    cited=len(synthesis.cited),
+                    unsupported=len(synthesis.unsupported),
+                    **{
+                        f"citations.{origin}": sum(c.origin == origin for c in synthesis.citations)
+                        for origin in ("model", "moved", "added")
+                    },
+                )
+                if self.options.trace_content:
+                    annotate(
+                        current,
+                        answer=synthesis.text,
+                        **{f"source.{n}": source_text(s) for n, s in enumerate(ev.sources, 1)},
+                    )
             text, citations, cited = synthesis.text, synthesis.citations, synthesis.cited
             unsupported = synthesis.unsupported
             raw = synthesis.raw_text
@@ -345,3 +396,19 @@ class CitationQueryWorkflow(Workflow):
                 timings=dict(trace.timings),
             )
         )
+
+
+_ENDING: set[asyncio.Future[None]] = set()
+
+
+async def _end_when_done(handler: WorkflowHandler, answer: Span) -> None:
+    """End a run's ``citeflow.answer`` span when the run ends (its failure, if any, recorded;
+    the caller of the run still gets it)."""
+    try:
+        await handler
+    except asyncio.CancelledError:
+        annotate(answer, cancelled=True)
+    except Exception as exc:
+        failed(answer, exc)
+    finally:
+        answer.end()
