@@ -5,8 +5,14 @@ the median wall time per query is citeflow's own cost: the workflow runtime, ret
 citation chunking, prompt building, streaming and citation repair. LlamaIndex's built-in
 `CitationQueryEngine` runs on the same index, LLM and embedder in the same process for comparison.
 citeflow runs twice: with dense retrieval (the same search work as `CitationQueryEngine`) and with
-its default hybrid retrieval (dense + BM25; in embedded Qdrant the sparse side is scored by
-qdrant-client's local mode in Python, a cost that grows with the collection).
+its default hybrid retrieval (dense + BM25).
+
+Observability (issue 19's target: metrics and tracing add at most 1 ms per answer): the hybrid
+workflow runs twice more, its events streamed as the server streams them: once bare, then through
+`Metrics.observe_events` (every answer metric recorded, as ``/metrics`` counts a stream) with an
+OpenTelemetry SDK tracer provider set (a span per run and per step, batched to an exporter that
+drops them: the cost of making spans, not of a collector). The provider is global and stays set,
+so that variant runs last.
 
     .venv/bin/python bench/engine_overhead.py [--queries 200]
 """
@@ -26,13 +32,26 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from collections.abc import AsyncIterator  # noqa: E402
+from typing import Any  # noqa: E402
+
 from llama_index.core.query_engine import CitationQueryEngine  # noqa: E402
 from llama_index.core.schema import Document  # noqa: E402
+from opentelemetry import trace  # noqa: E402
+from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
+from opentelemetry.sdk.trace.export import (  # noqa: E402
+    BatchSpanProcessor,
+    SpanExporter,
+    SpanExportResult,
+)
+from workflows.events import StopEvent  # noqa: E402
 
+from citeflow.api.metrics import Metrics  # noqa: E402
 from citeflow.citations.text import split_sentences  # noqa: E402
 from citeflow.knowledge_base import KnowledgeBase  # noqa: E402
 from citeflow.query.grading import ScoreGrader  # noqa: E402
 from citeflow.query.retrieval import Retriever, SearchOptions  # noqa: E402
+from citeflow.result import CitedResponse  # noqa: E402
 from citeflow.settings import RetrievalMode, Settings  # noqa: E402
 from citeflow.store import Store  # noqa: E402
 from citeflow.workflows.citation_query import CitationQueryWorkflow, QueryOptions  # noqa: E402
@@ -55,6 +74,13 @@ def ANSWER(prompt: str) -> str:
     return " ".join(sentences) + " It also mentions something else [9]."
 
 
+class Dropped(SpanExporter):
+    """An exporter that drops what it is given."""
+
+    def export(self, spans: Any) -> SpanExportResult:
+        return SpanExportResult.SUCCESS
+
+
 def build() -> KnowledgeBase:
     settings = Settings(_env_file=None, chunk_size=512, chunk_overlap=64)  # type: ignore[call-arg]
     kb = KnowledgeBase(
@@ -65,8 +91,22 @@ def build() -> KnowledgeBase:
     return kb
 
 
+async def _streamed(workflow: CitationQueryWorkflow, query: str) -> AsyncIterator[Any]:
+    """The run's stream events, then its result, as the server's `Engine.events` yields them."""
+    handler = workflow.run(query=query)
+    async for event in handler.stream_events():
+        if not isinstance(event, StopEvent):
+            yield event
+    yield await handler
+
+
 async def time_workflow(
-    kb: KnowledgeBase, n: int, mode: RetrievalMode
+    kb: KnowledgeBase,
+    n: int,
+    mode: RetrievalMode,
+    *,
+    streamed: bool = False,
+    metrics: Metrics | None = None,
 ) -> tuple[list[float], list[float], list[float]]:
     """Wall time per query, the part spent inside the LLM and embedder calls, and retrieval."""
     retriever = Retriever(
@@ -83,12 +123,25 @@ async def time_workflow(
         options=QueryOptions(),
         timeout=None,
     )
+
+    async def answer(query: str) -> CitedResponse:
+        if not streamed:
+            result: CitedResponse = await workflow.run(query=query)
+            return result
+        items = _streamed(workflow, query)
+        if metrics is not None:
+            items = metrics.observe_events(items, lambda r: {"prompt_tokens": 1})
+        async for item in items:
+            if isinstance(item, CitedResponse):
+                result = item
+        return result
+
     for q in QUESTIONS:  # warm-up
-        await workflow.run(query=q)
+        await answer(q)
     times, model, retrieval = [], [], []
     for i in range(n):
         started = time.perf_counter()
-        result = await workflow.run(query=QUESTIONS[i % len(QUESTIONS)])
+        result = await answer(QUESTIONS[i % len(QUESTIONS)])
         times.append(time.perf_counter() - started)
         model.append(result.timings.get("llm", 0.0) + result.timings.get("embed", 0.0))
         retrieval.append(result.timings.get("retrieve", 0.0) - result.timings.get("embed", 0.0))
@@ -135,12 +188,29 @@ def main() -> None:
     rows.append(
         ("LlamaIndex CitationQueryEngine: wall time", time_citation_engine(kb, args.queries))
     )
+    observed: dict[str, list[float]] = {}
+    for name in ("streamed", "streamed + metrics + tracing"):
+        if name != "streamed":
+            provider = TracerProvider()
+            provider.add_span_processor(BatchSpanProcessor(Dropped()))
+            trace.set_tracer_provider(provider)
+        run = time_workflow(
+            kb, args.queries, "hybrid", streamed=True, metrics=Metrics() if "+" in name else None
+        )
+        ours, model, _ = asyncio.run(run)
+        observed[name] = [t - m for t, m in zip(ours, model, strict=True)]
+        rows.append((f"citeflow hybrid {name}: engine overhead", observed[name]))
     print(f"engine overhead per query, {args.queries} queries, essay in Qdrant :memory:")
     print(f"{'':48s} {'median ms':>10s} {'p95 ms':>8s}")
     for name, times in rows:
         ms = sorted(t * 1000 for t in times)
         print(f"{name:48s} {statistics.median(ms):10.2f} {ms[int(0.95 * len(ms)) - 1]:8.2f}")
+    added = statistics.median(observed["streamed + metrics + tracing"]) - statistics.median(
+        observed["streamed"]
+    )
+    print(f"metrics + tracing add {added * 1000:.2f} ms per answer (median against median)")
     print("target: citeflow engine overhead median <= 5 ms (dense: the same work as the baseline)")
+    print("target: metrics and tracing add <= 1 ms per answer")
 
 
 if __name__ == "__main__":
