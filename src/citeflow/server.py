@@ -104,13 +104,11 @@ class AccessLog:
 
         def line(status: int) -> None:
             ms = round(1000 * (time.perf_counter() - started))
-            log.info(
-                "%s %s %d",
-                scope["method"],
-                scope["path"],
-                status,
-                extra={"status": status, "ms": ms},
-            )
+            extra: dict[str, Any] = {"status": status, "ms": ms}
+            user = scope.get("state", {}).get("user")  # `citeflow.api.users`
+            if user:
+                extra["user"] = user
+            log.info("%s %s %d", scope["method"], scope["path"], status, extra=extra)
 
         async def send_logged(message: Message) -> None:
             nonlocal responded

@@ -258,6 +258,12 @@ class Settings(BaseSettings):
         description="/docs, /redoc and /openapi.json: auto (on only when bound to loopback) | on "
         "| off; with API keys they need the key too.",
     )
+    openwebui_jwt_secret: SecretStr | None = Field(
+        default=None,
+        description="Open WebUI's FORWARD_USER_INFO_HEADER_JWT_SECRET: forwarded users are then "
+        "believed only from its signed X-OpenWebUI-User-Jwt (empty: from the plain "
+        "X-OpenWebUI-User-* headers).",
+    )
     trace_content: bool = Field(
         default=False,
         description="Debugging: OpenTelemetry spans also carry the sources' text and the answer "

@@ -16,6 +16,7 @@
 | `exposure` | what may be served where: no keys on a non-loopback host refused; docs on or off |
 | `docs` | the OpenAPI schema (bearer scheme, request bodies) and ``/docs``, ``/redoc`` |
 | `routes` | the endpoints: health, models, chat completions |
+| `users` | the Open WebUI user a request is for (forwarded headers, signed token checked) |
 | `metrics` | `Metrics`: Prometheus series, their middleware and ``GET /metrics`` |
 | `documents` | the endpoints of documents: upload, list, delete, original files |
 

@@ -65,11 +65,17 @@ STATUS_TYPES: dict[int, str] = {
 
 
 class AuthenticationError(CiteflowError):
-    """The bearer key is missing or not one of ``CITEFLOW_API_KEYS``."""
+    """The bearer key is missing or not one of ``CITEFLOW_API_KEYS`` (or a forwarded user's
+    signed token is not valid: `citeflow.api.users`)."""
 
     kind = "authentication_error"
     status = 401
     code = "invalid_api_key"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
 
 
 class PermissionDeniedError(CiteflowError):

@@ -129,8 +129,11 @@ class RequestRate:
             del self._buckets[key]
 
 
-def client_id(token: str | None, address: str | None) -> str:
-    """Who a request is from, for `RequestRate`: its bearer key (hashed), else its address."""
+def client_id(token: str | None, address: str | None, *, user: str | None = None) -> str:
+    """Who a request is from, for `RequestRate`: the Open WebUI user it is for
+    (`citeflow.api.users`), else its bearer key (hashed), else its address."""
+    if user:
+        return "user:" + hashlib.sha256(user.encode()).hexdigest()[:32]
     if token:
         return "key:" + hashlib.sha256(token.encode()).hexdigest()[:32]
     return f"addr:{address or 'unknown'}"

@@ -41,6 +41,7 @@ from citeflow.api.schemas import (
     ModelCard,
     ModelList,
 )
+from citeflow.api.users import forwarded_user
 
 log = logging.getLogger("citeflow.server")
 
@@ -199,7 +200,12 @@ async def chat_completions(
     HTTP 429 with ``Retry-After``.
     """
     address = request.client.host if request.client else None
-    slot = limits.admit(client_id(bearer_token(request), address))
+    secret = engine.settings.openwebui_jwt_secret
+    user = forwarded_user(request, secret.get_secret_value() if secret else None)
+    if user is not None:
+        request.state.user = user.id  # the access log's ``user``
+    who = client_id(bearer_token(request), address, user=user.id if user else None)
+    slot = limits.admit(who)
     response: Response | None = None
     try:
         response = await _chat(request, engine, links, slot)
