@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI
+from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from citeflow import __version__
@@ -81,6 +82,14 @@ def create_app(engine: Engine) -> FastAPI:
         app.include_router(metrics.router)
     app.add_middleware(metrics.MetricsMiddleware, metrics=app.state.metrics)
     app.add_middleware(AccessLog)
+    if engine.settings.cors_origins:  # browsers calling the API: Open WebUI Direct Connections
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=engine.settings.cors_origins,
+            allow_methods=["GET", "POST", "DELETE"],
+            allow_headers=["Authorization", "Content-Type", "X-Citeflow-Source-List"],
+            max_age=600,
+        )
     return app
 
 

@@ -269,6 +269,16 @@ class Settings(BaseSettings):
         description="Debugging: OpenTelemetry spans also carry the sources' text and the answer "
         "(off: counts and the question only).",
     )
+    annotations: Literal["auto", "on", "off"] = Field(
+        default="auto",
+        description="Cited sources as OpenAI url_citation annotations too: auto (requests from "
+        "a browser, e.g. an Open WebUI Direct Connection) | on | off.",
+    )
+    cors_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Web origins allowed to call the API from a browser (CORS), comma-separated "
+        "(https://chat.example.com): Open WebUI Direct Connections need theirs.",
+    )
     metrics: bool = Field(
         default=True,
         description="Serve Prometheus metrics at GET /metrics (with API keys, behind the key).",
@@ -310,6 +320,13 @@ class Settings(BaseSettings):
     @classmethod
     def _parse_api_keys(cls, value: object) -> object:
         return parse_api_keys(value) if isinstance(value, str) else value
+
+    @field_validator("cors_origins", mode="before")
+    @classmethod
+    def _parse_origins(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [o.strip().rstrip("/") for o in value.split(",") if o.strip()]
+        return value
 
     @field_validator("api_keys")
     @classmethod

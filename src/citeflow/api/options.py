@@ -31,6 +31,12 @@ class ServerOptions:
             clients that ignore Open WebUI's source events); off, since Open WebUI would show
             the sources twice. A request can ask for it (``"citeflow": {"source_list": true}``
             or the ``X-Citeflow-Source-List: true`` header).
+        annotations: send each cited source as an OpenAI ``url_citation`` annotation too
+            (``delta.annotations`` in streams, ``message.annotations`` otherwise): ``auto`` for
+            requests from a browser (an ``Origin`` header: an Open WebUI Direct Connection,
+            whose source events Open WebUI ignores), ``on`` for every request (other OpenAI
+            clients; Open WebUI's server-side connections would then list each source twice),
+            ``off``.
         cancel_timeout: seconds to wait for a cancelled workflow run to wind down.
         max_concurrent_chats: chat completions in progress at once; more get HTTP 429 (0: off).
         chats_per_minute: chat completions per minute per client; more get HTTP 429 (0: off).
@@ -48,6 +54,7 @@ class ServerOptions:
     max_upload_bytes: int = 50_000_000
     keepalive_seconds: float = 10.0
     source_list: bool = False
+    annotations: Literal["auto", "on", "off"] = "auto"
     cancel_timeout: float = 2.0
     max_concurrent_chats: int = 128
     chats_per_minute: int = 0

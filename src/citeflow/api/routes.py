@@ -133,6 +133,15 @@ def wants_source_list(
     return options.source_list
 
 
+def wants_annotations(request: Request, options: ServerOptions) -> bool:
+    """``url_citation`` annotations: always, never, or (auto) for a browser's request, which
+    carries an ``Origin`` header (an Open WebUI Direct Connection: Open WebUI ignores its source
+    events but reads annotations)."""
+    if options.annotations == "auto":
+        return "origin" in request.headers
+    return options.annotations == "on"
+
+
 async def _disconnected(request: Request) -> None:
     """Return when the client goes away (the body has been read already)."""
     while True:
@@ -236,6 +245,7 @@ async def _chat(request: Request, engine: Engine, links: DocumentLinks, slot: Sl
         source_list=wants_source_list(request, chat, options),
         include_usage=bool(chat.stream_options and chat.stream_options.include_usage),
         prompt_text=conversation.prompt_text,
+        annotations=wants_annotations(request, options),
     )
     metrics: Metrics = request.app.state.metrics
     if chat.stream:

@@ -199,6 +199,24 @@ def source_payload(
     }
 
 
+def url_citation(payload: SourceData, number: int, at: int = 0) -> dict[str, Any]:
+    """Cited source ``number`` as an OpenAI ``url_citation`` annotation: its document's name and
+    link. Open WebUI keys an annotation's source by its URL and numbers sources in the order
+    they arrive, so the URL carries the number (``#source-N``) to stay unique per number;
+    ``start_index``/``end_index`` span the ``[N]`` marker in the answer."""
+    base = payload["source"]["url"].split("#", 1)[0]
+    marker = f"[{number}]"
+    return {
+        "type": "url_citation",
+        "url_citation": {
+            "url": f"{base}#source-{number}",
+            "title": payload["source"]["name"],
+            "start_index": at,
+            "end_index": at + len(marker),
+        },
+    }
+
+
 def source_list_markdown(
     result: CitedResponse, mapping: Mapping[int, int], payloads: Sequence[SourceData]
 ) -> str:
@@ -231,6 +249,8 @@ class ChatStream:
         source_list: append a Markdown list of the cited sources at the end.
         include_usage: send OpenAI's separate usage chunk (``stream_options.include_usage``).
         prompt_text: the request's message text (for the token estimate).
+        annotations: also send each cited source as an OpenAI ``url_citation`` annotation
+            (`url_citation`), for clients that drop Open WebUI's events.
     """
 
     def __init__(
@@ -243,6 +263,7 @@ class ChatStream:
         source_list: bool = False,
         include_usage: bool = False,
         prompt_text: str = "",
+        annotations: bool = False,
         completion_id: str | None = None,
         created: int | None = None,
     ) -> None:
@@ -255,6 +276,8 @@ class ChatStream:
         self.source_list = source_list
         self.include_usage = include_usage
         self.prompt_text = prompt_text
+        self.annotations = annotations
+        self.url_citations: list[dict[str, Any]] = []
         self.sources: list[SourceData] = []
         self.content: list[str] = []
         self._numbers = CitationRenumberer()
@@ -327,6 +350,12 @@ class ChatStream:
             )
             self.sources.append(payload)
             chunks.append(self._event("source", payload))
+            if self.annotations:
+                number = self._numbers.mapping[old]
+                at = len("".join(self.content)) + max(0, text.find(f"[{number}]"))
+                annotation = url_citation(payload, number, at)
+                self.url_citations.append(annotation)
+                chunks.append(self.delta_chunk({"annotations": [annotation]}))
         if text:
             self.content.append(text)
             chunks.append(self.delta_chunk({"content": text}))
@@ -385,18 +414,15 @@ class ChatStream:
         self.on_sources(result.source_nodes)
         self.on_delta(result.response or "")
         finish = self.finish(result)
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(self.content)}
+        if self.annotations:
+            message["annotations"] = list(self.url_citations)
         return {
             "id": self.id,
             "object": "chat.completion",
             "created": self.created,
             "model": self.model,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": "".join(self.content)},
-                    "finish_reason": "stop",
-                }
-            ],
+            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
             "usage": next(c["usage"] for c in finish if "usage" in c),
             "sources": list(self.sources),
             "unsupported": list(result.unsupported),
