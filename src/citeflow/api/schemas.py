@@ -7,6 +7,7 @@ a request (which message is the question, which ones are history) is `Conversati
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
 
@@ -101,7 +102,11 @@ class Conversation:
                 non-empty user message (HTTP 400).
             PayloadTooLargeError: a message longer than ``max_chars`` (HTTP 413).
         """
-        messages = request.messages
+        return cls.from_messages(request.messages, max_chars=max_chars)
+
+    @classmethod
+    def from_messages(cls, messages: Sequence[ChatMessageIn], *, max_chars: int) -> Conversation:
+        """`from_request` for the messages alone (also ``POST /search``'s ``messages``)."""
         if not messages:
             raise BadRequestError(
                 "'messages' is empty; send at least one user message", param="messages"
