@@ -21,7 +21,7 @@ from citeflow.errors import UpstreamError
 from citeflow.knowledge_base import KnowledgeBase
 from tests.conftest import FACTS
 from tests.fakes.llm import ScriptedLLM
-from tests.server_helpers import asgi_client
+from tests.server_helpers import CountingEmbedding, asgi_client
 
 #: every key a result's metadata may have: what a chat completion's sources show, plus the
 #: collection and the chunk index
@@ -222,6 +222,19 @@ async def test_several_collections_merged_and_deduplicated(
     default = (await client.post("/search", json=query)).json()
     assert not any("Geese" in t for t in default["documents"][0])
     assert {m["collection"] for m in default["metadatas"][0]} == {"kb"}
+
+
+async def test_a_query_is_embedded_once_for_all_collections(kb: KnowledgeBase) -> None:
+    _collection(kb, "birds", {"geese": "Geese live near lakes."})
+    embed = CountingEmbedding()
+    engine = Engine(kb.settings, store=kb.store, embed_model=embed, llm=ScriptedLLM(["unused"]))
+    async with asgi_client(engine) as c:
+        response = await c.post(
+            "/search",
+            json={"queries": ["ducks", "geese lakes"], "collection_names": ["kb", "birds"]},
+        )
+    assert response.status_code == 200, response.text
+    assert embed.queries == 2
 
 
 async def test_the_same_text_from_two_rounds_counts_once(kb: KnowledgeBase) -> None:

@@ -245,8 +245,8 @@ class Search:
         retriever = self.first.retriever
         embedding = None
         with upstream("embedding"):
-            if retriever.mode != "keyword":
-                embedding = await retriever.embed_query(query)
+            if len(self.workflows) > 1 and retriever.mode != "keyword":
+                embedding = await retriever.embed_query(query)  # one collection: its own way
             rankings = await asyncio.gather(
                 *(
                     w.retriever.aretrieve(query, self.plan.k, embedding=embedding)
