@@ -156,32 +156,32 @@ def plan_search(body: SearchRequest, *, max_chars: int) -> SearchPlan:
 # --- the search ----------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Found:
-    """A hit and the knowledge base it came from."""
+    """A hit, the knowledge base it came from, and what makes two hits the same result: their
+    text, whitespace aside (`of`)."""
 
     collection: str
     hit: NodeWithScore
+    key: str
+
+    @classmethod
+    def of(cls, collection: str, hit: NodeWithScore) -> Found:
+        return cls(collection, hit, " ".join(source_text(hit).split()))
 
     @property
     def score(self) -> float:
         return float(self.hit.score or 0.0)
 
 
-def _text_key(found: Found) -> str:
-    """What makes two chunks the same result: their text, whitespace aside."""
-    return " ".join(source_text(found.hit).split())
-
-
-def _merge(into: dict[str, Found], found: Sequence[Found]) -> None:
-    """Add ``found`` to ``into`` (by text), keeping the better scored of equal texts."""
-    for item in found:
-        key = _text_key(item)
-        known = into.get(key)
+def _merge(into: dict[str, Found], items: Sequence[Found]) -> None:
+    """Add ``items`` to ``into`` (by text), keeping the better scored of equal texts."""
+    for item in items:
+        known = into.get(item.key)
         if known is None or item.score > known.score:
-            into[key] = item
+            into[item.key] = item
 
 
-def _best_first(found: Sequence[Found]) -> list[Found]:
-    return sorted(found, key=lambda f: -f.score)
+def _best_first(items: Sequence[Found]) -> list[Found]:
+    return sorted(items, key=lambda f: -f.score)
 
 
 class Search:
@@ -255,7 +255,7 @@ class Search:
             )
         merged: dict[str, Found] = {}
         for workflow, hits in zip(self.workflows, rankings, strict=True):
-            _merge(merged, [Found(workflow.retriever.collection, hit) for hit in hits])
+            _merge(merged, [Found.of(workflow.retriever.collection, hit) for hit in hits])
         return _best_first(list(merged.values()))
 
     async def _query(self, query: str) -> list[Found]:
