@@ -8,7 +8,7 @@ WebUI fork).
 
 The body is ``{"queries": [...]}`` or ``{"messages": [...]}``, with ``collection_names``
 (default: the server's default knowledge base) and ``k`` (results per query, 1 to
-`MAX_SEARCH_K`); the answer is ``{"documents": [[...]], "metadatas": [[...]], "distances":
+`citeflow.api.schemas.MAX_SEARCH_K`); the answer is ``{"documents": [[...]], "metadatas": [[...]], "distances":
 [[...]]}``, one list per query (`citeflow.api.schemas.SearchRequest`, `SearchResponse`).
 
 A search is the first half of a chat completion, done by the workflow's own components
@@ -24,7 +24,9 @@ chunk in two knowledge bases, or found by two rounds); results are sorted by the
 
 ``distances`` are the relevance a chat completion's sources show: the query embedding's cosine
 with the chunk, clamped to [0, 1] (in ``keyword`` retrieval, BM25's score s as s / (1 + s)).
-Open WebUI sorts merged results by distance, so the distance is the ranking.
+Each list is sorted by it: hybrid fusion chooses each knowledge base's k chunks, their cosine
+orders the merged list (a fused score is relative to its own search, so it does not compare
+across knowledge bases), and Open WebUI sorts the results it merges by distance anyway.
 
 The budget (``CITEFLOW_SEARCH_TIMEOUT``, `ServerOptions.search_timeout`) bounds the work that
 waits: the rewrite (out of time: the last user message as it is), grading by the LLM, the
