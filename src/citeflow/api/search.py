@@ -8,8 +8,9 @@ WebUI fork).
 
 The body is ``{"queries": [...]}`` or ``{"messages": [...]}``, with ``collection_names``
 (default: the server's default knowledge base) and ``k`` (results per query, 1 to
-`citeflow.api.schemas.MAX_SEARCH_K`); the answer is ``{"documents": [[...]], "metadatas": [[...]], "distances":
-[[...]]}``, one list per query (`citeflow.api.schemas.SearchRequest`, `SearchResponse`).
+`citeflow.api.schemas.MAX_SEARCH_K`); the answer is ``{"documents": [[...]], "metadatas":
+[[...]], "distances": [[...]]}``, one list per query (`citeflow.api.schemas.SearchRequest`,
+`SearchResponse`).
 
 A search is the first half of a chat completion, done by the workflow's own components
 (`citeflow.workflows.citation_query`): with ``messages``, the rewrite (`condense`: the last user
