@@ -2,9 +2,9 @@
 
 Hand-written strategies for each route's input (chat completion bodies, well-formed or not,
 raw bytes, lone surrogates, deep nesting; multipart uploads with odd file names; collection
-names, document ids and signed-link parameters; wrong methods and paths), sent through ASGI to
-the app over fakes. Every response must be under 500; every JSON response an object (an error's
-in the OpenAI shape); every stream must end with ``data: [DONE]``.
+names, document ids and signed-link parameters; search bodies of either form; wrong methods and
+paths), sent through ASGI to the app over fakes. Every response must be under 500; every JSON
+response an object (an error's in the OpenAI shape); every stream must end with ``data: [DONE]``.
 
 Bounded for CI: a fixed number of examples from a fixed seed (``derandomize``), a few seconds
 in all. To explore further: ``FUZZ_EXAMPLES=2000 FUZZ_RANDOM=1 pytest tests/test_server_fuzz.py``.
@@ -171,6 +171,34 @@ chat_raw = st.one_of(
         st.integers(1, 3000),
     ),
 )
+#: ``POST /search`` bodies: either form, well-formed or not, any text in them.
+search_bodies = st.fixed_dictionaries(
+    {},
+    optional={
+        "queries": st.one_of(
+            st.lists(st.text(min_size=1, max_size=60) | texts, max_size=3),
+            st.lists(st.sampled_from(["Who bought Viaweb?", "ducks"]), min_size=1, max_size=2),
+            json_values,
+        ),
+        "messages": st.one_of(
+            st.builds(lambda h, q: [*h, q], st.lists(messages, max_size=3), questions),
+            st.lists(messages, max_size=3),
+            json_values,
+        ),
+        "collection_names": st.one_of(
+            st.lists(st.sampled_from(["kb", "citeflow-kb", "nothing"]) | texts, max_size=3),
+            json_values,
+        ),
+        "k": st.one_of(st.integers(-2, 60), st.integers(), json_values),
+        "retrieval_query_generation_prompt_template": json_values,
+    },
+)
+search_raw = st.one_of(
+    st.builds(_encode, search_bodies, st.sampled_from(["ascii", "utf-8"])),
+    st.builds(_encode, search_bodies, st.sampled_from(["ascii", "utf-8"])),
+    st.builds(lambda body, cut: _encode(body, "ascii")[:cut], search_bodies, st.integers(0, 80)),
+    st.binary(max_size=64),
+)
 content_types = st.sampled_from(
     ["application/json", "application/json", "text/plain", "", "application/json; charset=x"]
 )
@@ -304,6 +332,13 @@ def well_formed_upload_requests(draw: st.DrawFn) -> Request:
 
 
 @st.composite
+def search_requests(draw: st.DrawFn) -> Request:
+    """``POST /search`` (or ``/v1/search``) with any body."""
+    path = draw(st.sampled_from(["/search", "/v1/search"]))
+    return "POST", path, {"content-type": draw(content_types)}, draw(search_raw)
+
+
+@st.composite
 def other_requests(draw: st.DrawFn) -> Request:
     """Any method on any path of the API, and paths that are not."""
     method = draw(st.sampled_from(["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD"]))
@@ -317,6 +352,8 @@ def other_requests(draw: st.DrawFn) -> Request:
                 "/v1/collections/kb/documents",
                 "/v1/collections/kb/documents/ducks",
                 "/v1/documents/kb/ducks/file",
+                "/search",
+                "/v1/search",
                 "/openapi.json",
                 "/docs",
                 "/v1/nothing",
@@ -328,7 +365,11 @@ def other_requests(draw: st.DrawFn) -> Request:
 
 
 any_requests = st.one_of(
-    well_formed_chat_requests(), chat_requests(), document_requests(), other_requests()
+    well_formed_chat_requests(),
+    chat_requests(),
+    document_requests(),
+    search_requests(),
+    other_requests(),
 )
 
 
@@ -397,6 +438,12 @@ async def test_no_chat_request_gets_a_5xx(client: httpx.AsyncClient, request: Re
 @FUZZ
 @given(request=well_formed_upload_requests() | document_requests())
 async def test_no_document_request_gets_a_5xx(client: httpx.AsyncClient, request: Request) -> None:
+    await _no_5xx(client, request)
+
+
+@FUZZ
+@given(request=search_requests())
+async def test_no_search_request_gets_a_5xx(client: httpx.AsyncClient, request: Request) -> None:
     await _no_5xx(client, request)
 
 

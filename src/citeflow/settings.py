@@ -304,6 +304,14 @@ class Settings(BaseSettings):
         description="Chat completions per minute per API key (or per client address without "
         "keys); more get 429. 0: off.",
     )
+    search_timeout: float = Field(
+        default=10.0,
+        gt=0,
+        le=600,
+        description="POST /search: seconds one search may take; past them it answers with what "
+        "it has (the first search always runs; the rewrite, LLM grading and retry rounds are "
+        "cut short).",
+    )
     serve_embed_threads: int = Field(
         default=1,
         ge=0,

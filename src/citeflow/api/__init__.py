@@ -19,6 +19,7 @@
 | `users` | the Open WebUI user a request is for (forwarded headers, signed token checked) |
 | `metrics` | `Metrics`: Prometheus series, their middleware and ``GET /metrics`` |
 | `documents` | the endpoints of documents: upload, list, delete, original files |
+| `search` | ``POST /search``: graded chunks for Open WebUI deployments with external retrieval |
 
 `citeflow.server` assembles them: ``create_app(engine)`` and ``serve(settings)``.
 """

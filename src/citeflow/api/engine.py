@@ -19,7 +19,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,7 @@ class Engine:
         self.started = int(time.time())
         self._workflows: dict[str, CitationQueryWorkflow] = {}
         self._opened: dict[str, tuple[str, float]] = {}  # model -> (collection, checked at)
+        self._known: tuple[frozenset[str], float] | None = None  # collections, listed at
         self._ingest_lock = asyncio.Lock()
 
     @classmethod
@@ -117,11 +118,20 @@ class Engine:
         """The knowledge bases in the store."""
         return await asyncio.to_thread(self.store.collections)
 
-    def _resolve(self, model: str) -> str:
-        known = self.store.collections()
-        for candidate in (model.removeprefix(MODEL_PREFIX), model):
+    @staticmethod
+    def match(name: str, known: Collection[str]) -> str | None:
+        """The collection of ``known`` that a model id or collection name means, if any:
+        ``citeflow-<collection>``, else the name as it is."""
+        for candidate in (name.removeprefix(MODEL_PREFIX), name):
             if candidate in known:
                 return candidate
+        return None
+
+    def _resolve(self, model: str) -> str:
+        known = self.store.collections()
+        found = self.match(model, known)
+        if found is not None:
+            return found
         listed = ", ".join(self.model_id(c) for c in known) or "none; ingest documents first"
         raise ModelNotFoundError(f"the model {model!r} does not exist (available: {listed})")
 
@@ -161,6 +171,25 @@ class Engine:
         collection = await asyncio.to_thread(self._open, model)
         self._opened[model] = (collection, now)
         return collection
+
+    async def find_collections(self, names: Sequence[str]) -> list[str | None]:
+        """The collection each of ``names`` means (`match`: a collection name or a model id),
+        None for a name that none is.
+
+        The store's list of collections is remembered for `OPEN_TTL` seconds while it holds
+        every name asked for (asked again as soon as one is missing), for the reason given in
+        `open_collection`.
+        """
+        now = time.monotonic()
+        known = self._known
+        if (
+            known is None
+            or now - known[1] >= OPEN_TTL
+            or any(self.match(name, known[0]) is None for name in names)
+        ):
+            known = (frozenset(await self.collections()), now)
+            self._known = known
+        return [self.match(name, known[0]) for name in names]
 
     def knowledge_base(self, collection: str) -> KnowledgeBase:
         return KnowledgeBase(
@@ -242,6 +271,11 @@ class Engine:
             raise as_upstream_error(exc) from exc
         return extract_json(reply.message.content or "")
 
+    def _forget(self) -> None:
+        """Forget what is remembered of the collections (their documents changed)."""
+        self._opened.clear()
+        self._known = None
+
     # --- documents ---------------------------------------------------------------------------
     def upload_dir(self, collection: str) -> Path:
         """Where uploaded files of a collection are kept (they are the documents' originals)."""
@@ -257,7 +291,7 @@ class Engine:
             try:
                 return await asyncio.to_thread(kb.ingest, list(paths), progress=False)
             finally:
-                self._opened.clear()
+                self._forget()
 
     def _records(self, collection: str) -> dict[str, DocumentRecord]:
         if not self.store.exists(collection):
@@ -293,7 +327,7 @@ class Engine:
             try:
                 await asyncio.to_thread(self.store.delete_document, collection, doc_id)
             finally:
-                self._opened.clear()
+                self._forget()
         path = Path(record.file_path) if record.file_path else None
         if path is not None and path.parent == self.upload_dir(collection).resolve():
             await asyncio.to_thread(path.unlink, missing_ok=True)

@@ -120,6 +120,16 @@ class ModelNotFoundError(CollectionNotFoundError):
     code = "model_not_found"
 
 
+class UnknownCollectionError(CollectionNotFoundError):
+    """A request names a knowledge base that does not exist, in parameter ``param``."""
+
+    code = "collection_not_found"
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
 class BadRequestError(InvalidRequestError):
     """An invalid request, naming the offending parameter (``param``) when there is one."""
 

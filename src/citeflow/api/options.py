@@ -1,4 +1,5 @@
-"""The server's own knobs: request limits, keep-alive interval, the Markdown source list default.
+"""The server's own knobs: request limits, keep-alive interval, the Markdown source list default,
+the search budget.
 
 They are not (yet) fields of `citeflow.settings.Settings`; `ServerOptions.from_settings` reads
 them from the settings when a field of the same name exists there, so adding one to `Settings`
@@ -40,6 +41,8 @@ class ServerOptions:
         cancel_timeout: seconds to wait for a cancelled workflow run to wind down.
         max_concurrent_chats: chat completions in progress at once; more get HTTP 429 (0: off).
         chats_per_minute: chat completions per minute per client; more get HTTP 429 (0: off).
+        search_timeout: seconds one ``POST /search`` may take; past them it answers with what
+            it has (`citeflow.api.search`), never with an error.
         loop: uvicorn's event loop: ``auto`` (uvloop when installed, else asyncio), ``uvloop``
             or ``asyncio``.
         http: uvicorn's HTTP/1.1 implementation: ``auto`` (httptools when installed, else h11),
@@ -58,6 +61,7 @@ class ServerOptions:
     cancel_timeout: float = 2.0
     max_concurrent_chats: int = 128
     chats_per_minute: int = 0
+    search_timeout: float = 10.0
     loop: Literal["auto", "uvloop", "asyncio"] = "auto"
     http: Literal["auto", "httptools", "h11"] = "auto"
     gc_freeze: bool = True

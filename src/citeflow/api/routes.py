@@ -6,6 +6,7 @@
 | ``GET /health/ready`` | no | the store answers, the providers are loaded (else 503); status only |
 | ``GET /v1/models``, ``GET /v1/models/{id}`` | yes | one model per knowledge base |
 | ``POST /v1/chat/completions`` | yes | a cited answer; SSE when ``stream`` is true |
+| ``POST /search``, ``POST /v1/search`` | yes | graded chunks per query (`citeflow.api.search`) |
 
 Chat completions are admitted by `citeflow.api.limits.ChatLimits` (HTTP 429 with
 ``Retry-After`` past the limits); a stream holds its slot until it ends.

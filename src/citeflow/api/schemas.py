@@ -1,4 +1,5 @@
-"""The OpenAI chat API subset citeflow speaks: request and response models, Open WebUI payloads.
+"""The OpenAI chat API subset citeflow speaks: request and response models, Open WebUI payloads;
+the documents' and ``POST /search``'s models.
 
 Requests accept and ignore what citeflow does not use (``tools``, ``tool_choice``,
 ``temperature``, ...): Open WebUI sends some thirty tool definitions with every chat. Interpreting
@@ -7,12 +8,14 @@ a request (which message is the question, which ones are history) is `Conversati
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
 
 from llama_index.core.llms import ChatMessage as LlamaChatMessage
 from llama_index.core.llms import MessageRole
 from pydantic import BaseModel, ConfigDict, Field
+from typing_extensions import TypedDict as ExtTypedDict  # pydantic needs it before Python 3.12
 
 from citeflow.api.errors import BadRequestError, PayloadTooLargeError
 from citeflow.citations.markers import strip_markers
@@ -101,7 +104,11 @@ class Conversation:
                 non-empty user message (HTTP 400).
             PayloadTooLargeError: a message longer than ``max_chars`` (HTTP 413).
         """
-        messages = request.messages
+        return cls.from_messages(request.messages, max_chars=max_chars)
+
+    @classmethod
+    def from_messages(cls, messages: Sequence[ChatMessageIn], *, max_chars: int) -> Conversation:
+        """`from_request` for the messages alone (also ``POST /search``'s ``messages``)."""
         if not messages:
             raise BadRequestError(
                 "'messages' is empty; send at least one user message", param="messages"
@@ -255,6 +262,77 @@ class DocumentList(BaseModel):
     object: Literal["list"] = "list"
     collection: str
     data: list[DocumentInfo]
+
+
+# --- POST /search --------------------------------------------------------------------------------
+#: ``k``: results per query, by default and at most
+SEARCH_K = 5
+MAX_SEARCH_K = 50
+#: most search strings, and knowledge bases, one search may name
+MAX_SEARCH_QUERIES = 20
+MAX_SEARCH_COLLECTIONS = 20
+
+
+class SearchRequest(BaseModel):
+    """``POST /search``: the retrieval contract of Open WebUI deployments that send retrieval to
+    a separate service. ``queries`` or ``messages``; with ``messages``, the query is made from
+    the conversation and ``queries`` is ignored. Other fields (e.g.
+    ``retrieval_query_generation_prompt_template``) are accepted and ignored."""
+
+    model_config = ConfigDict(extra="allow")
+
+    queries: list[str] | None = Field(
+        default=None,
+        max_length=MAX_SEARCH_QUERIES,
+        description="Search strings; the answer holds one list of results per string.",
+    )
+    messages: list[ChatMessageIn] | None = Field(
+        default=None,
+        description="A chat (OpenAI messages): its last user message, made standalone from "
+        "the earlier turns as a chat completion's is, is the one query.",
+    )
+    collection_names: list[str] | None = Field(
+        default=None,
+        max_length=MAX_SEARCH_COLLECTIONS,
+        description="Knowledge bases to search (names, or model ids citeflow-<name>); left "
+        "out: the server's default one.",
+    )
+    k: int = Field(
+        default=SEARCH_K,
+        ge=1,
+        le=MAX_SEARCH_K,
+        strict=True,
+        description="Results per query, at most.",
+    )
+
+
+class SearchMetadata(ExtTypedDict, total=False):
+    """What a result's citation needs; nothing a chat completion's sources do not show."""
+
+    source: str
+    name: str
+    doc_id: str
+    file_name: str
+    collection: str
+    page: int
+    chunk_index: int
+    url: str
+
+
+class SearchResponse(BaseModel):
+    """The results of a search, one list per query, best first (parallel lists)."""
+
+    documents: list[list[str]] = Field(description="The chunks' texts.")
+    metadatas: list[list[SearchMetadata]] = Field(
+        description="Per chunk: ``source`` (its document's id, Open WebUI's grouping key), "
+        "``name`` (file name, and page), ``doc_id``, ``file_name``, ``collection``, ``page`` "
+        "(0-based, when the document has pages), ``chunk_index`` and ``url`` (the original, or "
+        "its document's link on this server, signed when the server has keys)."
+    )
+    distances: list[list[float]] = Field(
+        description="Relevance in [0, 1], higher is better: the query's cosine similarity "
+        "with the chunk, as a chat completion's sources show it."
+    )
 
 
 # --- Open WebUI event payloads (streamed as plain dicts by `citeflow.api.wire`) -------------------

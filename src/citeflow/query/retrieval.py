@@ -238,15 +238,20 @@ class Retriever:
         ranking.embed_seconds = embed_seconds
         return ranking
 
-    async def asearch(self, query: str, top_k: int | None = None) -> Ranking:
+    async def asearch(
+        self, query: str, top_k: int | None = None, *, embedding: list[float] | None = None
+    ) -> Ranking:
         """The ``top_k`` best chunks for ``query`` in fused order, with their relevance.
 
         An in-process embedder and the store share one worker-thread hop; an HTTP embedder is
-        awaited natively first.
+        awaited natively first. ``embedding``: the query's embedding when the caller has it
+        already (one query searched in several collections: `embed_query` once).
         """
         k = top_k or self.top_k
         try:
-            if self._native and self.mode != "keyword":
+            if embedding is not None and self.mode != "keyword":
+                ranking = await asyncio.to_thread(self._search, embedding, query, k)
+            elif self._native and self.mode != "keyword":
                 started = time.perf_counter()
                 embedding = await self.embed_model.aget_query_embedding(query)
                 embed_seconds = time.perf_counter() - started
@@ -259,10 +264,13 @@ class Retriever:
             raise
         return ranking
 
-    async def aretrieve(self, query: str, top_k: int | None = None) -> list[NodeWithScore]:
-        """The ``top_k`` best chunks for ``query``, each scored by its relevance."""
-        nodes, _ = await self.aretrieve_timed(query, top_k)
-        return nodes
+    async def aretrieve(
+        self, query: str, top_k: int | None = None, *, embedding: list[float] | None = None
+    ) -> list[NodeWithScore]:
+        """The ``top_k`` best chunks for ``query``, each scored by its relevance (``embedding``:
+        as in `asearch`)."""
+        ranking = await self.asearch(query, top_k, embedding=embedding)
+        return ranking.scored_by_relevance()
 
     async def aretrieve_timed(
         self, query: str, top_k: int | None = None

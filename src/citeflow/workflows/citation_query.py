@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -92,6 +92,13 @@ class QueryOptions:
             judge_timeout=settings.llm_timeout,
             trace_content=settings.trace_content,
         )
+
+    def fallback(self, pool: Iterable[NodeWithScore]) -> list[NodeWithScore]:
+        """What is kept when no round found a relevant hit: the ``fallback_nodes`` best of
+        ``pool`` (``on_no_relevant`` ``best``), or nothing (``refuse``)."""
+        if self.on_no_relevant == "refuse":
+            return []
+        return sorted(pool, key=lambda n: -(n.score or 0.0))[: self.fallback_nodes]
 
     def citation_policy(self, judge: Judge | None = None) -> CitationPolicy:
         """How citations are checked under these knobs (``judge``: the LLM judge verifies)."""
@@ -303,9 +310,7 @@ class CitationQueryWorkflow(Workflow):
             return RelevantNodesEvent(query=query, nodes=relevant, graded_relevant=True)
         if ev.round < self.options.max_rounds:
             return RetryEvent(original_query=query, failed_query=ev.query, round=ev.round + 1)
-        best = sorted(pool.values(), key=lambda n: -(n.score or 0.0))[: self.options.fallback_nodes]
-        if self.options.on_no_relevant == "refuse":
-            best = []
+        best = self.options.fallback(pool.values())
         return RelevantNodesEvent(query=query, nodes=best, graded_relevant=False)
 
     @step

@@ -1,0 +1,542 @@
+"""POST /search through ASGI: both request forms, collections, dedup, k, grading and retry, the
+budget, auth, and every bad input as an OpenAI error body."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import httpx
+import pytest
+from llama_index.core.llms import ChatMessage, ChatResponse
+from llama_index.core.schema import Document
+from pydantic import PrivateAttr, SecretStr
+
+from citeflow.api.engine import Engine
+from citeflow.api.options import ServerOptions
+from citeflow.errors import UpstreamError
+from citeflow.knowledge_base import KnowledgeBase
+from tests.conftest import FACTS
+from tests.fakes.llm import ScriptedLLM
+from tests.server_helpers import CountingEmbedding, asgi_client
+
+#: every key a result's metadata may have: what a chat completion's sources show, plus the
+#: collection and the chunk index
+METADATA_KEYS = {
+    "source",
+    "name",
+    "doc_id",
+    "file_name",
+    "collection",
+    "page",
+    "chunk_index",
+    "url",
+}
+
+VIAWEB = "Yahoo bought Viaweb in 1998"
+DUCKS = "They live near ponds"
+
+
+class SlowLLM(ScriptedLLM):
+    """A `ScriptedLLM` whose chat calls wait ``pause`` seconds first (cancellable)."""
+
+    pause: float = 5.0
+    _calls: int = PrivateAttr(default=0)
+
+    @property
+    def calls(self) -> int:
+        """Chat calls begun, finished or not."""
+        return self._calls
+
+    async def achat(  # type: ignore[override]
+        self, messages: Sequence[ChatMessage], **kwargs: Any
+    ) -> ChatResponse:
+        self._calls += 1
+        await asyncio.sleep(self.pause)
+        return await super().achat(messages, **kwargs)
+
+
+def _engine(
+    kb: KnowledgeBase, llm: ScriptedLLM, options: dict[str, Any] | None = None, **settings: Any
+) -> Engine:
+    """An engine over the test knowledge base; ``settings`` override the knowledge base's."""
+    return Engine(
+        kb.settings.model_copy(update=settings),
+        store=kb.store,
+        embed_model=kb.embed_model,
+        llm=llm,
+        options=ServerOptions(**(options or {})),
+    )
+
+
+@pytest.fixture
+def llm() -> ScriptedLLM:
+    return ScriptedLLM(["unused"])
+
+
+@pytest.fixture
+async def client(kb: KnowledgeBase, llm: ScriptedLLM) -> AsyncIterator[httpx.AsyncClient]:
+    async with asgi_client(_engine(kb, llm)) as c:
+        yield c
+
+
+def _collection(kb: KnowledgeBase, name: str, docs: dict[str, str]) -> KnowledgeBase:
+    other = KnowledgeBase(kb.settings, store=kb.store, embed_model=kb.embed_model, collection=name)
+    other.add_documents(
+        [
+            Document(id_=doc_id, text=text, metadata={"file_name": f"{doc_id}.txt"})
+            for doc_id, text in docs.items()
+        ]
+    )
+    return other
+
+
+def _check_shape(body: dict[str, Any], queries: int) -> None:
+    """One list per query in each of the three, parallel; distances in [0, 1], best first."""
+    assert set(body) == {"documents", "metadatas", "distances"}
+    assert len(body["documents"]) == len(body["metadatas"]) == len(body["distances"]) == queries
+    for documents, metadatas, distances in zip(
+        body["documents"], body["metadatas"], body["distances"], strict=True
+    ):
+        assert len(documents) == len(metadatas) == len(distances)
+        assert all(isinstance(d, str) and d for d in documents)
+        assert all(0.0 <= d <= 1.0 for d in distances), distances
+        assert distances == sorted(distances, reverse=True), distances
+        for meta in metadatas:
+            assert set(meta) <= METADATA_KEYS, set(meta) - METADATA_KEYS
+
+
+def _assert_error(
+    response: httpx.Response, status: int, kind: str, *words: str, param: str | None = None
+) -> None:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"error"}
+    assert set(body["error"]) == {"message", "type", "param", "code"}
+    assert body["error"]["type"] == kind
+    for word in words:
+        assert word in body["error"]["message"], body["error"]["message"]
+    if param is not None:
+        assert body["error"]["param"] == param, body["error"]
+
+
+# --- the two forms -------------------------------------------------------------------------------
+async def test_queries_form_gives_one_graded_list_per_query(client: httpx.AsyncClient) -> None:
+    response = await client.post(
+        "/search", json={"queries": ["Who bought Viaweb?", "Where do ducks live?"]}
+    )
+    assert response.status_code == 200, response.text
+    body = response.json()
+    _check_shape(body, 2)
+    viaweb, ducks = body["documents"]
+    assert VIAWEB in viaweb[0] and DUCKS in ducks[0]
+    # graded: the other facts were retrieved too (three chunks in all) and dropped
+    assert len(viaweb) == 1 and len(ducks) == 1
+    meta = body["metadatas"][0][0]
+    assert meta == {
+        "source": "viaweb",
+        "name": "viaweb.txt",
+        "doc_id": "viaweb",
+        "file_name": "viaweb.txt",
+        "collection": "kb",
+        "chunk_index": 0,
+        "url": "http://testserver/v1/documents/kb/viaweb/file",
+    }
+    assert body["distances"][0][0] > 0.25
+
+
+async def test_v1_search_is_the_same_route(client: httpx.AsyncClient) -> None:
+    body = {"queries": ["Who bought Viaweb?"]}
+    plain = await client.post("/search", json=body)
+    prefixed = await client.post("/v1/search", json=body)
+    assert prefixed.status_code == 200 and prefixed.json() == plain.json()
+
+
+async def test_messages_form_makes_the_query_with_the_chat_rewrite(kb: KnowledgeBase) -> None:
+    llm = ScriptedLLM(["Who bought Viaweb in 1998"])
+    messages = [
+        {"role": "system", "content": "You are helpful."},
+        {"role": "user", "content": "Tell me about the online store company."},
+        {"role": "assistant", "content": "It made software for online stores [1]."},
+        {"role": "user", "content": "Who acquired it?"},
+    ]
+    async with asgi_client(_engine(kb, llm)) as c:
+        # queries are ignored when messages are given (the Open WebUI fork sends both)
+        response = await c.post("/search", json={"messages": messages, "queries": ["ducks"]})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    _check_shape(body, 1)
+    # the rewritten query finds Viaweb, and only it; "Who acquired it?" alone finds nothing
+    # relevant, and would get the three best chunks as a fallback
+    assert len(body["documents"][0]) == 1 and VIAWEB in body["documents"][0][0]
+    assert len(llm.prompts) == 1
+    prompt = llm.prompts[0]
+    assert "Tell me about the online store company." in prompt and "Who acquired it?" in prompt
+    assert "It made software for online stores." in prompt  # markers stripped, as in chats
+    assert "You are helpful" not in prompt
+
+
+async def test_a_single_message_needs_no_llm(kb: KnowledgeBase) -> None:
+    llm = ScriptedLLM([RuntimeError("no LLM call expected")])
+    async with asgi_client(_engine(kb, llm)) as c:
+        response = await c.post(
+            "/search", json={"messages": [{"role": "user", "content": "Where do  ducks live?"}]}
+        )
+    assert response.status_code == 200, response.text
+    assert DUCKS in response.json()["documents"][0][0]
+    assert llm.prompts == []
+
+
+# --- collections and dedup -----------------------------------------------------------------------
+async def test_several_collections_merged_and_deduplicated(
+    kb: KnowledgeBase, client: httpx.AsyncClient
+) -> None:
+    _collection(
+        kb,
+        "birds",
+        {
+            "ducks-copy": FACTS["ducks"],  # the same chunk text as in "kb"
+            "geese": "Geese are waterfowl birds too. Geese live near lakes and ponds.",
+        },
+    )
+    query = {"queries": ["Which waterfowl birds live near ponds?"]}
+    both = await client.post("/search", json={**query, "collection_names": ["kb", "birds"]})
+    assert both.status_code == 200, both.text
+    body = both.json()
+    _check_shape(body, 1)
+    texts = body["documents"][0]
+    assert len(texts) == len(set(texts)) == 2
+    assert sum(FACTS["ducks"] in t for t in texts) == 1
+    assert any("Geese" in t for t in texts)
+    collections = {m["collection"] for m in body["metadatas"][0]}
+    assert "birds" in collections  # geese
+    # model ids name knowledge bases too, and a knowledge base named twice is searched once
+    again = await client.post(
+        "/search", json={**query, "collection_names": ["citeflow-kb", "kb", "citeflow-birds"]}
+    )
+    assert again.json()["documents"] == body["documents"]
+    # only the default knowledge base ("kb"): no geese
+    default = (await client.post("/search", json=query)).json()
+    assert not any("Geese" in t for t in default["documents"][0])
+    assert {m["collection"] for m in default["metadatas"][0]} == {"kb"}
+
+
+async def test_a_query_is_embedded_once_for_all_collections(kb: KnowledgeBase) -> None:
+    _collection(kb, "birds", {"geese": "Geese live near lakes."})
+    embed = CountingEmbedding()
+    engine = Engine(kb.settings, store=kb.store, embed_model=embed, llm=ScriptedLLM(["unused"]))
+    async with asgi_client(engine) as c:
+        response = await c.post(
+            "/search",
+            json={"queries": ["ducks", "geese lakes"], "collection_names": ["kb", "birds"]},
+        )
+    assert response.status_code == 200, response.text
+    assert embed.queries == 2
+
+
+async def test_the_same_text_from_two_rounds_counts_once(kb: KnowledgeBase) -> None:
+    # round 1 finds nothing relevant; round 2 searches again: the fallback over both rounds
+    # holds each chunk text once
+    llm = ScriptedLLM(["zebra quagga okapi"])
+    engine = _engine(kb, llm, max_rounds=2)
+    async with asgi_client(engine) as c:
+        response = await c.post("/search", json={"queries": ["xylophone marimba"], "k": 10})
+    body = response.json()
+    _check_shape(body, 1)
+    texts = body["documents"][0]
+    assert len(llm.prompts) == 1  # the retry happened
+    assert len(texts) == len(set(texts)) == 3  # three chunks in all, each once
+
+
+async def test_an_empty_knowledge_base_gives_no_results_not_an_error(
+    kb: KnowledgeBase, client: httpx.AsyncClient
+) -> None:
+    empty = _collection(kb, "empty", {"gone": "Something to delete."})
+    kb.store.delete_document("empty", "gone")
+    assert empty.count() == 0
+    response = await client.post(
+        "/search", json={"queries": ["Who bought Viaweb?"], "collection_names": ["empty"]}
+    )
+    assert response.status_code == 200, response.text
+    assert response.json() == {"documents": [[]], "metadatas": [[]], "distances": [[]]}
+
+
+# --- k -------------------------------------------------------------------------------------------
+async def test_k_bounds_each_list(kb: KnowledgeBase, client: httpx.AsyncClient) -> None:
+    _collection(
+        kb,
+        "ponds",
+        {
+            f"pond-{i}": f"Pond {i} has ducks, frogs and reeds; pond {i} is number {i}."
+            for i in range(8)
+        },
+    )
+    query = {"queries": ["ducks frogs reeds pond", "pond ducks"], "collection_names": ["ponds"]}
+    for k, expected in ((1, 1), (3, 3), (None, 5), (50, 8)):
+        body = {**query, **({"k": k} if k is not None else {})}
+        response = await client.post("/search", json=body)
+        assert response.status_code == 200, response.text
+        found = response.json()
+        _check_shape(found, 2)
+        assert [len(d) for d in found["documents"]] == [expected, expected], k
+
+
+async def test_metadata_has_the_page_and_nothing_private(
+    kb: KnowledgeBase, client: httpx.AsyncClient
+) -> None:
+    manual = KnowledgeBase(kb.settings, store=kb.store, embed_model=kb.embed_model, collection="kb")
+    manual.add_documents(
+        [
+            Document(
+                id_="manual",
+                text="The owl manual: barn owls hunt mice at night.",
+                metadata={
+                    "file_name": "owls.pdf",
+                    "file_path": "/srv/secret/owls.pdf",
+                    "page_label": "3",
+                },
+            )
+        ]
+    )
+    response = await client.post("/search", json={"queries": ["barn owls hunt mice"]})
+    body = response.json()
+    meta = body["metadatas"][0][0]
+    assert meta["name"] == "owls.pdf, page 3" and meta["page"] == 2  # 0-based, as in chats
+    assert meta["file_name"] == "owls.pdf" and meta["doc_id"] == "manual"
+    assert "/srv/secret" not in response.text
+    assert "content_hash" not in response.text and "chunk_count" not in response.text
+
+
+# --- grading and retry ---------------------------------------------------------------------------
+async def test_grading_drops_the_irrelevant_chunks(
+    kb: KnowledgeBase, client: httpx.AsyncClient
+) -> None:
+    retrieved = await kb.retriever(top_k=5).aretrieve("Who bought Viaweb?")
+    assert len(retrieved) == 3  # what retrieval alone gives
+    response = await client.post("/search", json={"queries": ["Who bought Viaweb?"]})
+    texts = response.json()["documents"][0]
+    assert len(texts) == 1 and VIAWEB in texts[0]
+
+
+async def test_nothing_relevant_falls_back_or_refuses(kb: KnowledgeBase) -> None:
+    query = {"queries": ["xylophone marimba"]}
+    llm = ScriptedLLM([RuntimeError("no LLM call expected")])
+    async with asgi_client(_engine(kb, llm)) as c:
+        best = (await c.post("/search", json=query)).json()
+    assert len(best["documents"][0]) == 3  # the workflow's fallback: its 3 best hits
+    _check_shape(best, 1)
+    async with asgi_client(_engine(kb, llm, on_no_relevant="refuse")) as c:
+        refused = (await c.post("/search", json=query)).json()
+    assert refused == {"documents": [[]], "metadatas": [[]], "distances": [[]]}
+
+
+async def test_a_retry_reformulates_when_nothing_is_relevant(kb: KnowledgeBase) -> None:
+    llm = ScriptedLLM(["ducks ponds rivers lakes"])
+    async with asgi_client(_engine(kb, llm, max_rounds=2)) as c:
+        response = await c.post("/search", json={"queries": ["xylophone marimba"]})
+    assert response.status_code == 200, response.text
+    texts = response.json()["documents"][0]
+    assert len(texts) == 1 and DUCKS in texts[0]  # round 2's relevant chunk, not a fallback
+    assert len(llm.prompts) == 1 and "xylophone marimba" in llm.prompts[0]
+
+
+async def test_an_llm_failure_is_a_502_not_a_500(kb: KnowledgeBase) -> None:
+    messages = [
+        {"role": "user", "content": "Tell me about Viaweb."},
+        {"role": "assistant", "content": "It made store software."},
+        {"role": "user", "content": "Who bought it?"},
+    ]
+    for failure in (UpstreamError("HTTP 500: overloaded"), RuntimeError("connection reset")):
+        async with asgi_client(_engine(kb, ScriptedLLM([failure]))) as c:
+            response = await c.post("/search", json={"messages": messages})
+        _assert_error(response, 502, "upstream_error", "provider failed")
+        assert "overloaded" not in response.text and "reset" not in response.text
+
+
+# --- the budget ----------------------------------------------------------------------------------
+async def test_out_of_time_the_retry_is_cut_short(kb: KnowledgeBase) -> None:
+    llm = SlowLLM(["ducks ponds rivers lakes"], pause=5.0)
+    engine = _engine(kb, llm, {"search_timeout": 0.3}, max_rounds=2)
+    async with asgi_client(engine) as c:
+        started = time.monotonic()
+        response = await c.post("/search", json={"queries": ["xylophone marimba"]})
+        elapsed = time.monotonic() - started
+    assert response.status_code == 200, response.text
+    assert llm.calls == 1  # the reformulation began, and was given up
+    assert 0.25 < elapsed < 2.0, elapsed
+    body = response.json()
+    _check_shape(body, 1)
+    assert len(body["documents"][0]) == 3  # what round 1 found: the fallback's best hits
+
+
+async def test_out_of_time_the_rewrite_leaves_the_last_message(kb: KnowledgeBase) -> None:
+    llm = SlowLLM(["Who bought Viaweb in 1998"], pause=5.0)
+    messages = [
+        {"role": "user", "content": "Tell me about ducks."},
+        {"role": "assistant", "content": "Ducks are birds."},
+        {"role": "user", "content": "Who bought Viaweb?"},
+    ]
+    async with asgi_client(_engine(kb, llm, {"search_timeout": 0.3})) as c:
+        started = time.monotonic()
+        response = await c.post("/search", json={"messages": messages})
+        elapsed = time.monotonic() - started
+    assert response.status_code == 200, response.text
+    assert llm.calls == 1 and elapsed < 2.0, elapsed
+    texts = response.json()["documents"][0]
+    assert len(texts) == 1 and VIAWEB in texts[0]  # searched with the last message as it is
+
+
+async def test_within_the_budget_nothing_is_cut(kb: KnowledgeBase) -> None:
+    llm = SlowLLM(["ducks ponds rivers lakes"], pause=0.05)
+    engine = _engine(kb, llm, {"search_timeout": 5.0}, max_rounds=2)
+    async with asgi_client(engine) as c:
+        response = await c.post("/search", json={"queries": ["xylophone marimba"]})
+    texts = response.json()["documents"][0]
+    assert len(texts) == 1 and DUCKS in texts[0]
+
+
+# --- auth ----------------------------------------------------------------------------------------
+async def test_bearer_key_required(kb: KnowledgeBase, llm: ScriptedLLM) -> None:
+    engine = _engine(kb, llm)
+    engine.settings.api_keys = [SecretStr("the-key")]
+    body = {"queries": ["Who bought Viaweb?"]}
+    async with asgi_client(engine) as c:
+        for path in ("/search", "/v1/search"):
+            missing = await c.post(path, json=body)
+            _assert_error(missing, 401, "authentication_error", "Authorization: Bearer")
+            assert missing.headers["www-authenticate"] == "Bearer"
+            wrong = await c.post(path, json=body, headers={"Authorization": "Bearer nope"})
+            _assert_error(wrong, 401, "authentication_error", "invalid API key")
+            ok = await c.post(path, json=body, headers={"Authorization": "Bearer the-key"})
+            assert ok.status_code == 200, ok.text
+            # with keys, links are signed, as in chat completions' sources
+            assert "sig=" in ok.json()["metadatas"][0][0]["url"]
+
+
+# --- bad input -----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("body", "status", "words", "param"),
+    [
+        (b'{"queries": [', 400, ["not valid JSON"], None),
+        (b"hello", 400, ["not valid JSON"], None),
+        (b'["ducks"]', 400, ["JSON object"], None),
+        (b"{}", 400, ["'queries'", "'messages'"], None),
+        (b'{"k": 3, "collection_names": ["kb"]}', 400, ["'queries'", "'messages'"], None),
+        (b'{"queries": []}', 400, ["'queries' is empty"], "queries"),
+        (b'{"queries": ["ducks", "  "]}', 400, ["queries[1] is empty"], "queries[1]"),
+        (b'{"queries": "ducks"}', 400, ["queries", "list"], "queries"),
+        (b'{"queries": [42]}', 400, ["queries[0]", "string"], "queries[0]"),
+        (b'{"queries": ["d"], "k": 0}', 400, ["k:", "greater than or equal to 1"], "k"),
+        (b'{"queries": ["d"], "k": -3}', 400, ["greater than or equal to 1"], "k"),
+        (b'{"queries": ["d"], "k": 51}', 400, ["k:", "less than or equal to 50"], "k"),
+        (b'{"queries": ["d"], "k": 1000000000}', 400, ["less than or equal to 50"], "k"),
+        (b'{"queries": ["d"], "k": "5"}', 400, ["k:", "integer"], "k"),
+        (b'{"queries": ["d"], "k": 2.5}', 400, ["k:", "integer"], "k"),
+        (b'{"queries": ["d"], "k": true}', 400, ["k:", "integer"], "k"),
+        (b'{"queries": ["d"], "k": null}', 400, ["k:", "integer"], "k"),
+        (
+            b'{"queries": ["d"], "collection_names": "kb"}',
+            400,
+            ["collection_names", "list"],
+            "collection_names",
+        ),
+        (
+            b'{"queries": ["d"], "collection_names": []}',
+            400,
+            ["'collection_names' is empty", "'kb'"],
+            "collection_names",
+        ),
+        (
+            b'{"queries": ["d"], "collection_names": ["kb", "nope"]}',
+            404,
+            ["'nope'", "GET /v1/models"],
+            "collection_names[1]",
+        ),
+        (
+            b'{"queries": ["d"], "collection_names": ["../../etc"]}',
+            404,
+            ["'../../etc'", "GET /v1/models"],
+            "collection_names[0]",
+        ),
+        (b'{"messages": []}', 400, ["'messages' is empty"], "messages"),
+        (b'{"messages": "hi"}', 400, ["messages"], "messages"),
+        (
+            b'{"messages": [{"role": "user", "content": "hi"},'
+            b' {"role": "assistant", "content": "hello"}]}',
+            400,
+            ["last message must come from the user"],
+            "messages[1].role",
+        ),
+        (
+            b'{"messages": [{"role": "wizard", "content": "hi"}]}',
+            400,
+            ["'wizard'"],
+            "messages[0].role",
+        ),
+        (b'{"messages": [{"role": "user", "content": " "}]}', 400, ["empty"], None),
+    ],
+)
+async def test_bad_input_is_a_clear_4xx(
+    client: httpx.AsyncClient, body: bytes, status: int, words: list[str], param: str | None
+) -> None:
+    response = await client.post(
+        "/search", content=body, headers={"content-type": "application/json"}
+    )
+    kind = "not_found_error" if status == 404 else "invalid_request_error"
+    _assert_error(response, status, kind, *words, param=param)
+
+
+async def test_too_many_queries_and_collections(client: httpx.AsyncClient) -> None:
+    many = await client.post("/search", json={"queries": ["ducks"] * 21})
+    _assert_error(many, 400, "invalid_request_error", "at most 20", param="queries")
+    named = await client.post(
+        "/search", json={"queries": ["ducks"], "collection_names": ["kb"] * 21}
+    )
+    _assert_error(named, 400, "invalid_request_error", "at most 20", param="collection_names")
+
+
+async def test_sizes_over_the_limits_are_413(kb: KnowledgeBase, llm: ScriptedLLM) -> None:
+    options = {"max_message_chars": 100, "max_body_bytes": 5000}
+    async with asgi_client(_engine(kb, llm, options)) as c:
+        long = await c.post("/search", json={"queries": ["ducks", "x" * 101]})
+        _assert_error(long, 413, "invalid_request_error", "101 characters", param="queries[1]")
+        said = await c.post("/search", json={"messages": [{"role": "user", "content": "y" * 101}]})
+        _assert_error(said, 413, "invalid_request_error", "101 characters")
+        big = await c.post("/search", json={"queries": ["ducks"], "pad": "z" * 6000})
+        _assert_error(big, 413, "invalid_request_error", "5000 bytes")
+
+
+async def test_a_missing_default_knowledge_base_is_404(kb: KnowledgeBase, llm: ScriptedLLM) -> None:
+    async with asgi_client(_engine(kb, llm, collection="handbook")) as c:
+        response = await c.post("/search", json={"queries": ["ducks"]})
+    _assert_error(
+        response, 404, "not_found_error", "'handbook'", "collection_names", "GET /v1/models"
+    )
+
+
+async def test_unknown_fields_are_ignored_and_get_is_405(client: httpx.AsyncClient) -> None:
+    response = await client.post(
+        "/search",
+        json={
+            "queries": ["Who bought Viaweb?"],
+            "retrieval_query_generation_prompt_template": "### Task: ...",
+        },
+    )
+    assert response.status_code == 200, response.text
+    wrong = await client.get("/search")
+    _assert_error(wrong, 405, "invalid_request_error")
+    assert wrong.headers["allow"] == "POST"
+
+
+async def test_the_schema_documents_the_route(kb: KnowledgeBase, llm: ScriptedLLM) -> None:
+    from citeflow.server import create_app
+
+    schema = create_app(_engine(kb, llm)).openapi()
+    operation = schema["paths"]["/search"]["post"]
+    ref = operation["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    assert ref.endswith("/SearchRequest")
+    assert "/v1/search" not in schema["paths"]  # the alias is not listed twice
+    assert json.dumps(schema["components"]["schemas"]["SearchRequest"]).count("collection_names")
