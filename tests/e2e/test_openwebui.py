@@ -12,7 +12,11 @@ cited:
 * each chip opens a popup with the cited text, titled with the file name and linked to
   citeflow (its document URL);
 * the sources list holds exactly the cited sources, not the other sources the LLM was given;
-* all of the above again after loading the chat's URL afresh (the sources were saved).
+* all of the above again after loading the chat's URL afresh (the sources were saved);
+* then the same question through a **Direct Connection** (the browser calls citeflow itself, over
+  CORS; Open WebUI ignores source events from it since CVE-2025-64496 and reads ``url_citation``
+  annotations instead): the chips name the cited files in citation order and link to citeflow,
+  live and after a reload.
 
 Set up by ``tests/e2e/setup.sh`` (``make e2e`` runs it, then this test). Without that set-up the
 test is skipped, unless ``CITEFLOW_E2E_REQUIRED=1`` (set by ``make e2e``), where it fails.
@@ -53,6 +57,9 @@ DRIVER = HERE / "openwebui_chat.cjs"
 DOCUMENTS = [REPO / "data", HERE / "docs"]
 COLLECTION = "e2e"
 MODEL = f"citeflow-{COLLECTION}"
+#: the same model through the browser's Direct Connection (Open WebUI prefixes its ids)
+DIRECT_PREFIX = "direct"
+DIRECT_MODEL = f"{DIRECT_PREFIX}.{MODEL}"
 API_KEY = "e2e-citeflow-key"
 #: a two-part question, so that the answer cites two files; the essay part names what its answer
 #: sentence says ("outside of school"), so that a quote of it bears on the question
@@ -104,8 +111,31 @@ def _open_webui_models(url: str) -> list[str]:
         return [str(m["id"]) for m in models.json()["data"]]
 
 
-def _ask_in_browser(url: str, servers: list[Server]) -> dict[str, Any]:
-    config = {"url": url, "model": MODEL, "question": QUESTION, "artifacts": str(ARTIFACTS)}
+def _add_direct_connection(url: str, citeflow_url: str) -> None:
+    """Give Open WebUI's (only) user a Direct Connection to citeflow, as its Settings >
+    Connections page saves one."""
+    with httpx.Client(base_url=url, timeout=30) as client:
+        signin = client.post("/api/v1/auths/signin", json={"email": "", "password": ""})
+        signin.raise_for_status()
+        headers = {"authorization": f"Bearer {signin.json()['token']}"}
+        connections = {
+            "OPENAI_API_BASE_URLS": [f"{citeflow_url}/v1"],
+            "OPENAI_API_KEYS": [API_KEY],
+            "OPENAI_API_CONFIGS": {"0": {"enable": True, "prefix_id": DIRECT_PREFIX}},
+        }
+        saved = client.post(
+            "/api/v1/users/user/settings/update",
+            json={"ui": {"directConnections": connections}},
+            headers=headers,
+        )
+        saved.raise_for_status()
+
+
+def _ask_in_browser(
+    url: str, servers: list[Server], *, model: str = MODEL, artifacts: Path = ARTIFACTS
+) -> dict[str, Any]:
+    artifacts.mkdir(parents=True, exist_ok=True)
+    config = {"url": url, "model": model, "question": QUESTION, "artifacts": str(artifacts)}
     env = {**_base_env(), "PLAYWRIGHT_CORE": str(PLAYWRIGHT_CORE), "CHROMIUM": str(CHROMIUM)}
     # its own process group, so that a timeout also ends the browser node started
     node = subprocess.Popen(
@@ -122,11 +152,11 @@ def _ask_in_browser(url: str, servers: list[Server]) -> dict[str, Any]:
         os.killpg(node.pid, signal.SIGKILL)
         stdout, stderr = node.communicate()
         stderr += "\n[test] the browser run timed out after 300 s"
-    (ARTIFACTS / "browser.log").write_text(stderr)
+    (artifacts / "browser.log").write_text(stderr)
     if node.returncode != 0:
         tails = "\n".join(f"--- {s.name} log:\n{s.log_tail(25)}" for s in servers)
         raise AssertionError(
-            f"the browser run failed (artifacts in {ARTIFACTS}):\n{stderr[-4000:]}\n{tails}"
+            f"the browser run failed (artifacts in {artifacts}):\n{stderr[-4000:]}\n{tails}"
         )
     result: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
     return result
@@ -156,6 +186,7 @@ def test_open_webui_shows_citeflow_citations(tmp_path: Path) -> None:
             "ENABLE_OLLAMA_API": "False",
             "OPENAI_API_BASE_URL": f"{citeflow_url}/v1",
             "OPENAI_API_KEY": API_KEY,
+            "ENABLE_DIRECT_CONNECTIONS": "true",
             "ANONYMIZED_TELEMETRY": "false",
             "DO_NOT_TRACK": "true",
             "SCARF_NO_ANALYTICS": "true",
@@ -177,6 +208,8 @@ def test_open_webui_shows_citeflow_citations(tmp_path: Path) -> None:
             "CITEFLOW_API_KEYS": json.dumps([API_KEY]),
             "CITEFLOW_HOST": "127.0.0.1",
             "CITEFLOW_PORT": str(citeflow_port),
+            # the Direct Connection: Open WebUI's page calls citeflow from the browser
+            "CITEFLOW_CORS_ORIGINS": webui_url,
         }
         ingest = subprocess.run(
             [str(CITEFLOW), "ingest", "-q", "-c", COLLECTION, *map(str, DOCUMENTS)],
@@ -200,12 +233,18 @@ def test_open_webui_shows_citeflow_citations(tmp_path: Path) -> None:
 
         seen = _ask_in_browser(webui_url, [webui, citeflow])
         timings["browser done"] = time.monotonic() - started
+        _add_direct_connection(webui_url, citeflow_url)
+        direct = _ask_in_browser(
+            webui_url, [webui, citeflow], model=DIRECT_MODEL, artifacts=ARTIFACTS / "direct"
+        )
+        timings["direct connection done"] = time.monotonic() - started
     timings["stopped"] = time.monotonic() - started
     (ARTIFACTS / "timings.json").write_text(json.dumps(timings, indent=2))
     (ARTIFACTS / "observed.json").write_text(json.dumps(seen, indent=2))
+    (ARTIFACTS / "direct" / "observed.json").write_text(json.dumps(direct, indent=2))
 
     # --- what citeflow's LLM was given and cited ------------------------------------------------
-    assert len(llm.answers) == 1, f"one answer expected, the LLM gave {len(llm.answers)}"
+    assert len(llm.answers) == 2, f"two answers expected, the LLM gave {len(llm.answers)}"
     answer = llm.answers[0]
     assert len(answer.cited) == 2, answer
     uncited = [b for b in answer.sources if b.number not in {n for n, _ in answer.cited}]
@@ -246,3 +285,26 @@ def test_open_webui_shows_citeflow_citations(tmp_path: Path) -> None:
         assert [i["label"] for i in items] == [
             f"View source: {k} {name}" for k, name in enumerate(names, start=1)
         ], where
+
+    # --- the Direct Connection: chips from url_citation annotations, live and after a reload ----
+    direct_answer = llm.answers[1]
+    assert len(direct_answer.cited) == 2, direct_answer
+    direct_names = []
+    for _, sentence in direct_answer.cited:
+        owners = [name for name, text in files.items() if _flat(sentence) in text]
+        assert len(owners) == 1, (sentence, owners)
+        direct_names.append(owners[0])
+    assert re.search(r"/c/[\w-]+$", direct["chatUrl"]), direct["chatUrl"]
+    assert direct["chatUrl"] != seen["chatUrl"]
+    for view in ("live", "reloaded"):
+        shown = direct[view]
+        where = f"(direct, {view}; artifacts in {ARTIFACTS / 'direct'})"
+        text = _flat(shown["answer"])
+        for _, sentence in direct_answer.cited:
+            assert _flat(sentence.rstrip(".")) in text, (view, text)
+        assert not re.search(r"\[\d+\]", text), f"a marker was not turned into a chip {where}"
+        assert [c["text"] for c in shown["chips"]] == direct_names, where
+        for popup, name in zip(shown["popups"], direct_names, strict=True):
+            assert name in popup["text"], (where, popup["text"][:80])
+            assert str(popup["href"]).startswith(f"{citeflow_url}/v1/documents/"), popup["href"]
+        assert shown["sources"]["toggle"] == f"Toggle {len(direct_names)} sources", where
