@@ -156,7 +156,8 @@ def test_citations_kept_moved_added_and_removed_are_told_apart() -> None:
         citations=[cite(1, "model"), cite(3, "moved"), cite(2, "added")],
         unsupported=["D."],
         rounds=3,
-        timings={"retrieve": 0.01, "reformulate": 0.5, "unknown-stage": 1.0},
+        timings={"retrieve": 0.01, "reformulate": 0.5, "judge": 0.2, "unknown-stage": 1.0},
+        judge_verdicts={"supported": 2, "timed_out": 1, "maybe": 4},
     )
     assert citation_actions(result) == {"kept": 1, "moved": 1, "added": 1, "removed": 2}
     metrics = Metrics()
@@ -166,5 +167,9 @@ def test_citations_kept_moved_added_and_removed_are_told_apart() -> None:
     assert value(found, "citeflow_unsupported_sentences_total") == 1
     assert value(found, "citeflow_citations_total", action="removed") == 2
     assert value(found, "citeflow_stage_duration_seconds_count", stage="reformulate") == 1
+    assert value(found, "citeflow_stage_duration_seconds_count", stage="judge") == 1
+    assert value(found, "citeflow_judge_verdicts_total", verdict="supported") == 2
+    assert value(found, "citeflow_judge_verdicts_total", verdict="timed_out") == 1
+    assert not any("maybe" in str(labels) for _, labels in found)  # no label outside the set
     assert not any("unknown-stage" in str(labels) for _, labels in found)
     assert value(found, "citeflow_answers_total", outcome="not_covered") == 1  # no sources

@@ -105,8 +105,11 @@ def _judged(judge: ScriptedJudge, **policy: float) -> CitationPolicy:
 
 async def test_the_judge_moves_a_marker_to_the_source_it_finds_supporting() -> None:
     judge = ScriptedJudge({"Yahoo": 0.2, "Viaweb": 0.9})
-    answer = await check_text(_judged(judge).checker(SOURCES), "Yahoo bought Viaweb [1].")
+    checker = _judged(judge).checker(SOURCES)
+    answer = await check_text(checker, "Yahoo bought Viaweb [1].")
     assert answer.text == "Yahoo bought Viaweb [2]."
+    assert isinstance(checker.verifier, JudgeVerifier)
+    assert checker.verifier.verdicts == {"supported": 1, "unsupported": 1}  # counted for metrics
     assert [(c.number, c.origin, c.score) for c in answer.citations] == [(2, "moved", 0.9)]
     # asked about the cited source and the best word-support candidates only, never ducks
     assert {quote.split()[0] for _, quote in judge.asked} == {"Yahoo", "Viaweb"}
@@ -134,7 +137,12 @@ async def test_a_failing_silent_or_slow_judge_falls_back_to_word_support(
     ):
         policy = CitationPolicy(judge=ScriptedJudge(verdicts, stall=stall), judge_timeout=0.05)
         started = time.perf_counter()
-        answer = await check_text(policy.checker(SOURCES), raw)
+        checker = policy.checker(SOURCES)
+        answer = await check_text(checker, raw)
+        assert isinstance(checker.verifier, JudgeVerifier)
+        counted = checker.verifier.verdicts
+        assert counted == ({"failed": 2} if stall == 0 else {"timed_out": counted["timed_out"]})
+        assert sum(counted.values()) >= 1
         assert time.perf_counter() - started < 2.0  # never waits for a stalled judge
         assert answer.text == raw and [c.number for c in answer.citations] == [1]
     assert "HTTP 500 from the judge" in caplog.text and "timed out" in caplog.text

@@ -30,6 +30,8 @@ class CitedResponse(Response):
     grounded: bool = True
     rounds: int = 1
     timings: dict[str, float] = field(default_factory=dict)
+    judge_verdicts: dict[str, int] = field(default_factory=dict)
+    """The LLM judge's verdicts on this answer's citations (when it checks them)."""
 
     def __repr__(self) -> str:
         answer = (self.response or "")[:60]

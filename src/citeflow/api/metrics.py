@@ -6,9 +6,10 @@ apart). What is recorded, and where:
 * HTTP requests by route, method, status and outcome, and their duration: `MetricsMiddleware`;
 * answers (`Metrics.answered`, from `observe_events` for streams and the chat route otherwise):
   outcome, whole-answer time, time to the first token of the answer, each workflow stage's time
-  (the run's ``timings``: rewrite, embed, retrieve, grade, reformulate, cite, synthesize and llm,
-  the time spent waiting for the LLM), retrieval rounds, citations kept, moved, added and removed,
-  unsupported sentences, tokens in and out (the estimate the answer's ``usage`` reports);
+  (the run's ``timings``: rewrite, embed, retrieve, grade, reformulate, cite, synthesize, judge
+  and llm, the time spent waiting for the LLM), retrieval rounds, citations kept, moved, added
+  and removed, unsupported sentences, the LLM judge's verdicts, tokens in and out (the estimate
+  the answer's ``usage`` reports);
 * streams in flight; HTTP 429s by reason (`citeflow.api.errors`); ingestion through the API,
   documents by result and chunks (`citeflow.api.documents`).
 
@@ -43,7 +44,19 @@ from citeflow.events import AnswerDeltaEvent
 from citeflow.result import CitedResponse
 
 #: the workflow stages whose time is recorded (the keys of `CitedResponse.timings`)
-STAGES = ("rewrite", "embed", "retrieve", "grade", "reformulate", "cite", "synthesize", "llm")
+STAGES = (
+    "rewrite",
+    "embed",
+    "retrieve",
+    "grade",
+    "reformulate",
+    "cite",
+    "synthesize",
+    "judge",
+    "llm",
+)
+#: the LLM judge's verdict on one citation (`citeflow.citations.verify.JudgeVerifier`)
+JUDGE_VERDICTS = ("supported", "unsupported", "failed", "timed_out")
 #: how an answer ended
 ANSWER_OUTCOMES = ("cited", "uncited", "not_covered", "failed", "cancelled")
 #: why a request got HTTP 429
@@ -118,6 +131,12 @@ class Metrics:
             "Answer sentences that no source supports",
             registry=r,
         )
+        self.judge_verdicts = Counter(
+            "citeflow_judge_verdicts",
+            "The LLM judge's verdicts on citations (when CITEFLOW_CITATION_JUDGE checks them)",
+            ("verdict",),
+            registry=r,
+        )
         self.tokens = Counter(
             "citeflow_llm_tokens",
             "Tokens in (question and sources read) and out (answer), as the answer's usage "
@@ -148,6 +167,8 @@ class Metrics:
             self.citations.labels(action)
         for stage in STAGES:
             self.stage_seconds.labels(stage)
+        for verdict in JUDGE_VERDICTS:
+            self.judge_verdicts.labels(verdict)
 
     def exposition(self) -> tuple[bytes, str]:
         """The text exposition and its content type."""
@@ -175,6 +196,9 @@ class Metrics:
                 self.citations.labels(action).inc(count)
         if result.unsupported:
             self.unsupported.inc(len(result.unsupported))
+        for verdict, count in result.judge_verdicts.items():
+            if verdict in JUDGE_VERDICTS and count:
+                self.judge_verdicts.labels(verdict).inc(count)
         if usage:
             self.tokens.labels("in").inc(usage.get("prompt_tokens", 0))
             self.tokens.labels("out").inc(usage.get("completion_tokens", 0))

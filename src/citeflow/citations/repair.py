@@ -137,7 +137,7 @@ class CitationChecker:
         enabled: bool = True,
         question: str | None = None,
     ) -> None:
-        self._verifier = verifier
+        self.verifier = verifier
         self._count = count
         self._relative = relative
         self._decision_relative = decision_relative
@@ -167,10 +167,10 @@ class CitationChecker:
             relative = self._decision_relative
         if not content_terms(statement):
             return CheckedSentence(renumber(sentence, {}), [])  # states nothing to check
-        ranking = await self._verifier.rank(statement, cited, denied=denied)
+        ranking = await self.verifier.rank(statement, cited, denied=denied)
         by_number = {s.number: s for s in ranking}
         best = ranking[0] if ranking else None
-        keep, add = self._verifier.keep, self._verifier.add
+        keep, add = self.verifier.keep, self.verifier.add
         floor = max(keep, relative * best.score) if best is not None else keep
         kept = [n for n in cited if by_number[n].score >= floor - 1e-9]
         citations = [_citation(bare, by_number[n], "model") for n in kept]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -76,6 +77,8 @@ class JudgeVerifier:
         self.shortlist = shortlist
         self.floor = floor
         self.timeout = timeout
+        #: this answer's verdicts: supported, unsupported, failed, timed_out (metrics)
+        self.verdicts: Counter[str] = Counter()
 
     async def rank(
         self, statement: str, cited: Sequence[int], *, denied: bool = False
@@ -94,15 +97,23 @@ class JudgeVerifier:
 
     async def _verdict(self, statement: str, candidate: Support) -> float | None:
         try:
-            return await asyncio.wait_for(
+            verdict = await asyncio.wait_for(
                 self.judge.support(statement, candidate.quote), self.timeout
             )
         except TimeoutError:
+            self.verdicts["timed_out"] += 1
             logger.warning("citation judge timed out after %.0f s; word support used", self.timeout)
         except Exception as exc:  # a judge's failure must not fail the answer
             from citeflow.providers.llm import first_line
 
+            self.verdicts["failed"] += 1
             logger.warning("citation judge failed (%s); word support used", first_line(exc))
+        else:
+            if verdict is None:
+                self.verdicts["failed"] += 1  # neither Yes nor No
+            else:
+                self.verdicts["supported" if verdict >= self.keep else "unsupported"] += 1
+            return verdict
         return None
 
 

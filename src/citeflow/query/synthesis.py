@@ -38,6 +38,7 @@ from citeflow.citations.repair import Citation, CitationPolicy, RepairedAnswer
 from citeflow.citations.sources import format_sources, source_text
 from citeflow.citations.structured import StructuredSentenceStream, response_format
 from citeflow.citations.text import count_tokens
+from citeflow.citations.verify import JudgeVerifier
 from citeflow.prompts import (
     CITATION_JSON_QA_TEMPLATE,
     CITATION_JSON_REFINE_TEMPLATE,
@@ -63,6 +64,8 @@ class Synthesis:
     llm_calls: int = 0
     raw_text: str = ""  # the model's sentences with their markers, before checking
     llm_seconds: float = 0.0  # time spent waiting on the LLM (its client included)
+    judge_seconds: float = 0.0  # time spent checking citations with the LLM judge
+    judge_verdicts: dict[str, int] = field(default_factory=dict)  # `JudgeVerifier.verdicts`
 
 
 def pack(sources: Sequence[NodeWithScore], budget: int) -> list[list[NodeWithScore]]:
@@ -148,6 +151,7 @@ class CitationSynthesizer:
                 calls += 1
         checker = self.policy.checker([source_text(s) for s in sources], question=query)
         repaired = RepairedAnswer(checker)
+        verifier = checker.verifier
         raw: list[str] = []
         checked = 0.0  # time spent checking citations (an LLM's when the judge verifies)
 
@@ -194,6 +198,8 @@ class CitationSynthesizer:
             llm_calls=calls,
             raw_text="".join(raw),
             llm_seconds=llm_seconds + (checked if self.policy.judge is not None else 0.0),
+            judge_seconds=checked if self.policy.judge is not None else 0.0,
+            judge_verdicts=dict(verifier.verdicts) if isinstance(verifier, JudgeVerifier) else {},
         )
 
     def _sentences_of(self, reply: str) -> str:

@@ -356,6 +356,7 @@ class CitationQueryWorkflow(Workflow):
             ctx.write_event_to_stream(AnswerDeltaEvent(delta=NOT_COVERED_ANSWER))
             text, citations, cited, unsupported = NOT_COVERED_ANSWER, [], [], []
             raw = text
+            verdicts: dict[str, int] = {}
         else:
             self._status(ctx, "writing", f"Writing the answer from {len(ev.sources)} sources")
             with span("synthesize", sources=len(ev.sources)) as current, upstream("LLM"):
@@ -382,7 +383,10 @@ class CitationQueryWorkflow(Workflow):
             text, citations, cited = synthesis.text, synthesis.citations, synthesis.cited
             unsupported = synthesis.unsupported
             raw = synthesis.raw_text
+            verdicts = synthesis.judge_verdicts
             trace.timings["llm"] = trace.timings.get("llm", 0.0) + synthesis.llm_seconds
+            if synthesis.judge_verdicts:
+                trace.timings["judge"] = synthesis.judge_seconds
         trace.timed("synthesize", started)
         self._status(ctx, "done", "Done")
         return StopEvent(
@@ -399,6 +403,7 @@ class CitationQueryWorkflow(Workflow):
                 grounded=trace.grounded,
                 rounds=trace.rounds,
                 timings=dict(trace.timings),
+                judge_verdicts=verdicts,
             )
         )
 
