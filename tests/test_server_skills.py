@@ -336,6 +336,18 @@ async def test_an_in_process_embedder_failure_is_502_in_general_terms(kb: Knowle
     assert error["type"] == "upstream_error" and "/secret/path" not in response.text
 
 
+class ShortEmbedding(HashEmbedding):
+    def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
+        return super()._get_text_embeddings(texts[1:])
+
+
+async def test_an_embedder_that_loses_vectors_is_502_not_500(kb: KnowledgeBase) -> None:
+    async with asgi_client(engine_with(kb, ShortEmbedding())) as client:
+        response = await client.post(URL, json=records(["x", "y"]))
+    assert response.status_code == 502, response.text
+    assert response.json()["error"]["type"] == "upstream_error"
+
+
 # --- the skill with Azure OpenAI behind API Management -------------------------------------------
 async def test_azure_vectors_with_the_api_management_headers(
     remote: tuple[httpx.AsyncClient, BaseEmbedding], azure: FakeOpenAIServer

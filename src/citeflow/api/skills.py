@@ -55,7 +55,7 @@ from citeflow.api.errors import BadRequestError, PayloadTooLargeError
 from citeflow.api.options import ServerOptions
 from citeflow.api.routes import read_json, unless_disconnected
 from citeflow.api.schemas import ErrorResponse
-from citeflow.errors import UpstreamError, UpstreamRateLimitError
+from citeflow.errors import CiteflowError, UpstreamError, UpstreamRateLimitError
 from citeflow.providers.embeddings import embeds_remotely
 from citeflow.providers.llm import as_upstream_error
 from citeflow.query.batching import is_async_native
@@ -253,9 +253,19 @@ def _upstream(exc: BaseException) -> UpstreamError:
     return as_upstream_error(exc, what="embedding")
 
 
+def _checked(batch: Sequence[int], vectors: Sequence[Sequence[float]]) -> None:
+    """Raise an `UpstreamError` unless the embedder returned one vector per text."""
+    if len(vectors) != len(batch):
+        raise UpstreamError(
+            f"the embedder returned {len(vectors)} vectors for {len(batch)} texts",
+            public="the embedding provider failed; retry later, or ask the server's operator "
+            "to check the server log",
+        )
+
+
 def _first_failure(group: BaseExceptionGroup[Any]) -> BaseException:
     """The failure a call answers with: a rate limit if any (the client retries it after
-    ``Retry-After``), else the first."""
+    ``Retry-After``), else the first (anything but a `CiteflowError` as an `UpstreamError`)."""
     leaves: list[BaseException] = []
     stack: list[BaseException] = [group]
     while stack:
@@ -267,7 +277,8 @@ def _first_failure(group: BaseExceptionGroup[Any]) -> BaseException:
     for exc in leaves:
         if isinstance(exc, UpstreamRateLimitError):
             return exc
-    return leaves[0]
+    first = leaves[0]
+    return first if isinstance(first, CiteflowError) else _upstream(first)
 
 
 class SkillEmbedding:
@@ -307,6 +318,7 @@ class SkillEmbedding:
                     vectors = await pending
                 except Exception as exc:
                     raise _upstream(exc) from exc
+                _checked(batch, vectors)
                 if k + 1 < len(batches):
                     pending = start(batches[k + 1])
                 sink(batch, vectors)
@@ -338,6 +350,7 @@ class SkillEmbedding:
                 for i in batch:
                     group.create_task(self._remote_batch(texts, [i], sink))
             return
+        _checked(batch, vectors)
         await render_off_loop(sink, batch, vectors)
 
     def _refuse(self, position: int, exc: BaseException) -> None:
@@ -443,10 +456,10 @@ async def embed_call(
         await embedding.documents(texts, sink)
     for position, message in embedding.refused.items():
         parts[position] = errors_json(records[position].record_id, [message])
-    missing = [i for i, part in enumerate(parts) if part is None]
-    if missing:  # an embedder that returned fewer vectors than texts
-        raise UpstreamError(f"the embedder returned no vector for {len(missing)} of the texts")
-    return [part for part in parts if part is not None]
+    done = [part for part in parts if part is not None]
+    if len(done) != len(parts):  # cannot happen: every position is embedded, refused or raised
+        raise UpstreamError(f"no vector for {len(parts) - len(done)} of the texts")
+    return done
 
 
 # --- the route -----------------------------------------------------------------------------------
