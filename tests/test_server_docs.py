@@ -104,6 +104,7 @@ async def test_schema_declares_the_bearer_scheme_and_the_chat_request(engine: En
         ("/v1/collections/{name}/documents", "post"),
         ("/v1/collections/{name}/documents/{doc_id}", "delete"),
         ("/v1/documents/{name}/{doc_id}/file", "get"),
+        ("/v1/skills/embeddings", "post"),
     ):
         assert paths[path][method]["security"] == [{name: []}], path
     assert "security" not in paths["/health"]["get"]

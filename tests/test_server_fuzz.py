@@ -331,6 +331,50 @@ def well_formed_upload_requests(draw: st.DrawFn) -> Request:
     return "POST", f"/v1/collections/{name}/documents", headers, _multipart(files, True)
 
 
+#: Azure AI Search's Custom Web API records, well-formed or not.
+skill_records = st.one_of(
+    st.fixed_dictionaries({"recordId": texts, "data": st.fixed_dictionaries({"text": texts})}),
+    st.fixed_dictionaries({"recordId": texts, "data": st.fixed_dictionaries({"text": texts})}),
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "recordId": json_values,
+            "data": st.fixed_dictionaries(
+                {}, optional={"text": json_values, "imageUrl": json_values}
+            )
+            | json_values,
+        },
+    ),
+    json_values,
+)
+skill_bodies = st.one_of(
+    st.fixed_dictionaries({"values": st.lists(skill_records, max_size=6)}),
+    st.fixed_dictionaries({"values": st.lists(skill_records, max_size=6)}),
+    st.fixed_dictionaries({}, optional={"values": json_values, "other": json_values}),
+    json_values,
+)
+skill_raw = st.one_of(
+    st.builds(_encode, skill_bodies, st.sampled_from(["ascii", "utf-8"])),
+    st.builds(_encode, skill_bodies, st.sampled_from(["ascii", "utf-8"])),
+    st.builds(lambda body, cut: _encode(body, "ascii")[:cut], skill_bodies, st.integers(0, 80)),
+    st.binary(max_size=64),
+    st.builds(
+        lambda depth: b'{"values": ' + b"[" * depth + b"]" * depth + b"}", st.integers(1, 3000)
+    ),
+)
+
+
+@st.composite
+def skill_requests(draw: st.DrawFn) -> Request:
+    """``POST /v1/skills/embeddings`` (the Azure AI Search skill and vectorizer), any body."""
+    query = draw(
+        st.sampled_from(["", "", "?input_type=query", "?input_type=document", "?input_type="])
+        | texts.map(lambda t: f"?input_type={_quote(t)}")
+    )
+    headers = {"content-type": draw(content_types)}
+    return "POST", f"/v1/skills/embeddings{query}", headers, draw(skill_raw)
+
+
 @st.composite
 def search_requests(draw: st.DrawFn) -> Request:
     """``POST /search`` (or ``/v1/search``) with any body."""
@@ -354,6 +398,7 @@ def other_requests(draw: st.DrawFn) -> Request:
                 "/v1/documents/kb/ducks/file",
                 "/search",
                 "/v1/search",
+                "/v1/skills/embeddings",
                 "/openapi.json",
                 "/docs",
                 "/v1/nothing",
@@ -369,6 +414,7 @@ any_requests = st.one_of(
     chat_requests(),
     document_requests(),
     search_requests(),
+    skill_requests(),
     other_requests(),
 )
 
@@ -444,6 +490,12 @@ async def test_no_document_request_gets_a_5xx(client: httpx.AsyncClient, request
 @FUZZ
 @given(request=search_requests())
 async def test_no_search_request_gets_a_5xx(client: httpx.AsyncClient, request: Request) -> None:
+    await _no_5xx(client, request)
+
+
+@FUZZ
+@given(request=skill_requests())
+async def test_no_skill_request_gets_a_5xx(client: httpx.AsyncClient, request: Request) -> None:
     await _no_5xx(client, request)
 
 

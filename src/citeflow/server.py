@@ -25,7 +25,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from citeflow import __version__
-from citeflow.api import docs, documents, errors, metrics, routes, search
+from citeflow.api import docs, documents, errors, metrics, routes, search, skills
 from citeflow.api.engine import Engine
 from citeflow.api.exposure import check_bind, docs_enabled
 from citeflow.api.limits import ChatLimits
@@ -77,6 +77,7 @@ def create_app(engine: Engine) -> FastAPI:
     app.include_router(documents.router)
     app.include_router(documents.files)
     app.include_router(search.router)
+    app.include_router(skills.router)
     if docs_enabled(engine.settings):
         app.include_router(docs.router)
     if engine.settings.metrics:

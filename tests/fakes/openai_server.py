@@ -293,6 +293,9 @@ class FakeOpenAIServer:
     Args:
         replies: the initial reply script (see `script`).
         embedding_dim: vector size when a request gives no ``dimensions``.
+        max_input_tokens: an embeddings request with a longer input (in `split_tokens` tokens) is
+            refused with HTTP 400, as OpenAI refuses one over a model's 8,191 tokens; None: no
+            limit.
         ttft: default seconds before the first token (also delays non-streaming replies).
         tokens_per_second: default token rate after the first token; None or 0: no delay.
         api_keys: if given, every request needs ``Authorization: Bearer <key>`` or
@@ -310,6 +313,7 @@ class FakeOpenAIServer:
         replies: ReplyScript = None,
         *,
         embedding_dim: int = 384,
+        max_input_tokens: int | None = None,
         ttft: float = 0.0,
         tokens_per_second: float | None = None,
         api_keys: str | Iterable[str] | None = None,
@@ -320,6 +324,7 @@ class FakeOpenAIServer:
         port: int = 0,
     ) -> None:
         self.embedding_dim = embedding_dim
+        self.max_input_tokens = max_input_tokens
         self.ttft = ttft
         self.tokens_per_second = tokens_per_second
         self.api_keys: frozenset[str] | None = (
@@ -618,6 +623,14 @@ class FakeOpenAIServer:
             return _error_response(400, "'input' must be a string or a list of strings/tokens.")
         if not texts:
             return _error_response(400, "'input' must not be empty.")
+        limit = self.max_input_tokens
+        longest = max(_count_tokens(t) for t in texts)
+        if limit is not None and longest > limit:
+            return _error_response(
+                400,
+                f"This model's maximum context length is {limit} tokens, however you requested "
+                f"{longest} tokens. Please reduce your prompt.",
+            )
         dim = body.get("dimensions") or self.embedding_dim
         if not isinstance(dim, int) or dim <= 0:
             return _error_response(400, "'dimensions' must be a positive integer.")

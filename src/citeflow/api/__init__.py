@@ -20,6 +20,7 @@
 | `metrics` | `Metrics`: Prometheus series, their middleware and ``GET /metrics`` |
 | `documents` | the endpoints of documents: upload, list, delete, original files |
 | `search` | ``POST /search``: graded chunks for Open WebUI deployments with external retrieval |
+| `skills` | Azure AI Search's Custom Web API skill and vectorizer over the engine's embedder |
 
 `citeflow.server` assembles them: ``create_app(engine)`` and ``serve(settings)``.
 """

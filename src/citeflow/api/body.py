@@ -8,7 +8,9 @@
 * deep nesting: ``json.loads`` itself, and any recursive walk after it, raises `RecursionError`
   (a thousand ``[`` is enough).
 
-`parse_json_object` refuses both up front, as HTTP 400 naming what is wrong.
+`parse_json_object` refuses both up front, as HTTP 400 naming what is wrong. A route that checks
+its strings one by one itself (`citeflow.api.skills`: a record with a bad text is that record's
+error, not the call's) passes ``check_strings=False`` and keeps the depth check.
 """
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ _SURROGATE = re.compile(r"[\ud800-\udfff]")
 _Path = tuple[Any, str | int] | None
 
 
-def parse_json_object(body: bytes | bytearray) -> dict[str, Any]:
-    """``body`` as a JSON object, nested at most `MAX_DEPTH` deep, with valid Unicode strings.
+def parse_json_object(body: bytes | bytearray, *, check_strings: bool = True) -> dict[str, Any]:
+    """``body`` as a JSON object, nested at most `MAX_DEPTH` deep, with valid Unicode strings
+    (unless ``check_strings`` is false: then the caller checks the strings it uses).
 
     Raises:
         BadRequestError: not JSON, not an object, nested too deep, or a string (or key) holds
@@ -45,12 +48,13 @@ def parse_json_object(body: bytes | bytearray) -> dict[str, Any]:
         ) from None
     if not isinstance(value, dict):
         raise BadRequestError("the request body must be a JSON object")
-    check_json_value(value)
+    check_json_value(value, check_strings=check_strings)
     return value
 
 
-def check_json_value(value: Any) -> None:
-    """Check a parsed JSON value's depth and strings, without recursion.
+def check_json_value(value: Any, *, check_strings: bool = True) -> None:
+    """Check a parsed JSON value's depth and (unless ``check_strings`` is false) its strings,
+    without recursion.
 
     Raises:
         BadRequestError: nested deeper than `MAX_DEPTH`, or a lone surrogate in a string.
@@ -59,13 +63,14 @@ def check_json_value(value: Any) -> None:
     while stack:
         item, depth, path = stack.pop()
         if isinstance(item, str):
-            _check_text(item, path)
+            if check_strings:
+                _check_text(item, path)
         elif isinstance(item, dict | list):
             if depth >= MAX_DEPTH:
                 raise _too_deep()
             pairs = item.items() if isinstance(item, dict) else enumerate(item)
             for key, child in pairs:
-                if isinstance(key, str):
+                if check_strings and isinstance(key, str):
                     _check_text(key, path)
                 stack.append((child, depth + 1, (path, key)))
 

@@ -12,7 +12,7 @@ which names the server's paths.
 | missing or wrong bearer key | 401 | ``authentication_error`` |
 | a tampered or expired signed document link | 403 | ``permission_error`` |
 | unknown model, knowledge base, document or route | 404 | ``not_found_error`` |
-| a message or body over the limit | 413 | ``invalid_request_error`` |
+| a message, a body or a skill call's records over the limit | 413 | ``invalid_request_error`` |
 | a well-formed request that cannot be processed | 422 | ``invalid_request_error`` |
 | too many chats in progress or per minute (with ``Retry-After``) | 429 | ``rate_limit_error`` |
 | too many wrong API keys from one address (with ``Retry-After``) | 429 | ``rate_limit_error`` |

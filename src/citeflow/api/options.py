@@ -47,6 +47,14 @@ class ServerOptions:
             or ``asyncio``.
         http: uvicorn's HTTP/1.1 implementation: ``auto`` (httptools when installed, else h11),
             ``httptools`` or ``h11``.
+        max_skill_records: most records in one call of the embedding skill
+            (``POST /v1/skills/embeddings``, `citeflow.api.skills`); more is HTTP 413. Azure AI
+            Search sends up to the skill's ``batchSize`` (its default: 1,000).
+        max_skill_text_chars: longest text the embedding skill embeds (characters); a longer
+            one is that record's error. 32,000 characters is about 8,000 tokens of English,
+            the input limit of OpenAI's embedding models (8,191 tokens).
+        max_skill_body_bytes: largest body of an embedding skill call; larger is HTTP 413
+            (lower the skill's ``batchSize``).
         gc_freeze: after start-up, move the objects alive then (models, libraries: most of the
             heap) out of the garbage collector's reach and collect the young generation less
             often (see `citeflow.server.tune_gc`).
@@ -64,6 +72,9 @@ class ServerOptions:
     search_timeout: float = 10.0
     loop: Literal["auto", "uvloop", "asyncio"] = "auto"
     http: Literal["auto", "httptools", "h11"] = "auto"
+    max_skill_records: int = 1_000
+    max_skill_text_chars: int = 32_000
+    max_skill_body_bytes: int = 32_000_000
     gc_freeze: bool = True
 
     @classmethod

@@ -101,8 +101,9 @@ async def get_model(model: str, engine: EngineDep) -> ModelCard:
 
 
 # --- chat ----------------------------------------------------------------------------------------
-async def read_json(request: Request, limit: int) -> dict[str, Any]:
-    """The request body as a JSON object, read up to ``limit`` bytes.
+async def read_json(request: Request, limit: int, *, check_strings: bool = True) -> dict[str, Any]:
+    """The request body as a JSON object, read up to ``limit`` bytes (``check_strings``: see
+    `parse_json_object`).
 
     Raises:
         PayloadTooLargeError: the body is larger than ``limit`` (413).
@@ -118,8 +119,8 @@ async def read_json(request: Request, limit: int) -> dict[str, Any]:
         if len(body) > limit:
             raise PayloadTooLargeError(f"the request body is over the limit of {limit} bytes")
     if len(body) > PARSE_INLINE_BYTES:  # parsing and checking take milliseconds: off the loop
-        return await asyncio.to_thread(parse_json_object, body)
-    return parse_json_object(body)
+        return await asyncio.to_thread(parse_json_object, body, check_strings=check_strings)
+    return parse_json_object(body, check_strings=check_strings)
 
 
 def wants_source_list(
