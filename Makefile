@@ -6,7 +6,7 @@ PY     := $(BIN)/python
 TORCH  := torch==2.13.0
 STAMP  := $(VENV)/.citeflow-installed
 
-.PHONY: help install model demo test test-fast lint format bench serve e2e env-example clean
+.PHONY: help install model demo test test-fast lint format bench bench-store-1m serve e2e env-example clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -50,10 +50,17 @@ e2e: $(STAMP)  ## end to end: real Open WebUI in headless Chromium over a live c
 	PYTHON=$(PYTHON) bash tests/e2e/setup.sh
 	CITEFLOW_E2E_REQUIRED=1 $(PY) -m pytest -q -m e2e tests/e2e
 
-bench: model  ## print the benchmarks' figures
+bench: model  ## print the benchmarks' figures (an hour or more on 2 cores)
 	$(PY) bench/engine_overhead.py
 	$(PY) bench/ingest_throughput.py
 	$(PY) bench/answer_latency.py
+	$(PY) bench/search_latency.py
+	$(PY) bench/skill_throughput.py
+	$(PY) bench/store_scale.py --sizes 10000,100000
+	PYTHONPATH=src:. $(PY) bench/store_quality.py
+
+bench-store-1m: $(STAMP)  ## the embedded store at 1,000,000 chunks (about 10 GB of disk, 30+ minutes)
+	$(PY) bench/store_scale.py --sizes 1000000 --stores new
 
 serve: model  ## run the OpenAI-compatible server on the embedded defaults
 	$(BIN)/citeflow serve
