@@ -72,6 +72,7 @@ async def test_the_access_log_names_the_user_and_metrics_do_not(
     lines = [r for r in caplog.records if r.getMessage().startswith("POST /v1/chat/completions")]
     assert lines and getattr(lines[-1], "user", None) == "u-77"
     assert "u-77" not in scraped and "example.com" not in scraped
+    assert 'citeflow_user_chats_total{role="user",signed="no"} 1.0' in scraped
 
 
 async def test_with_a_secret_only_a_signed_user_counts(kb: KnowledgeBase) -> None:
@@ -94,6 +95,10 @@ async def test_with_a_secret_only_a_signed_user_counts(kb: KnowledgeBase) -> Non
         assert (
             await client.post("/v1/chat/completions", json=ask, headers=plain("u-4"))
         ).status_code == 429
+        scraped = (await client.get("/metrics", headers=KEY)).text
+    # three signed chats (one refused with 429); the unsigned ones count as no user
+    assert 'citeflow_user_chats_total{role="user",signed="yes"} 3.0' in scraped
+    assert 'citeflow_user_chats_total{role="none",signed="no"} 2.0' in scraped
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,8 @@ apart). What is recorded, and where:
   and llm, the time spent waiting for the LLM), retrieval rounds, citations kept, moved, added
   and removed, unsupported sentences, the LLM judge's verdicts, tokens in and out (the estimate
   the answer's ``usage`` reports);
-* streams in flight; HTTP 429s by reason (`citeflow.api.errors`); ingestion through the API,
+* chat completions by the forwarded Open WebUI user's role (`citeflow.api.users`; the user
+  never); streams in flight; HTTP 429s by reason (`citeflow.api.errors`); ingestion through the API,
   documents by result and chunks (`citeflow.api.documents`).
 
 **Cardinality guard.** No label holds user text, a key, a collection or a document name: the
@@ -61,6 +62,8 @@ JUDGE_VERDICTS = ("supported", "unsupported", "failed", "timed_out")
 ANSWER_OUTCOMES = ("cited", "uncited", "not_covered", "failed", "cancelled")
 #: why a request got HTTP 429
 RATE_LIMIT_REASONS = ("in_progress", "per_minute", "failed_keys", "upstream")
+#: Open WebUI's user roles (`citeflow.api.users`); any other is counted as ``other``
+USER_ROLES = ("admin", "user", "pending", "other", "none")
 #: what ingestion through the API did with a document
 INGEST_RESULTS = ("added", "replaced", "unchanged", "failed")
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
@@ -142,6 +145,13 @@ class Metrics:
             "Tokens in (question and sources read) and out (answer), as the answer's usage "
             "estimates them",
             ("direction",),
+            registry=r,
+        )
+        self.user_chats = Counter(
+            "citeflow_user_chats",
+            "Chat completions by the forwarded Open WebUI user's role (none: no user forwarded) "
+            "and whether Open WebUI signed it",
+            ("role", "signed"),
             registry=r,
         )
         self.streams = Gauge("citeflow_streams_in_flight", "Answer streams being sent", registry=r)
@@ -240,6 +250,11 @@ class Metrics:
                 self.failed(cancelled=True)
 
     # --- the rest ----------------------------------------------------------------------------
+    def chat_by(self, role: str | None, *, signed: bool = False) -> None:
+        """Count a chat completion by its forwarded user's role (never the user)."""
+        label = "none" if role is None else (role if role in USER_ROLES else "other")
+        self.user_chats.labels(label, "yes" if signed else "no").inc()
+
     def limited(self, reason: str) -> None:
         self.rate_limited.labels(reason if reason in RATE_LIMIT_REASONS else "upstream").inc()
 

@@ -215,6 +215,9 @@ async def chat_completions(
     user = forwarded_user(request, secret.get_secret_value() if secret else None)
     if user is not None:
         request.state.user = user.id  # the access log's ``user``
+    request.app.state.metrics.chat_by(
+        user.role if user else None, signed=bool(user and user.signed)
+    )
     who = client_id(bearer_token(request), address, user=user.id if user else None)
     slot = limits.admit(who)
     response: Response | None = None
