@@ -157,6 +157,53 @@ def test_bm25_scores_count_only_the_chunks_that_exist(stores: dict[str, Store]) 
         assert_same_ranking(edge.sparse, server.sparse, rel=SPARSE_REL)
 
 
+def test_live_counts_are_asked_for_only_while_deleted_chunks_linger(tmp_path: Path) -> None:
+    """Counting live chunks costs a pass over the collection per query: the embedded engine asks
+    for it from the first delete until an index build leaves no deleted chunk behind, across
+    reopening. BM25 scores match all along those of a store that never held the deleted ones."""
+    from citeflow.store.edge import STALE_IDF
+    from tests.test_store_edge import fill, points
+
+    written = points(8_000)  # doc-0 .. doc-799, ten chunks each
+    deleted: set[str] = set()
+    flag = tmp_path / "embedded" / "shards" / "kb" / STALE_IDF
+    edge = open_store("embedded", tmp_path)
+    fill(edge, "kb", 8_000)
+    edge.optimize("kb")
+    assert not flag.exists()
+    query = BM25Encoder().encode_query("chunk ducks geese 42 swans")
+
+    def same(round_: int) -> None:
+        fresh = Store.open_path(tmp_path / f"fresh-{round_}")
+        fresh.ensure_collection("kb", 384)
+        fresh.write("kb", [p for p in written if p.payload["doc_id"] not in deleted])
+        ours = edge.search("kb", sparse=query, limit=1, sparse_limit=10).sparse
+        theirs = fresh.search("kb", sparse=query, limit=1, sparse_limit=10).sparse
+        fresh.close()
+        assert len(ours) == 10
+        assert_same_ranking(ours, theirs, rel=SPARSE_REL)
+
+    def delete(docs: range) -> None:
+        for doc in docs:
+            edge.delete_document("kb", f"doc-{doc}")
+            deleted.add(f"doc-{doc}")
+
+    same(0)
+    delete(range(0, 800, 10))  # a tenth: under the engine's vacuum threshold
+    assert flag.exists()
+    same(1)
+    edge.optimize("kb")  # too few deleted to vacuum: they linger
+    edge.close()
+    edge = open_store("embedded", tmp_path)
+    assert flag.exists()
+    same(2)
+    delete(range(1, 800, 3))  # now over a third
+    edge.optimize("kb")  # vacuumed: the engine's own counts hold again
+    assert not flag.exists()
+    same(3)
+    edge.close()
+
+
 async def test_hybrid_retrieval_gives_the_same_chunks_and_relevance(
     tmp_path: Path,
 ) -> None:

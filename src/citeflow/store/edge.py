@@ -77,10 +77,16 @@ HNSW = HnswIndexConfig(m=16, ef_construct=100, full_scan_threshold=10_000)
 LAYOUT = Layout(dense=DENSE_VECTOR, sparse=SPARSE_VECTOR)
 
 #: BM25's IDF over the points that exist. The engine's own statistics count a deleted or
-#: replaced chunk until an optimize vacuums its segment (BM25 scores were off by up to 26% and
-#: the order changed after a re-ingest); a corpus filter matching every point counts live
-#: points only, as qdrant-client does (`tests/test_store_parity.py`).
+#: overwritten chunk of an indexed segment until an optimize vacuums it (BM25 scores were off
+#: by up to 26% and the order changed after a re-ingest); a corpus filter matching every point
+#: counts live points only, as qdrant-client does (`tests/test_store_parity.py`). It costs a
+#: pass over the points per query (sparse search 0.7 -> 2.8 ms at 100,000 chunks, about 20 ms
+#: at 1,000,000: `bench/store_scale.py`), so it is asked for only while a collection may hold
+#: such chunks (`STALE_IDF`).
 LIVE_IDF = SearchParams(idf=IdfParams(corpus=Filter()))
+#: a file in a shard's directory while deleted or overwritten chunks may linger in its indexed
+#: segments (written at the first such change, removed by an optimize that leaves none)
+STALE_IDF = "citeflow-stale-idf"
 
 
 #: the configuration of a new shard, made from its dense vectors' dimension
@@ -120,6 +126,7 @@ class EdgeEngine:
         self.config = config
         self.search_params = search_params
         self._shards: dict[str, EdgeShard] = {}
+        self._stale: set[str] = set()  # collections whose BM25 needs `LIVE_IDF`
 
     @property
     def shards_dir(self) -> Path:
@@ -135,7 +142,15 @@ class EdgeEngine:
             require_room(self.root)
             shard = _load(path)
             self._shards[collection] = shard
+            if (path / STALE_IDF).exists():
+                self._stale.add(collection)
         return shard
+
+    def _changed(self, collection: str) -> None:
+        """Deleted or overwritten chunks may now linger in indexed segments (`STALE_IDF`)."""
+        if collection not in self._stale:
+            (self._path(collection) / STALE_IDF).touch()
+            self._stale.add(collection)
 
     def close(self) -> None:
         shards, self._shards = self._shards, {}
@@ -172,6 +187,7 @@ class EdgeEngine:
         return LAYOUT
 
     def drop(self, collection: str) -> bool:
+        self._stale.discard(collection)
         shard = self._shards.pop(collection, None)
         if shard is not None:
             shard.close()
@@ -187,6 +203,7 @@ class EdgeEngine:
 
     def rename(self, collection: str, name: str) -> None:
         """Give a (complete) collection its final name: one directory rename."""
+        self._stale.discard(collection)  # its flag file moves with it
         shard = self._shards.pop(collection, None)
         if shard is not None:
             shard.close()
@@ -209,13 +226,20 @@ class EdgeEngine:
                 )
             edge_points.append(EdgePoint(point.id, vectors, point.payload))
         with _reading(self._path(collection)):
+            before = shard.info().points_count
             shard.update(UpdateOperation.upsert_points(edge_points))
+            overwrote = shard.info().points_count - before < len({p.id for p in points})
+        if overwrote:
+            self._changed(collection)
 
     def delete_key(self, collection: str, ids: Sequence[str], key: str) -> None:
         shard = self._shard(collection)
         require_room(self.root, len(ids))
         with _reading(self._path(collection)):
+            indexed = shard.info().indexed_vectors_count > 0
             shard.update(UpdateOperation.delete_payload(list(ids), [key]))
+        if indexed:  # a point of an indexed segment is copied out of it to be changed
+            self._changed(collection)
 
     def delete(self, collection: str, where: Where) -> None:
         shard = self._shard(collection)
@@ -225,6 +249,7 @@ class EdgeEngine:
             raise ValueError("refusing to delete without a condition")
         with _reading(self._path(collection)):
             shard.update(UpdateOperation.delete_points_by_filter(flt))
+        self._changed(collection)
 
     # --- reads -------------------------------------------------------------------------------
     def scroll(
@@ -295,7 +320,7 @@ class EdgeEngine:
                         using=SPARSE_VECTOR,
                     ),
                     filter=flt,
-                    params=LIVE_IDF,
+                    params=LIVE_IDF if collection in self._stale else None,
                     with_payload=False,
                     with_vector=[DENSE_VECTOR] if request.sparse_vectors else False,
                 )
@@ -325,6 +350,11 @@ class EdgeEngine:
         with _reading(self._path(collection)):
             done = shard.optimize()
             shard.flush()
+            info = shard.info()
+        if collection in self._stale and info.indexed_vectors_count == 2 * info.points_count:
+            # everything indexed, and no deleted chunk left in a segment: the engine's IDF holds
+            (self._path(collection) / STALE_IDF).unlink(missing_ok=True)
+            self._stale.discard(collection)
         return done
 
     def unindexed(self, collection: str) -> int:
