@@ -115,8 +115,8 @@ class EdgeEngine:
     shard keeps the configuration it was created with); ``search_params`` are the dense side's
     search parameters (`SEARCH`; None: the engine's, an HNSW ef of ef_construct, or the limit
     when that is larger). citeflow keeps both defaults; ``bench/store_quality.py`` creates
-    shards whose every segment is HNSW-indexed and searches them with other ef values, to measure what the
-    approximate index costs in retrieval quality.
+    shards whose every segment is HNSW-indexed and searches them with other ef values, to
+    measure what the approximate index costs in retrieval quality.
     """
 
     def __init__(
