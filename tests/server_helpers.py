@@ -119,6 +119,22 @@ def chat_request(content: str = "Who bought Viaweb?", *, stream: bool = False) -
     }
 
 
+def assert_error(
+    response: httpx.Response, status: int, kind: str, *words: str, param: str | None = None
+) -> None:
+    """``response`` is an OpenAI error body of ``status`` and ``kind`` whose message holds every
+    one of ``words`` (and whose ``param`` is ``param``, when given)."""
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"error"}
+    assert set(body["error"]) == {"message", "type", "param", "code"}
+    assert body["error"]["type"] == kind
+    for word in words:
+        assert word in body["error"]["message"], body["error"]["message"]
+    if param is not None:
+        assert body["error"]["param"] == param, body["error"]
+
+
 def asgi_client(engine: Engine, **headers: str) -> httpx.AsyncClient:
     """An HTTP client calling the app over ``engine`` in-process (no socket)."""
     transport = httpx.ASGITransport(app=create_app(engine))

@@ -18,7 +18,14 @@ from citeflow.knowledge_base import KnowledgeBase
 from citeflow.server import create_app
 from citeflow.store import Store
 from tests.fakes.llm import ScriptedLLM
-from tests.server_helpers import CountingEmbedding, content_of, events_of, make_engine, parse_sse
+from tests.server_helpers import (
+    CountingEmbedding,
+    assert_error,
+    content_of,
+    events_of,
+    make_engine,
+    parse_sse,
+)
 
 ANSWER = "Yahoo bought Viaweb in 1998 [1]. Ducks live near ponds [2]."
 QUESTION = "Who bought Viaweb, and where do ducks live?"
@@ -58,16 +65,6 @@ async def client(kb: KnowledgeBase, llm: ScriptedLLM) -> AsyncIterator[httpx.Asy
         yield c
 
 
-def _assert_error(response: httpx.Response, status: int, kind: str, *words: str) -> None:
-    assert response.status_code == status, response.text
-    body = response.json()
-    assert set(body) == {"error"}
-    assert set(body["error"]) == {"message", "type", "param", "code"}
-    assert body["error"]["type"] == kind
-    for word in words:
-        assert word in body["error"]["message"], body["error"]["message"]
-
-
 # --- models and health ---------------------------------------------------------------------------
 async def test_models_list_one_model_per_collection(
     kb: KnowledgeBase, client: httpx.AsyncClient
@@ -83,7 +80,7 @@ async def test_models_list_one_model_per_collection(
     assert [m["id"] for m in body["data"]] == ["citeflow-kb", "citeflow-notes"]
     assert body["data"][0]["object"] == "model" and body["data"][0]["owned_by"] == "citeflow"
     assert (await client.get("/v1/models/citeflow-kb")).json()["id"] == "citeflow-kb"
-    _assert_error(await client.get("/v1/models/citeflow-nope"), 404, "not_found_error", "nope")
+    assert_error(await client.get("/v1/models/citeflow-nope"), 404, "not_found_error", "nope")
 
 
 async def test_health_needs_no_key(kb: KnowledgeBase, llm: ScriptedLLM) -> None:
@@ -94,7 +91,7 @@ async def test_health_needs_no_key(kb: KnowledgeBase, llm: ScriptedLLM) -> None:
         ready = await c.get("/health/ready")
         # open to anyone: its status only (no store path, no provider names or versions)
         assert ready.status_code == 200 and ready.json() == {"status": "ready"}
-        _assert_error(await c.get("/v1/models"), 401, "authentication_error", "Bearer")
+        assert_error(await c.get("/v1/models"), 401, "authentication_error", "Bearer")
 
 
 async def test_unready_health_says_only_so(kb: KnowledgeBase, llm: ScriptedLLM) -> None:
@@ -233,7 +230,7 @@ async def test_llm_failure(kb: KnowledgeBase) -> None:
     async with await _client(make_engine(kb, llm)) as c:
         plain = await c.post("/v1/chat/completions", json=_chat())
         streamed = await c.post("/v1/chat/completions", json=_chat(stream=True))
-    _assert_error(plain, 502, "upstream_error", "provider failed", "server log")
+    assert_error(plain, 502, "upstream_error", "provider failed", "server log")
     assert "overloaded" not in plain.text and "overloaded" not in streamed.text
     items = parse_sse(streamed.text)
     assert items[-1] == "[DONE]"
@@ -280,7 +277,7 @@ async def test_bad_requests_are_openai_errors(
     response = await client.post(
         "/v1/chat/completions", content=body, headers={"content-type": "application/json"}
     )
-    _assert_error(response, status, "invalid_request_error", *words)
+    assert_error(response, status, "invalid_request_error", *words)
 
 
 async def test_param_names_the_offending_field(client: httpx.AsyncClient) -> None:
@@ -294,16 +291,16 @@ async def test_param_names_the_offending_field(client: httpx.AsyncClient) -> Non
 async def test_huge_message_is_413(kb: KnowledgeBase, llm: ScriptedLLM) -> None:
     async with await _client(make_engine(kb, llm, max_message_chars=1000)) as c:
         response = await c.post("/v1/chat/completions", json=_chat("x" * 1001))
-        _assert_error(response, 413, "invalid_request_error", "1001 characters", "1000")
+        assert_error(response, 413, "invalid_request_error", "1001 characters", "1000")
         assert response.json()["error"]["param"] == "messages[0].content"
     async with await _client(make_engine(kb, llm, max_body_bytes=2000)) as c:
         response = await c.post("/v1/chat/completions", json=_chat("x" * 3000))
-        _assert_error(response, 413, "invalid_request_error", "2000 bytes")
+        assert_error(response, 413, "invalid_request_error", "2000 bytes")
 
 
 async def test_unknown_model_is_404(client: httpx.AsyncClient) -> None:
     response = await client.post("/v1/chat/completions", json={**_chat(), "model": "gpt-4o"})
-    _assert_error(response, 404, "not_found_error", "'gpt-4o'", "citeflow-kb")
+    assert_error(response, 404, "not_found_error", "'gpt-4o'", "citeflow-kb")
     assert response.json()["error"]["code"] == "model_not_found"
 
 
@@ -313,7 +310,7 @@ async def test_empty_collection_is_a_clear_error(
     for doc in kb.documents():
         kb.store.delete_document("kb", doc.doc_id)
     response = await client.post("/v1/chat/completions", json=_chat(stream=True))
-    _assert_error(response, 400, "invalid_request_error", "no documents", "citeflow ingest")
+    assert_error(response, 400, "invalid_request_error", "no documents", "citeflow ingest")
 
 
 async def test_bearer_keys(kb: KnowledgeBase, llm: ScriptedLLM) -> None:
@@ -321,12 +318,12 @@ async def test_bearer_keys(kb: KnowledgeBase, llm: ScriptedLLM) -> None:
     engine.settings.api_keys = [SecretStr("first-key"), SecretStr("second-key")]
     async with await _client(engine) as c:
         missing = await c.get("/v1/models")
-        _assert_error(missing, 401, "authentication_error", "Authorization: Bearer")
+        assert_error(missing, 401, "authentication_error", "Authorization: Bearer")
         assert missing.headers["www-authenticate"] == "Bearer"
         wrong = await c.post(
             "/v1/chat/completions", json=_chat(), headers={"Authorization": "Bearer nope"}
         )
-        _assert_error(wrong, 401, "authentication_error", "invalid API key")
+        assert_error(wrong, 401, "authentication_error", "invalid API key")
         assert wrong.json()["error"]["code"] == "invalid_api_key"
         basic = await c.get("/v1/models", headers={"Authorization": "Basic Zmlyc3Qta2V5"})
         assert basic.status_code == 401
@@ -336,8 +333,8 @@ async def test_bearer_keys(kb: KnowledgeBase, llm: ScriptedLLM) -> None:
 
 
 async def test_unknown_route_and_method_are_openai_errors(client: httpx.AsyncClient) -> None:
-    _assert_error(await client.get("/v1/nothing"), 404, "not_found_error")
-    _assert_error(await client.get("/v1/chat/completions"), 405, "invalid_request_error")
+    assert_error(await client.get("/v1/nothing"), 404, "not_found_error")
+    assert_error(await client.get("/v1/chat/completions"), 405, "invalid_request_error")
 
 
 # --- malformed JSON that json.loads accepts ------------------------------------------------------
@@ -376,7 +373,7 @@ async def test_a_lone_surrogate_is_400_before_any_work(
         response = await c.post(
             "/v1/chat/completions", content=body, headers={"content-type": "application/json"}
         )
-    _assert_error(response, 400, "invalid_request_error", "lone UTF-16 surrogate", "\\ud", param)
+    assert_error(response, 400, "invalid_request_error", "lone UTF-16 surrogate", "\\ud", param)
     assert response.json()["error"]["param"] == param
     assert response.json()["error"]["code"] == "invalid_unicode"
     assert embed.queries == 0 and llm.prompts == []  # refused before any work
@@ -399,7 +396,7 @@ async def test_deeply_nested_json_is_400(client: httpx.AsyncClient, depth: int) 
         content=_raw('"hi"', tools=nested),
         headers={"content-type": "application/json"},
     )
-    _assert_error(response, 400, "invalid_request_error", "more than 64 levels deep")
+    assert_error(response, 400, "invalid_request_error", "more than 64 levels deep")
 
 
 async def test_reasonable_nesting_and_big_bodies_are_fine(client: httpx.AsyncClient) -> None:
@@ -418,7 +415,7 @@ async def test_reasonable_nesting_and_big_bodies_are_fine(client: httpx.AsyncCli
         content=json.dumps(big).encode(),
         headers={"content-type": "application/json"},
     )
-    _assert_error(response, 400, "invalid_request_error", "surrogate")
+    assert_error(response, 400, "invalid_request_error", "surrogate")
 
 
 # --- 405 and 500 ---------------------------------------------------------------------------------
@@ -440,7 +437,7 @@ async def test_405_names_the_allowed_methods(
     if method == "HEAD":  # no body
         assert response.status_code == 405
     else:
-        _assert_error(response, 405, "invalid_request_error")
+        assert_error(response, 405, "invalid_request_error")
     assert response.headers["allow"] == allow
 
 
@@ -457,7 +454,7 @@ async def test_an_unexpected_error_is_a_generic_500_in_the_access_log(
     with caplog.at_level(logging.INFO, logger="citeflow.server"):
         async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
             response = await c.get("/v1/models")
-    _assert_error(response, 500, "server_error", "internal server error")
+    assert_error(response, 500, "server_error", "internal server error")
     assert "secret" not in response.text
     access = [r for r in caplog.records if r.getMessage() == "GET /v1/models 500"]
     assert len(access) == 1 and access[0].__dict__["status"] == 500

@@ -21,7 +21,7 @@ from citeflow.errors import UpstreamError
 from citeflow.knowledge_base import KnowledgeBase
 from tests.conftest import FACTS
 from tests.fakes.llm import ScriptedLLM
-from tests.server_helpers import CountingEmbedding, asgi_client
+from tests.server_helpers import CountingEmbedding, asgi_client, assert_error
 
 #: every key a result's metadata may have: what a chat completion's sources show, plus the
 #: collection and the chunk index
@@ -107,20 +107,6 @@ def _check_shape(body: dict[str, Any], queries: int) -> None:
         assert distances == sorted(distances, reverse=True), distances
         for meta in metadatas:
             assert set(meta) <= METADATA_KEYS, set(meta) - METADATA_KEYS
-
-
-def _assert_error(
-    response: httpx.Response, status: int, kind: str, *words: str, param: str | None = None
-) -> None:
-    assert response.status_code == status, response.text
-    body = response.json()
-    assert set(body) == {"error"}
-    assert set(body["error"]) == {"message", "type", "param", "code"}
-    assert body["error"]["type"] == kind
-    for word in words:
-        assert word in body["error"]["message"], body["error"]["message"]
-    if param is not None:
-        assert body["error"]["param"] == param, body["error"]
 
 
 # --- the two forms -------------------------------------------------------------------------------
@@ -352,7 +338,7 @@ async def test_an_llm_failure_is_a_502_not_a_500(kb: KnowledgeBase) -> None:
     for failure in (UpstreamError("HTTP 500: overloaded"), RuntimeError("connection reset")):
         async with asgi_client(_engine(kb, ScriptedLLM([failure]))) as c:
             response = await c.post("/search", json={"messages": messages})
-        _assert_error(response, 502, "upstream_error", "provider failed")
+        assert_error(response, 502, "upstream_error", "provider failed")
         assert "overloaded" not in response.text and "reset" not in response.text
 
 
@@ -406,10 +392,10 @@ async def test_bearer_key_required(kb: KnowledgeBase, llm: ScriptedLLM) -> None:
     async with asgi_client(engine) as c:
         for path in ("/search", "/v1/search"):
             missing = await c.post(path, json=body)
-            _assert_error(missing, 401, "authentication_error", "Authorization: Bearer")
+            assert_error(missing, 401, "authentication_error", "Authorization: Bearer")
             assert missing.headers["www-authenticate"] == "Bearer"
             wrong = await c.post(path, json=body, headers={"Authorization": "Bearer nope"})
-            _assert_error(wrong, 401, "authentication_error", "invalid API key")
+            assert_error(wrong, 401, "authentication_error", "invalid API key")
             ok = await c.post(path, json=body, headers={"Authorization": "Bearer the-key"})
             assert ok.status_code == 200, ok.text
             # with keys, links are signed, as in chat completions' sources
@@ -486,33 +472,33 @@ async def test_bad_input_is_a_clear_4xx(
         "/search", content=body, headers={"content-type": "application/json"}
     )
     kind = "not_found_error" if status == 404 else "invalid_request_error"
-    _assert_error(response, status, kind, *words, param=param)
+    assert_error(response, status, kind, *words, param=param)
 
 
 async def test_too_many_queries_and_collections(client: httpx.AsyncClient) -> None:
     many = await client.post("/search", json={"queries": ["ducks"] * 21})
-    _assert_error(many, 400, "invalid_request_error", "at most 20", param="queries")
+    assert_error(many, 400, "invalid_request_error", "at most 20", param="queries")
     named = await client.post(
         "/search", json={"queries": ["ducks"], "collection_names": ["kb"] * 21}
     )
-    _assert_error(named, 400, "invalid_request_error", "at most 20", param="collection_names")
+    assert_error(named, 400, "invalid_request_error", "at most 20", param="collection_names")
 
 
 async def test_sizes_over_the_limits_are_413(kb: KnowledgeBase, llm: ScriptedLLM) -> None:
     options = {"max_message_chars": 100, "max_body_bytes": 5000}
     async with asgi_client(_engine(kb, llm, options)) as c:
         long = await c.post("/search", json={"queries": ["ducks", "x" * 101]})
-        _assert_error(long, 413, "invalid_request_error", "101 characters", param="queries[1]")
+        assert_error(long, 413, "invalid_request_error", "101 characters", param="queries[1]")
         said = await c.post("/search", json={"messages": [{"role": "user", "content": "y" * 101}]})
-        _assert_error(said, 413, "invalid_request_error", "101 characters")
+        assert_error(said, 413, "invalid_request_error", "101 characters")
         big = await c.post("/search", json={"queries": ["ducks"], "pad": "z" * 6000})
-        _assert_error(big, 413, "invalid_request_error", "5000 bytes")
+        assert_error(big, 413, "invalid_request_error", "5000 bytes")
 
 
 async def test_a_missing_default_knowledge_base_is_404(kb: KnowledgeBase, llm: ScriptedLLM) -> None:
     async with asgi_client(_engine(kb, llm, collection="handbook")) as c:
         response = await c.post("/search", json={"queries": ["ducks"]})
-    _assert_error(
+    assert_error(
         response, 404, "not_found_error", "'handbook'", "collection_names", "GET /v1/models"
     )
 
@@ -527,7 +513,7 @@ async def test_unknown_fields_are_ignored_and_get_is_405(client: httpx.AsyncClie
     )
     assert response.status_code == 200, response.text
     wrong = await client.get("/search")
-    _assert_error(wrong, 405, "invalid_request_error")
+    assert_error(wrong, 405, "invalid_request_error")
     assert wrong.headers["allow"] == "POST"
 
 
