@@ -75,10 +75,7 @@ def span(name: str, **attributes: str | int | float | bool | None) -> Iterator[S
     """A span named ``citeflow.<name>`` in the current context, with ``citeflow.*``
     attributes (None values are left out); an exception marks it as an error."""
     with tracer.start_as_current_span(f"citeflow.{name}") as current:
-        if current.is_recording():
-            current.set_attributes(
-                {f"citeflow.{k}": v for k, v in attributes.items() if v is not None}
-            )
+        annotate(current, **attributes)
         yield current
 
 
