@@ -160,6 +160,10 @@ def test_citations_kept_moved_added_and_removed_are_told_apart() -> None:
         judge_verdicts={"supported": 2, "timed_out": 1, "maybe": 4},
     )
     assert citation_actions(result) == {"kept": 1, "moved": 1, "added": 1, "removed": 2}
+    grouped = CitedResponse(
+        response="A [1].", raw_response="A [1, 2]. B 【3】.", citations=[cite(1, "model")]
+    )
+    assert citation_actions(grouped)["removed"] == 2  # every marker form the parser knows
     metrics = Metrics()
     metrics.answered(result, seconds=1.5)
     found = samples(metrics.exposition()[0].decode())

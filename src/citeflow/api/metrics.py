@@ -22,7 +22,6 @@ a fixed set of values, listed here.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import AsyncGenerator, AsyncIterable, Callable
 from typing import Any
@@ -40,6 +39,7 @@ from prometheus_client import (
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from citeflow.api.deps import require_api_key
+from citeflow.citations.markers import find_markers
 from citeflow.errors import UpstreamRateLimitError
 from citeflow.events import AnswerDeltaEvent
 from citeflow.result import CitedResponse
@@ -67,8 +67,6 @@ USER_ROLES = ("admin", "user", "pending", "other", "none")
 #: what ingestion through the API did with a document
 INGEST_RESULTS = ("added", "replaced", "unchanged", "failed")
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
-
-_MARKER = re.compile(r"\[(\d+)\]")
 
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300)
 STAGE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)
@@ -278,7 +276,7 @@ def citation_actions(result: CitedResponse) -> dict[str, int]:
     counts = {"kept": 0, "moved": 0, "added": 0}
     for citation in result.citations:
         counts["kept" if citation.origin == "model" else citation.origin] += 1
-    written = len(_MARKER.findall(result.raw_response or ""))
+    written = sum(len(marker.numbers) for marker in find_markers(result.raw_response or ""))
     counts["removed"] = max(0, written - counts["kept"] - counts["moved"])
     return counts
 
