@@ -230,20 +230,22 @@ class EdgeEngine:
                     indices=point.sparse.indices, values=point.sparse.values
                 )
             edge_points.append(EdgePoint(point.id, vectors, point.payload))
+        watch = collection not in self._stale  # once stale, no need to count
         with _reading(self._path(collection)):
-            before = shard.info().points_count
+            before = shard.info().points_count if watch else 0
             shard.update(UpdateOperation.upsert_points(edge_points))
-            overwrote = shard.info().points_count - before < len({p.id for p in points})
-        if overwrote:
-            self._changed(collection)
+            if watch and shard.info().points_count - before < len({p.id for p in points}):
+                self._changed(collection)
 
     def delete_key(self, collection: str, ids: Sequence[str], key: str) -> None:
         shard = self._shard(collection)
         require_room(self.root, len(ids))
         with _reading(self._path(collection)):
-            indexed = shard.info().indexed_vectors_count > 0
+            # a point of an indexed segment is copied out of it to be changed (once stale, no
+            # need to look)
+            indexed = collection not in self._stale and shard.info().indexed_vectors_count > 0
             shard.update(UpdateOperation.delete_payload(list(ids), [key]))
-        if indexed:  # a point of an indexed segment is copied out of it to be changed
+        if indexed:
             self._changed(collection)
 
     def delete(self, collection: str, where: Where) -> None:
