@@ -5,8 +5,8 @@ from __future__ import annotations
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 
-from citeflow.api.metrics import Metrics, citation_actions
-from citeflow.citations.repair import Citation
+from citeflow.api.metrics import Metrics
+from citeflow.citations.repair import Citation, citation_actions
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.result import CitedResponse
 from tests.fakes.llm import ScriptedLLM
@@ -159,11 +159,18 @@ def test_citations_kept_moved_added_and_removed_are_told_apart() -> None:
         timings={"retrieve": 0.01, "reformulate": 0.5, "judge": 0.2, "unknown-stage": 1.0},
         judge_verdicts={"supported": 2, "timed_out": 1, "maybe": 4},
     )
-    assert citation_actions(result) == {"kept": 1, "moved": 1, "added": 1, "removed": 2}
+    assert citation_actions(result.citations, result.raw_response) == {
+        "kept": 1,
+        "moved": 1,
+        "added": 1,
+        "removed": 2,
+    }
     grouped = CitedResponse(
         response="A [1].", raw_response="A [1, 2]. B 【3】.", citations=[cite(1, "model")]
     )
-    assert citation_actions(grouped)["removed"] == 2  # every marker form the parser knows
+    assert (
+        citation_actions(grouped.citations, grouped.raw_response)["removed"] == 2
+    )  # every marker form the parser knows
     metrics = Metrics()
     metrics.answered(result, seconds=1.5)
     found = samples(metrics.exposition()[0].decode())

@@ -70,8 +70,9 @@ async def test_a_streamed_answer_is_one_trace_request_answer_steps(
     assert attributes["citeflow.cite"]["citeflow.sources"] == 2
     assert attributes["citeflow.synthesize"]["citeflow.cited"] == 2
     synthesize = attributes["citeflow.synthesize"]
-    origins = ("model", "moved", "added")
+    origins = ("kept", "moved", "added")
     assert sum(synthesize[f"citeflow.citations.{o}"] for o in origins) == 2  # type: ignore[misc]
+    assert synthesize["citeflow.citations.removed"] == 0
     # no document text unless asked: neither the sources nor the answer
     everything = json.dumps([dict(s.attributes or {}) for s in spans.get_finished_spans()])
     assert "Yahoo" not in everything and "ponds" not in everything

@@ -39,7 +39,7 @@ from prometheus_client import (
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from citeflow.api.deps import require_api_key
-from citeflow.citations.markers import find_markers
+from citeflow.citations.repair import citation_actions
 from citeflow.errors import UpstreamRateLimitError
 from citeflow.events import AnswerDeltaEvent
 from citeflow.result import CitedResponse
@@ -199,7 +199,7 @@ class Metrics:
         self.rounds.observe(result.rounds)
         if result.rounds > 1:
             self.retries.inc(result.rounds - 1)
-        for action, count in citation_actions(result).items():
+        for action, count in citation_actions(result.citations, result.raw_response).items():
             if count:
                 self.citations.labels(action).inc(count)
         if result.unsupported:
@@ -268,17 +268,6 @@ def _outcome(result: CitedResponse) -> str:
     if not result.source_nodes:
         return "not_covered"
     return "cited" if result.cited else "uncited"
-
-
-def citation_actions(result: CitedResponse) -> dict[str, int]:
-    """Citations kept, moved, added and removed in one answer. Removed: the model's markers
-    (in its raw text) that neither stayed nor moved."""
-    counts = {"kept": 0, "moved": 0, "added": 0}
-    for citation in result.citations:
-        counts["kept" if citation.origin == "model" else citation.origin] += 1
-    written = sum(len(marker.numbers) for marker in find_markers(result.raw_response or ""))
-    counts["removed"] = max(0, written - counts["kept"] - counts["moved"])
-    return counts
 
 
 class MetricsMiddleware:

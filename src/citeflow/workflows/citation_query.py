@@ -27,7 +27,7 @@ from workflows.events import StopEvent
 from workflows.handler import WorkflowHandler
 
 from citeflow.citations.judge import Judge
-from citeflow.citations.repair import CitationPolicy
+from citeflow.citations.repair import CitationPolicy, citation_actions
 from citeflow.citations.sources import make_sources, source_text
 from citeflow.errors import CiteflowError, EmptyQueryError
 from citeflow.events import (
@@ -370,8 +370,10 @@ class CitationQueryWorkflow(Workflow):
                     cited=len(synthesis.cited),
                     unsupported=len(synthesis.unsupported),
                     **{
-                        f"citations.{origin}": sum(c.origin == origin for c in synthesis.citations)
-                        for origin in ("model", "moved", "added")
+                        f"citations.{action}": count
+                        for action, count in citation_actions(
+                            synthesis.citations, synthesis.raw_text
+                        ).items()
                     },
                 )
                 if self.options.trace_content:
