@@ -6,21 +6,23 @@ server has API keys, a browser clicking that link (in Open WebUI's citation popu
 
     /v1/documents/essays/ab12/file?expires=1767225600&sig=Qm9v...
 
-``sig`` is the HMAC-SHA256 of the collection, the document id and ``expires`` under the server's
-link key (``CITEFLOW_LINK_SECRET``, else a key derived from the API keys, so that links survive
-restarts and die with the keys); ``expires`` is a Unix time (``CITEFLOW_LINK_TTL`` after the
-answer; ``0``: the link never expires, only when the TTL is 0). A link opens one document's
+``sig`` is the HMAC-SHA256 of the collection, the document id and ``expires`` (itsdangerous'
+`Signer`: URL-safe base64, the key used as it is) under the server's link key
+(``CITEFLOW_LINK_SECRET``, else a key derived from the API keys, so that links survive restarts
+and die with the keys); ``expires`` is a Unix time (``CITEFLOW_LINK_TTL`` after the answer;
+``0``: the link never expires, only when the TTL is 0). A link opens one document's
 file, nothing else. Without API keys, links are plain URLs: the endpoint is open anyway.
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 import time
 from collections.abc import Callable
 from urllib.parse import quote, urlencode
+
+from itsdangerous import Signer
 
 from citeflow.api.errors import AuthenticationError, PermissionDeniedError
 from citeflow.settings import Settings
@@ -52,6 +54,11 @@ class DocumentLinks:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.key = key
+        self._signer = (
+            None
+            if key is None
+            else Signer(key, key_derivation="none", digest_method=hashlib.sha256)
+        )
         self.ttl = ttl
         self.public_url = public_url.rstrip("/")
         self.clock = clock
@@ -73,19 +80,13 @@ class DocumentLinks:
     def signed(self) -> bool:
         return self.key is not None
 
-    def _signature(self, collection: str, doc_id: str, expires: int) -> str:
-        assert self.key is not None
-        message = f"{collection}\n{doc_id}\n{expires}".encode()
-        digest = hmac.new(self.key, message, hashlib.sha256).digest()
-        return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
-
     def url(self, base_url: str, collection: str, doc_id: str) -> str:
         """The (signed) URL of a document's file; ``base_url`` unless `public_url` is set."""
         url = (self.public_url or base_url.rstrip("/")) + document_path(collection, doc_id)
-        if self.key is None:
+        if self._signer is None:
             return url
         expires = int(self.clock()) + self.ttl if self.ttl else 0
-        sig = self._signature(collection, doc_id, expires)
+        sig = self._signer.get_signature(_message(collection, doc_id, expires)).decode()
         return f"{url}?{urlencode({'expires': expires, 'sig': sig})}"
 
     def check(self, collection: str, doc_id: str, expires: str | None, sig: str | None) -> None:
@@ -95,7 +96,7 @@ class DocumentLinks:
             AuthenticationError: links are not signed here, or the link has no signature (401).
             PermissionDeniedError: the signature is wrong or the link has expired (403).
         """
-        if self.key is None or not sig or expires is None:
+        if self._signer is None or not sig or expires is None:
             raise AuthenticationError(
                 "no API key: send 'Authorization: Bearer <key>', or open the signed link from an "
                 "answer's sources"
@@ -103,8 +104,7 @@ class DocumentLinks:
         if not expires.isdigit() or len(expires) > 12:
             raise PermissionDeniedError("invalid document link", code="invalid_signature")
         when = int(expires)
-        expected = self._signature(collection, doc_id, when)
-        if not hmac.compare_digest(expected.encode(), sig.encode()):
+        if not self._signer.verify_signature(_message(collection, doc_id, when), sig):
             raise PermissionDeniedError("invalid document link", code="invalid_signature")
         if when == 0 and self.ttl:
             raise PermissionDeniedError(
@@ -114,3 +114,8 @@ class DocumentLinks:
             raise PermissionDeniedError(
                 "this document link has expired; ask again for a fresh one", code="link_expired"
             )
+
+
+def _message(collection: str, doc_id: str, expires: int) -> str:
+    """What a link's signature covers: the one document, and until when."""
+    return f"{collection}\n{doc_id}\n{expires}"
