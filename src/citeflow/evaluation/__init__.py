@@ -2,7 +2,7 @@
 
 * `dataset`: `load_beir` reads corpus, queries, qrels and (SciFact) gold evidence; `DatasetError`
   names the file and line of any bad input.
-* `metrics`: nDCG@k, Recall@k, MRR@k as BEIR/trec_eval define them, as pure functions.
+* `metrics`: nDCG@k, Recall@k, MRR@k as BEIR reports them, computed by trec_eval (pytrec_eval).
 * `dense`: citeflow's dense retrieval over a cached embedded-Qdrant index of the corpus.
 * `runner`: `evaluate_retrieval` runs `RetrieverLike`s and builds an `EvalReport` (table, JSON).
 * `citations`: the whole workflow's citations checked against gold evidence sentences (precision,
