@@ -12,6 +12,10 @@ Two limits, each off when set to 0:
 
 Both checks happen before the request body is read. `ChatLimits.admit` returns a `Slot` that the
 route releases when the answer is complete (for a stream: when the stream ends).
+
+Not the ``limits`` library: it has fixed, moving and sliding windows but no token bucket, and
+none of them can refill evenly; a moving window of 2 per minute would tell a client that spent
+its burst to wait 60 s where the bucket says 30 s. A concurrency cap is not a rate limit at all.
 """
 
 from __future__ import annotations
