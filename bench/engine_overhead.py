@@ -56,9 +56,9 @@ from citeflow.query.retrieval import Retriever, SearchOptions  # noqa: E402
 from citeflow.result import CitedResponse  # noqa: E402
 from citeflow.settings import RetrievalMode, Settings  # noqa: E402
 from citeflow.store import Store  # noqa: E402
+from citeflow.testing.embedding import HashEmbedding  # noqa: E402
+from citeflow.testing.llm import ScriptedLLM  # noqa: E402
 from citeflow.workflows.citation_query import CitationQueryWorkflow, QueryOptions  # noqa: E402
-from tests.fakes.embedding import HashEmbedding  # noqa: E402
-from tests.fakes.llm import ScriptedLLM  # noqa: E402
 
 QUESTIONS = [
     "What did the author work on before college?",

@@ -46,7 +46,7 @@ from citeflow.providers.embeddings import build_embed_model, describe_embeddings
 from citeflow.query.batching import batch_queries  # noqa: E402
 from citeflow.server import create_app, tune_gc, use_one_blas_thread  # noqa: E402
 from citeflow.settings import Settings  # noqa: E402
-from tests.fakes.llm import ScriptedLLM  # noqa: E402
+from citeflow.testing.llm import ScriptedLLM  # noqa: E402
 
 TARGET_P50_MS = 30.0
 

@@ -48,7 +48,7 @@ from citeflow.query.batching import batch_queries  # noqa: E402
 from citeflow.server import create_app, use_one_blas_thread  # noqa: E402
 from citeflow.settings import Settings  # noqa: E402
 from citeflow.store import Store  # noqa: E402
-from tests.fakes.llm import ScriptedLLM  # noqa: E402
+from citeflow.testing.llm import ScriptedLLM  # noqa: E402
 
 
 def load(count: int, chars: int) -> list[str]:

@@ -31,7 +31,7 @@ from citeflow.providers.llm import (
     describe_providers,
 )
 from citeflow.settings import Settings
-from tests.fakes.openai_server import FakeOpenAIServer, Reply, default_reply, fake_embedding
+from citeflow.testing.openai_server import FakeOpenAIServer, Reply, default_reply, fake_embedding
 
 OPENAI_KEY = "sk-test-openai-0123456789"
 AZURE_KEY = "azure-key-abcdef"
@@ -528,7 +528,7 @@ def test_describe_providers_never_shows_secrets(
 
 def test_default_reply_is_deterministic() -> None:
     """The fake's default answer is predictable, so other tests can assert on it."""
-    from tests.fakes.openai_server import RecordedRequest
+    from citeflow.testing.openai_server import RecordedRequest
 
     request = RecordedRequest(
         method="POST",

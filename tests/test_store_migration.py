@@ -56,8 +56,8 @@ from citeflow.errors import StoreLockedError, StoreUnreadableError
 from citeflow.store import DocumentRecord, Store
 from citeflow.store.client import ClientEngine
 from citeflow.store.directory import LEGACY_KEPT, MARKER, SHARDS, has_legacy_store
+from citeflow.testing.embedding import HashEmbedding
 from tests.conftest import stored_points
-from tests.fakes.embedding import HashEmbedding
 from tests.fakes.full_disk import FillingDisk
 
 DENSE, SPARSE, INCOMPLETE = "text-dense", "text-sparse-new", "incomplete"
