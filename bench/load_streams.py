@@ -54,20 +54,20 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import aiohttp
+import httpx
 
-import aiohttp  # noqa: E402
-import httpx  # noqa: E402
-
-from citeflow.citations.stream import SentenceStream  # noqa: E402
-from citeflow.testing.openai_server import (  # noqa: E402
+from citeflow.citations.stream import SentenceStream
+from citeflow.testing.openai_server import (
     FakeOpenAIServer,
     RecordedRequest,
     Reply,
     default_reply,
     split_tokens,
 )
+
+ROOT = Path(__file__).resolve().parents[1]
+
 
 COLLECTION = "essay"
 MODEL = f"citeflow-{COLLECTION}"
