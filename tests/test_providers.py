@@ -21,6 +21,7 @@ from pydantic import SecretStr
 
 from citeflow.citations.judge import LLMJudge, TokenLogprobs
 from citeflow.errors import ConfigError, UpstreamError
+from citeflow.providers.describe import describe_providers
 from citeflow.providers.embeddings import build_embed_model, describe_embeddings
 from citeflow.providers.llm import (
     DEFAULT_COMPAT_CONTEXT_WINDOW,
@@ -28,7 +29,6 @@ from citeflow.providers.llm import (
     NO_KEY_PLACEHOLDER,
     as_upstream_error,
     build_llm,
-    describe_providers,
 )
 from citeflow.settings import Settings
 from citeflow.testing.openai_server import FakeOpenAIServer, Reply, default_reply, fake_embedding
