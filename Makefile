@@ -57,7 +57,7 @@ bench: model  ## print the benchmarks' figures (an hour or more on 2 cores)
 	$(PY) bench/search_latency.py
 	$(PY) bench/skill_throughput.py
 	$(PY) bench/store_scale.py --sizes 10000,100000
-	PYTHONPATH=src:. $(PY) bench/store_quality.py
+	$(PY) bench/store_quality.py
 
 bench-store-1m: $(STAMP)  ## the embedded store at 1,000,000 chunks (about 10 GB of disk, 30+ minutes)
 	$(PY) bench/store_scale.py --sizes 1000000 --stores new

@@ -12,18 +12,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import sys
 import tempfile
 import time
 import warnings
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from citeflow.knowledge_base import KnowledgeBase
+from citeflow.providers.local_llm import LocalLlamaCppLLM
+from citeflow.settings import load_settings
 
-from citeflow.knowledge_base import KnowledgeBase  # noqa: E402
-from citeflow.providers.local_llm import LocalLlamaCppLLM  # noqa: E402
-from citeflow.settings import load_settings  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
+
 
 QUESTIONS = [
     "What did the author work on before college?",

@@ -24,41 +24,39 @@ import argparse
 import asyncio
 import re
 import statistics
-import sys
 import tempfile
 import time
 import warnings
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from collections.abc import AsyncIterator  # noqa: E402
-from typing import Any  # noqa: E402
-
-from llama_index.core.query_engine import CitationQueryEngine  # noqa: E402
-from llama_index.core.schema import Document  # noqa: E402
-from opentelemetry import trace  # noqa: E402
-from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
-from opentelemetry.sdk.trace.export import (  # noqa: E402
+from llama_index.core.query_engine import CitationQueryEngine
+from llama_index.core.schema import Document
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
     SpanExporter,
     SpanExportResult,
 )
-from workflows.events import StopEvent  # noqa: E402
+from workflows.events import StopEvent
 
-from citeflow.api.metrics import Metrics  # noqa: E402
-from citeflow.citations.text import split_sentences  # noqa: E402
-from citeflow.knowledge_base import KnowledgeBase  # noqa: E402
-from citeflow.query.grading import ScoreGrader  # noqa: E402
-from citeflow.query.retrieval import Retriever, SearchOptions  # noqa: E402
-from citeflow.result import CitedResponse  # noqa: E402
-from citeflow.settings import RetrievalMode, Settings  # noqa: E402
-from citeflow.store import Store  # noqa: E402
-from citeflow.workflows.citation_query import CitationQueryWorkflow, QueryOptions  # noqa: E402
-from tests.fakes.embedding import HashEmbedding  # noqa: E402
-from tests.fakes.llm import ScriptedLLM  # noqa: E402
+from citeflow.api.metrics import Metrics
+from citeflow.citations.text import split_sentences
+from citeflow.knowledge_base import KnowledgeBase
+from citeflow.query.grading import ScoreGrader
+from citeflow.query.retrieval import Retriever, SearchOptions
+from citeflow.result import CitedResponse
+from citeflow.settings import RetrievalMode, Settings
+from citeflow.store import Store
+from citeflow.testing.embedding import HashEmbedding
+from citeflow.testing.llm import ScriptedLLM
+from citeflow.workflows.citation_query import CitationQueryWorkflow, QueryOptions
+
+ROOT = Path(__file__).resolve().parents[1]
+
 
 QUESTIONS = [
     "What did the author work on before college?",

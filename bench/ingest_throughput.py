@@ -22,22 +22,20 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 import warnings
 from pathlib import Path
 
+from llama_index.core.schema import Document, MetadataMode
+
+from citeflow.ingestion.pipeline import Ingestor
+from citeflow.providers.embeddings import build_embed_model
+from citeflow.settings import Settings
+from citeflow.store import Store
+
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT.parent / "shared" / "data" / "scifact" / "corpus.jsonl"
-sys.path.insert(0, str(ROOT))
-
-from llama_index.core.schema import Document, MetadataMode  # noqa: E402
-
-from citeflow.ingestion.pipeline import Ingestor  # noqa: E402
-from citeflow.providers.embeddings import build_embed_model  # noqa: E402
-from citeflow.settings import Settings  # noqa: E402
-from citeflow.store import Store  # noqa: E402
 
 
 def load(limit: int | None) -> list[Document]:

@@ -2,7 +2,7 @@
 
 Three processes, so that each one's CPU is its own:
 
-* the upstream: a fake OpenAI server (`tests.fakes.openai_server.FakeOpenAIServer`, started by
+* the upstream: a fake OpenAI server (`citeflow.testing.openai_server.FakeOpenAIServer`, started by
   this script with ``--serve-upstream``) with a fixed time to first token (``--ttft``) and token
   rate (``--tps``); it answers the synthesis prompt with three sentences quoted from the sources,
   each citing its source, and (with ``--grader llm``) the grading prompt with three relevant
@@ -54,20 +54,20 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import aiohttp
+import httpx
 
-import aiohttp  # noqa: E402
-import httpx  # noqa: E402
-
-from citeflow.citations.stream import SentenceStream  # noqa: E402
-from tests.fakes.openai_server import (  # noqa: E402
+from citeflow.citations.stream import SentenceStream
+from citeflow.testing.openai_server import (
     FakeOpenAIServer,
     RecordedRequest,
     Reply,
     default_reply,
     split_tokens,
 )
+
+ROOT = Path(__file__).resolve().parents[1]
+
 
 COLLECTION = "essay"
 MODEL = f"citeflow-{COLLECTION}"

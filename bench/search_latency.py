@@ -28,25 +28,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import sys
 import time
 import warnings
 from pathlib import Path
 
+import httpx
+
+from citeflow.api.engine import Engine
+from citeflow.evaluation.dataset import load_beir
+from citeflow.evaluation.dense import COLLECTION, DenseIndex, default_cache_dir
+from citeflow.providers.embeddings import build_embed_model, describe_embeddings
+from citeflow.query.batching import batch_queries
+from citeflow.server import create_app, tune_gc, use_one_blas_thread
+from citeflow.settings import Settings
+from citeflow.testing.llm import ScriptedLLM
+
 ROOT = Path(__file__).resolve().parents[1]
 SCIFACT = ROOT.parent / "shared" / "data" / "scifact"
-sys.path.insert(0, str(ROOT))
 
-import httpx  # noqa: E402
-
-from citeflow.api.engine import Engine  # noqa: E402
-from citeflow.evaluation.dataset import load_beir  # noqa: E402
-from citeflow.evaluation.dense import COLLECTION, DenseIndex, default_cache_dir  # noqa: E402
-from citeflow.providers.embeddings import build_embed_model, describe_embeddings  # noqa: E402
-from citeflow.query.batching import batch_queries  # noqa: E402
-from citeflow.server import create_app, tune_gc, use_one_blas_thread  # noqa: E402
-from citeflow.settings import Settings  # noqa: E402
-from tests.fakes.llm import ScriptedLLM  # noqa: E402
 
 TARGET_P50_MS = 30.0
 

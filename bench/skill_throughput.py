@@ -31,24 +31,22 @@ import argparse
 import asyncio
 import json
 import statistics
-import sys
 import time
 import warnings
 from pathlib import Path
 
+import httpx
+
+from citeflow.api.engine import Engine
+from citeflow.providers.embeddings import build_embed_model, describe_embeddings
+from citeflow.query.batching import batch_queries
+from citeflow.server import create_app, use_one_blas_thread
+from citeflow.settings import Settings
+from citeflow.store import Store
+from citeflow.testing.llm import ScriptedLLM
+
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT.parent / "shared" / "data" / "scifact" / "corpus.jsonl"
-sys.path.insert(0, str(ROOT))
-
-import httpx  # noqa: E402
-
-from citeflow.api.engine import Engine  # noqa: E402
-from citeflow.providers.embeddings import build_embed_model, describe_embeddings  # noqa: E402
-from citeflow.query.batching import batch_queries  # noqa: E402
-from citeflow.server import create_app, use_one_blas_thread  # noqa: E402
-from citeflow.settings import Settings  # noqa: E402
-from citeflow.store import Store  # noqa: E402
-from tests.fakes.llm import ScriptedLLM  # noqa: E402
 
 
 def load(count: int, chars: int) -> list[str]:

@@ -35,7 +35,7 @@ the store alone. The tables print, per row:
 
 BM25 is a control: the keyword side has no graph, so it must not move.
 
-    PYTHONPATH=src:. .venv/bin/python bench/store_quality.py [DATASET ...] [--cache-dir DIR]
+    .venv/bin/python bench/store_quality.py [DATASET ...] [--cache-dir DIR]
 
 Opens the eval cache (default ``~/.cache/citeflow/eval``) like `citeflow eval`, so nothing else
 may have the same dataset's index open meanwhile; the copies go to a temporary directory.
@@ -60,17 +60,17 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from pydantic import PrivateAttr
 from qdrant_edge import EdgeConfig, EdgeOptimizersConfig, EdgeShard, HnswIndexConfig, SearchParams
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
+from citeflow.evaluation.dataset import BeirDataset, load_beir
+from citeflow.evaluation.dense import COLLECTION, DenseIndex, default_cache_dir
+from citeflow.evaluation.runner import EvalContext, aevaluate_retrieval, corpus_index
+from citeflow.evaluation.table import text_table
+from citeflow.knowledge_base import KnowledgeBase
+from citeflow.settings import RetrievalMode, load_settings
+from citeflow.store import Store
+from citeflow.store.edge import HNSW, EdgeEngine, ShardConfig, shard_config
 
-from citeflow.evaluation.dataset import BeirDataset, load_beir  # noqa: E402
-from citeflow.evaluation.dense import COLLECTION, DenseIndex, default_cache_dir  # noqa: E402
-from citeflow.evaluation.runner import EvalContext, aevaluate_retrieval, corpus_index  # noqa: E402
-from citeflow.evaluation.table import text_table  # noqa: E402
-from citeflow.knowledge_base import KnowledgeBase  # noqa: E402
-from citeflow.settings import RetrievalMode, load_settings  # noqa: E402
-from citeflow.store import Store  # noqa: E402
-from citeflow.store.edge import HNSW, EdgeEngine, ShardConfig, shard_config  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
+
 
 DATASETS = ("/work/shared/data/scifact", "/work/shared/data/hotpotqa")
 #: HNSW full-scan and optimizer indexing thresholds of the forced stores, in KB: about 66 384-d

@@ -317,7 +317,7 @@ def _run(src: Path, *args: str, limit: MemoryLimit | None = None) -> dict[str, A
     """Run a worker; its JSON result plus ``anon_peak_mb``, the peak of its anonymous memory
     (``RssAnon``, sampled every 50 ms from outside: the store's memory-mapped files count in
     ``VmHWM`` as page cache the kernel can drop, which this leaves out)."""
-    env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{ROOT}", "PYTHONWARNINGS": "ignore"}
+    env = {**os.environ, "PYTHONPATH": str(src), "PYTHONWARNINGS": "ignore"}
     command = [sys.executable, str(Path(__file__).resolve()), "--worker", *args]
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         child = subprocess.Popen(

@@ -12,8 +12,8 @@ from citeflow.knowledge_base import KnowledgeBase
 from citeflow.settings import Settings
 from citeflow.store import Store
 from citeflow.store.engine import Record
-from tests.fakes.embedding import HashEmbedding
-from tests.fakes.openai_server import FakeOpenAIServer
+from citeflow.testing.embedding import HashEmbedding
+from citeflow.testing.openai_server import FakeOpenAIServer
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"

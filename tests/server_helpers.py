@@ -21,9 +21,9 @@ from citeflow.api.engine import Engine
 from citeflow.api.options import ServerOptions
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.server import create_app
-from tests.fakes.embedding import HashEmbedding
-from tests.fakes.llm import ScriptedLLM
-from tests.fakes.openai_server import FakeOpenAIServer
+from citeflow.testing.embedding import HashEmbedding
+from citeflow.testing.llm import ScriptedLLM
+from citeflow.testing.openai_server import FakeOpenAIServer
 
 
 class PacedLLM(ScriptedLLM):

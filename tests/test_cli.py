@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from citeflow.cli import main
-from tests.fakes.openai_server import FakeOpenAIServer
+from citeflow.testing.openai_server import FakeOpenAIServer
 
 
 @pytest.fixture

@@ -18,9 +18,9 @@ from citeflow.evaluation.scoring import (
     score_record,
 )
 from citeflow.settings import Settings
+from citeflow.testing.embedding import HashEmbedding
+from citeflow.testing.llm import ScriptedLLM
 from tests.conftest import REPO
-from tests.fakes.embedding import HashEmbedding
-from tests.fakes.llm import ScriptedLLM
 
 MINI = REPO / "tests" / "data" / "beir_mini"
 ESSAY = REPO / "tests" / "data" / "essay_qa"

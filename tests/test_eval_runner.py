@@ -27,8 +27,8 @@ from citeflow.evaluation.runner import (
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.settings import Settings
 from citeflow.store import Store
+from citeflow.testing.embedding import HashEmbedding
 from tests.conftest import REPO, SHARED_DATA, stored_points
-from tests.fakes.embedding import HashEmbedding
 
 MINI = REPO / "tests" / "data" / "beir_mini"
 

@@ -71,11 +71,11 @@ from citeflow.server import create_app
 from citeflow.settings import Settings
 from citeflow.store import Store
 from citeflow.store.client import ClientEngine
+from citeflow.testing.embedding import HashEmbedding
+from citeflow.testing.llm import ScriptedLLM
+from citeflow.testing.openai_server import FakeOpenAIServer, Reply
 from tests.conftest import FACTS, stored_points
-from tests.fakes.embedding import HashEmbedding
 from tests.fakes.full_disk import FillingDisk, FullDiskClient, disk_full_error
-from tests.fakes.llm import ScriptedLLM
-from tests.fakes.openai_server import FakeOpenAIServer, Reply
 from tests.server_helpers import (
     LiveServer,
     asgi_client,

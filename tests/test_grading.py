@@ -15,7 +15,7 @@ from citeflow.query.grading import (
 )
 from citeflow.query.rewriting import HYPOTHETICAL_MAX_TOKENS, QUERY_MAX_TOKENS, reformulate
 from citeflow.settings import Settings
-from tests.fakes.llm import ScriptedLLM
+from citeflow.testing.llm import ScriptedLLM
 
 
 def passages(*scores: float) -> list[NodeWithScore]:

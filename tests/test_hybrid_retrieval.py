@@ -20,7 +20,7 @@ from citeflow.query.retrieval import Retriever, SearchOptions
 from citeflow.settings import Settings
 from citeflow.store import DENSE_VECTOR, SPARSE_VECTOR, Layout, Store
 from citeflow.store.client import ClientEngine
-from tests.fakes.embedding import HashEmbedding
+from citeflow.testing.embedding import HashEmbedding
 
 #: a dense side that can barely tell texts apart: 2 hashed buckets
 BLURRY = HashEmbedding(dim=2)

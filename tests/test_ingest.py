@@ -13,8 +13,8 @@ from citeflow.ingestion.pipeline import Ingestor, doc_id_for
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.settings import Settings
 from citeflow.store import Store
+from citeflow.testing.embedding import HashEmbedding, RecordingEmbedding
 from tests.conftest import SHARED_DATA, stored_points
-from tests.fakes.embedding import HashEmbedding, RecordingEmbedding
 
 
 def _payloads(store: Store, collection: str) -> list[dict[str, object]]:

@@ -19,8 +19,8 @@ import httpx
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from citeflow.testing.openai_server import FakeOpenAIServer
 from tests.e2e.procs import Server, free_port
-from tests.fakes.openai_server import FakeOpenAIServer
 
 KEY = "live-observability-key"
 CITEFLOW = [sys.executable, "-m", "citeflow.cli"]

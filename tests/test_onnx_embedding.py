@@ -13,7 +13,7 @@ from citeflow.errors import ModelError
 from citeflow.providers.onnx_embedding import OnnxEmbedding, export_onnx, onnx_supported
 from citeflow.query.batching import query_batch_function
 from citeflow.settings import Settings
-from tests.fakes.embedding import HashEmbedding
+from citeflow.testing.embedding import HashEmbedding
 
 LONG = " ".join(
     f"Paragraph {i}: the author wrote essays about startups, Lisp and painting." for i in range(60)

@@ -19,7 +19,7 @@ from pydantic import SecretStr
 
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.server import create_app
-from tests.fakes.embedding import HashEmbedding
+from citeflow.testing.embedding import HashEmbedding
 from tests.server_helpers import FailingLLM, LiveServer, PacedLLM, make_engine, wait_until
 
 PIPE_FILE = Path(__file__).resolve().parents[1] / "integrations" / "openwebui_pipe.py"

@@ -31,8 +31,8 @@ from citeflow.prompts import CITATION_QA_TEMPLATE, CITATION_REFINE_TEMPLATE, NOT
 from citeflow.result import CitedResponse
 from citeflow.settings import Settings
 from citeflow.store import Store
+from citeflow.testing.embedding import HashEmbedding
 from citeflow.workflows.citation_query import CitationQueryWorkflow, QueryOptions
-from tests.fakes.embedding import HashEmbedding
 
 QUESTION = "Who bought Viaweb?"
 P1 = (
@@ -388,7 +388,7 @@ async def _run_over_http(
     server: (what the author wrote for the prompt the server received, its raw reply, the
     final answer)."""
     from citeflow.providers.llm import build_llm
-    from tests.fakes.openai_server import FakeOpenAIServer
+    from citeflow.testing.openai_server import FakeOpenAIServer
 
     author = PerfectAuthor(GOLDS, variant)
     out = []

@@ -21,6 +21,7 @@ from pydantic import SecretStr
 
 from citeflow.citations.judge import LLMJudge, TokenLogprobs
 from citeflow.errors import ConfigError, UpstreamError
+from citeflow.providers.describe import describe_providers
 from citeflow.providers.embeddings import build_embed_model, describe_embeddings
 from citeflow.providers.llm import (
     DEFAULT_COMPAT_CONTEXT_WINDOW,
@@ -28,10 +29,9 @@ from citeflow.providers.llm import (
     NO_KEY_PLACEHOLDER,
     as_upstream_error,
     build_llm,
-    describe_providers,
 )
 from citeflow.settings import Settings
-from tests.fakes.openai_server import FakeOpenAIServer, Reply, default_reply, fake_embedding
+from citeflow.testing.openai_server import FakeOpenAIServer, Reply, default_reply, fake_embedding
 
 OPENAI_KEY = "sk-test-openai-0123456789"
 AZURE_KEY = "azure-key-abcdef"
@@ -528,7 +528,7 @@ def test_describe_providers_never_shows_secrets(
 
 def test_default_reply_is_deterministic() -> None:
     """The fake's default answer is predictable, so other tests can assert on it."""
-    from tests.fakes.openai_server import RecordedRequest
+    from citeflow.testing.openai_server import RecordedRequest
 
     request = RecordedRequest(
         method="POST",

@@ -16,7 +16,7 @@ from llama_index.core.llms import ChatMessage
 from citeflow.providers.aiohttp_transport import AiohttpTransport, aiohttp_client
 from citeflow.providers.llm import as_upstream_error, build_llm
 from citeflow.settings import Settings
-from tests.fakes.openai_server import FakeOpenAIServer, Reply
+from citeflow.testing.openai_server import FakeOpenAIServer, Reply
 
 USER = [ChatMessage(role="user", content="What did the author work on?")]
 

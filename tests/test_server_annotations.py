@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from citeflow.knowledge_base import KnowledgeBase
-from tests.fakes.llm import ScriptedLLM
+from citeflow.testing.llm import ScriptedLLM
 from tests.server_helpers import (
     asgi_client,
     chat_request,

@@ -22,8 +22,8 @@ from citeflow.query.batching import (
 )
 from citeflow.query.retrieval import Retriever
 from citeflow.server import create_app
-from tests.fakes.embedding import HashEmbedding
-from tests.fakes.llm import ScriptedLLM
+from citeflow.testing.embedding import HashEmbedding
+from citeflow.testing.llm import ScriptedLLM
 from tests.server_helpers import CountingEmbedding, content_of, make_engine, parse_sse
 
 Vectors = list[list[float]]

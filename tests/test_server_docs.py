@@ -11,7 +11,7 @@ from citeflow.api.exposure import docs_enabled
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.server import create_app
 from citeflow.settings import Settings
-from tests.fakes.llm import ScriptedLLM
+from citeflow.testing.llm import ScriptedLLM
 from tests.server_helpers import make_engine
 
 DOCS = ("/openapi.json", "/docs", "/redoc")

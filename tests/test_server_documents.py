@@ -21,7 +21,7 @@ from citeflow.citations.markers import cited_numbers
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.server import create_app
 from citeflow.store import DocumentRecord
-from tests.fakes.llm import ScriptedLLM
+from citeflow.testing.llm import ScriptedLLM
 from tests.server_helpers import LiveServer, make_engine
 
 OWLS = b"Owls hunt at night. Barn owls eat mice and voles. An owl can turn its head far around."
@@ -438,7 +438,7 @@ async def test_a_document_cut_short_is_listed_incomplete_with_its_repair(
     from llama_index.core.schema import Document
 
     from citeflow.ingestion.pipeline import Ingestor
-    from tests.fakes.embedding import RecordingEmbedding
+    from citeflow.testing.embedding import RecordingEmbedding
 
     dying = RecordingEmbedding(dim=256, embed_batch_size=2, fail_on_batch=2)
     ingestor = Ingestor(

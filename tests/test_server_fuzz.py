@@ -28,7 +28,7 @@ from pydantic import SecretStr
 from citeflow.api.schemas import ROLES
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.server import create_app
-from tests.fakes.llm import ScriptedLLM
+from citeflow.testing.llm import ScriptedLLM
 from tests.server_helpers import make_engine, parse_sse
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "60"))

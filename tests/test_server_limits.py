@@ -15,7 +15,7 @@ from citeflow.api.options import ServerOptions
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.server import create_app
 from citeflow.settings import Settings
-from tests.fakes.llm import ScriptedLLM
+from citeflow.testing.llm import ScriptedLLM
 from tests.server_helpers import (
     LiveServer,
     PacedLLM,

@@ -14,7 +14,7 @@ from citeflow.api.links import DocumentLinks
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.server import create_app
 from citeflow.settings import Settings
-from tests.fakes.llm import ScriptedLLM
+from citeflow.testing.llm import ScriptedLLM
 from tests.server_helpers import make_engine
 
 OWLS = b"Owls hunt at night. Barn owls eat mice and voles. An owl can turn its head far around."

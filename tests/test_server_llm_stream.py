@@ -29,8 +29,8 @@ from citeflow.providers.openai_stream import (
     text_deltas,
 )
 from citeflow.settings import Settings
-from tests.fakes.llm import ScriptedLLM
-from tests.fakes.openai_server import FakeOpenAIServer, Reply
+from citeflow.testing.llm import ScriptedLLM
+from citeflow.testing.openai_server import FakeOpenAIServer, Reply
 
 USER = [ChatMessage(role="user", content="What did the author work on before college?")]
 ANSWER = "Before college the author wrote short stories [1]. He also programmed an IBM 1401 [2]."

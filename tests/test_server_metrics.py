@@ -9,7 +9,7 @@ from citeflow.api.metrics import Metrics
 from citeflow.citations.repair import Citation, citation_actions
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.result import CitedResponse
-from tests.fakes.llm import ScriptedLLM
+from citeflow.testing.llm import ScriptedLLM
 from tests.server_helpers import asgi_client, chat_request, make_engine, parse_sse
 
 ANSWER = "Yahoo bought Viaweb in 1998 [1]. Ducks live near ponds [2]."

@@ -17,7 +17,7 @@ from citeflow.citations.markers import cited_numbers
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.server import create_app
 from citeflow.store import Store
-from tests.fakes.llm import ScriptedLLM
+from citeflow.testing.llm import ScriptedLLM
 from tests.server_helpers import (
     CountingEmbedding,
     assert_error,

@@ -19,8 +19,8 @@ from citeflow.api.engine import Engine
 from citeflow.api.options import ServerOptions
 from citeflow.errors import UpstreamError
 from citeflow.knowledge_base import KnowledgeBase
+from citeflow.testing.llm import ScriptedLLM
 from tests.conftest import FACTS
-from tests.fakes.llm import ScriptedLLM
 from tests.server_helpers import CountingEmbedding, asgi_client, assert_error
 
 #: every key a result's metadata may have: what a chat completion's sources show, plus the

@@ -23,9 +23,9 @@ from citeflow.knowledge_base import KnowledgeBase
 from citeflow.providers.embeddings import build_embed_model
 from citeflow.providers.llm import DEFAULT_RETRY_AFTER
 from citeflow.server import create_app
-from tests.fakes.embedding import HashEmbedding, RecordingEmbedding
-from tests.fakes.llm import ScriptedLLM
-from tests.fakes.openai_server import FakeOpenAIServer, fake_embedding
+from citeflow.testing.embedding import HashEmbedding, RecordingEmbedding
+from citeflow.testing.llm import ScriptedLLM
+from citeflow.testing.openai_server import FakeOpenAIServer, fake_embedding
 from tests.server_helpers import asgi_client
 
 URL = "/v1/skills/embeddings"

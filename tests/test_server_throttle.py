@@ -11,7 +11,7 @@ from citeflow.api.errors import AuthThrottledError
 from citeflow.api.throttle import FailedKeys
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.server import create_app
-from tests.fakes.llm import ScriptedLLM
+from citeflow.testing.llm import ScriptedLLM
 from tests.server_helpers import make_engine
 
 GOOD = {"Authorization": "Bearer right-key"}

@@ -10,7 +10,7 @@ import pytest
 from pydantic import SecretStr
 
 from citeflow.knowledge_base import KnowledgeBase
-from tests.fakes.llm import ScriptedLLM
+from citeflow.testing.llm import ScriptedLLM
 from tests.server_helpers import asgi_client, chat_request, make_engine
 
 ANSWER = "Yahoo bought Viaweb in 1998 [1]."

@@ -297,8 +297,8 @@ async def test_the_server_never_builds_an_index_while_serving(
     from citeflow.knowledge_base import KnowledgeBase
     from citeflow.settings import Settings
     from citeflow.store.edge import EdgeEngine
-    from tests.fakes.embedding import HashEmbedding
-    from tests.fakes.llm import ScriptedLLM
+    from citeflow.testing.embedding import HashEmbedding
+    from citeflow.testing.llm import ScriptedLLM
     from tests.server_helpers import asgi_client, chat_request, make_engine
 
     def refuse(engine: EdgeEngine, collection: str) -> bool:

@@ -56,8 +56,9 @@ from citeflow.errors import StoreLockedError, StoreUnreadableError
 from citeflow.store import DocumentRecord, Store
 from citeflow.store.client import ClientEngine
 from citeflow.store.directory import LEGACY_KEPT, MARKER, SHARDS, has_legacy_store
+from citeflow.store.edge import EdgeEngine
+from citeflow.testing.embedding import HashEmbedding
 from tests.conftest import stored_points
-from tests.fakes.embedding import HashEmbedding
 from tests.fakes.full_disk import FillingDisk
 
 DENSE, SPARSE, INCOMPLETE = "text-dense", "text-sparse-new", "incomplete"
@@ -466,14 +467,14 @@ def test_first_open_migrates_without_re_embedding_and_only_once(large: Legacy) -
 
 def _migrate_until_killed(path: str, notify_fd: int) -> None:
     """Child: the migration, each batch it copies reported on ``notify_fd``, then slowed."""
-    real_write = Store.write
+    real_upsert = EdgeEngine.upsert
 
-    def write(self: Store, collection: str, points: Any) -> None:
-        real_write(self, collection, points)
+    def upsert(self: EdgeEngine, collection: str, points: Any) -> None:
+        real_upsert(self, collection, points)
         os.write(notify_fd, b".")
         time.sleep(0.2)
 
-    Store.write = write  # type: ignore[method-assign]
+    EdgeEngine.upsert = upsert  # type: ignore[method-assign]
     Store.open_path(path, progress=False)
     os._exit(3)  # not reached: killed midway
 

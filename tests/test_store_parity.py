@@ -32,8 +32,8 @@ from citeflow.bm25 import BM25Encoder
 from citeflow.ingestion.pipeline import Ingestor
 from citeflow.query.retrieval import Retriever, SearchOptions
 from citeflow.store import Candidate, Store
+from citeflow.testing.embedding import HashEmbedding
 from tests.conftest import stored_points
-from tests.fakes.embedding import HashEmbedding
 
 ENGINES = ("embedded", "server-api")
 DENSE_ABS = 1e-4

@@ -31,8 +31,8 @@ from citeflow.providers.llm import CompatAzureOpenAI, CompatOpenAI, build_llm
 from citeflow.providers.local_llm import LocalLlamaCppLLM
 from citeflow.providers.openai_stream import stream_text, supports_response_format
 from citeflow.settings import Settings
-from tests.fakes.llm import ScriptedLLM
-from tests.fakes.openai_server import FakeOpenAIServer
+from citeflow.testing.llm import ScriptedLLM
+from citeflow.testing.openai_server import FakeOpenAIServer
 
 Provider = Literal["openai", "azure"]
 USER = [ChatMessage(role="user", content="What is the capital of France?")]

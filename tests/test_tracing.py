@@ -18,7 +18,7 @@ from citeflow import tracing
 from citeflow.errors import ConfigError
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.logs import JsonFormatter
-from tests.fakes.llm import ScriptedLLM
+from citeflow.testing.llm import ScriptedLLM
 from tests.server_helpers import asgi_client, chat_request, make_engine, parse_sse
 
 ANSWER = "Yahoo bought Viaweb in 1998 [1]. Ducks live near ponds [2]."

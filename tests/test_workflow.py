@@ -22,8 +22,8 @@ from citeflow.prompts import NOT_COVERED_ANSWER
 from citeflow.query.grading import KeepAllGrader, ScoreGrader
 from citeflow.query.rewriting import QUERY_MAX_TOKENS
 from citeflow.result import CitedResponse
+from citeflow.testing.llm import ScriptedLLM
 from citeflow.workflows.citation_query import CitationQueryWorkflow, QueryOptions
-from tests.fakes.llm import ScriptedLLM
 
 
 class ScriptedGrader:
@@ -219,7 +219,7 @@ async def test_workflow_over_openai_compatible_http(kb: KnowledgeBase) -> None:
     """The whole workflow against a fake OpenAI server: answer streamed over HTTP, then a 500."""
     from citeflow.providers.llm import build_llm
     from citeflow.settings import Settings
-    from tests.fakes.openai_server import FakeOpenAIServer, Reply
+    from citeflow.testing.openai_server import FakeOpenAIServer, Reply
 
     with FakeOpenAIServer() as server:
         settings = Settings(
@@ -266,7 +266,7 @@ async def test_hosted_judge_verifies_citations_over_http(kb: KnowledgeBase) -> N
     from citeflow.citations.judge import build_judge
     from citeflow.providers.llm import build_llm
     from citeflow.settings import Settings
-    from tests.fakes.openai_server import FakeOpenAIServer, RecordedRequest, Reply
+    from citeflow.testing.openai_server import FakeOpenAIServer, RecordedRequest, Reply
 
     no = {"No": -0.1, "Yes": -2.5}
     yes = {"Yes": -0.1, "No": -2.5}

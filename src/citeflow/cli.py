@@ -37,7 +37,7 @@ def _say(message: str) -> None:
 
 
 def _announce(settings: Settings) -> None:
-    from citeflow.providers.llm import describe_providers
+    from citeflow.providers.describe import describe_providers
 
     _say(describe_providers(settings))
 

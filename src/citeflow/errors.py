@@ -8,6 +8,13 @@ OpenAI-style error body in one place (`citeflow.api.errors`).
 from __future__ import annotations
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its class name when empty): what a one-line
+    error or log message quotes of an underlying failure."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 class CiteflowError(Exception):
     """Base class: a clear, one-line, user-facing problem."""
 

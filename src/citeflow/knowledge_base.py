@@ -18,11 +18,10 @@ from llama_index.core.llms import LLM
 from llama_index.core.schema import Document
 
 from citeflow.ingestion.pipeline import Ingestor, IngestReport
-from citeflow.query.grading import build_grader
-from citeflow.query.retrieval import Retriever, SearchOptions
+from citeflow.query.retrieval import Retriever
 from citeflow.settings import Settings, load_settings
 from citeflow.store import DocumentRecord, Store
-from citeflow.workflows.citation_query import CitationQueryWorkflow, QueryOptions
+from citeflow.workflows.citation_query import CitationQueryWorkflow
 
 
 class KnowledgeBase:
@@ -119,29 +118,13 @@ class KnowledgeBase:
         return self.store.count(self.collection)
 
     def retriever(self, top_k: int | None = None) -> Retriever:
-        return Retriever(
-            self.store,
-            self.embed_model,
-            collection=self.collection,
-            top_k=top_k or self.settings.top_k,
-            options=SearchOptions.from_settings(self.settings),
+        return Retriever.from_settings(
+            self.settings, self.store, self.embed_model, collection=self.collection, top_k=top_k
         )
 
     def workflow(self, llm: LLM | None = None, **kwargs: Any) -> CitationQueryWorkflow:
         """The citation query workflow over this knowledge base."""
-        from citeflow.citations.judge import build_judge
-        from citeflow.providers.llm import build_llm
-
-        llm = llm or build_llm(self.settings)
-        return CitationQueryWorkflow(
-            retriever=self.retriever(),
-            llm=llm,
-            grader=build_grader(self.settings, llm),
-            options=QueryOptions.from_settings(self.settings),
-            judge=build_judge(self.settings, llm),
-            timeout=self.settings.workflow_timeout,
-            **kwargs,
-        )
+        return CitationQueryWorkflow.from_retriever(self.retriever(), self.settings, llm, **kwargs)
 
     def as_index(self) -> VectorStoreIndex:
         """The collection as a plain LlamaIndex `VectorStoreIndex` (for your own experiments)."""

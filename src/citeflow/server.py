@@ -245,7 +245,7 @@ def serve(
     """
     import uvicorn
 
-    from citeflow.providers.llm import describe_providers
+    from citeflow.providers.describe import describe_providers
 
     warning = check_bind(settings, insecure_no_auth=insecure_no_auth)
     if not logging.getLogger("citeflow").handlers:

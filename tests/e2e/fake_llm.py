@@ -17,7 +17,7 @@ import re
 import threading
 from dataclasses import dataclass, field
 
-from tests.fakes.openai_server import RecordedRequest, default_reply
+from citeflow.testing.openai_server import RecordedRequest, default_reply
 
 TASK_PREFIX = "### Task:"
 TASK_REPLY = json.dumps(

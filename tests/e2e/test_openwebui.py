@@ -38,9 +38,9 @@ from typing import Any
 import httpx
 import pytest
 
+from citeflow.testing.openai_server import FakeOpenAIServer
 from tests.e2e.fake_llm import CitingLLM
 from tests.e2e.procs import Server, free_port
-from tests.fakes.openai_server import FakeOpenAIServer
 
 pytestmark = pytest.mark.e2e
 

@@ -25,6 +25,7 @@ from typing import Protocol
 
 from citeflow.citations.judge import Judge
 from citeflow.citations.support import LexicalSupport, Support
+from citeflow.errors import first_line
 
 logger = logging.getLogger(__name__)
 
@@ -104,8 +105,6 @@ class JudgeVerifier:
             self.verdicts["timed_out"] += 1
             logger.warning("citation judge timed out after %.0f s; word support used", self.timeout)
         except Exception as exc:  # a judge's failure must not fail the answer
-            from citeflow.providers.llm import first_line
-
             self.verdicts["failed"] += 1
             logger.warning("citation judge failed (%s); word support used", first_line(exc))
         else:

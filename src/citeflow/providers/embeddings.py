@@ -25,11 +25,10 @@ from llama_index.embeddings.azure_openai import AzureOpenAIEmbedding
 from llama_index.embeddings.openai import OpenAIEmbedding
 from openai.lib.azure import API_KEY_SENTINEL
 
-from citeflow.errors import ConfigError, ModelError
+from citeflow.errors import ConfigError, ModelError, first_line
 from citeflow.providers.llm import (
     DEFAULT_MAX_RETRIES,
     azure_auth,
-    first_line,
     openai_connection,
     require_azure_api_version,
     require_azure_endpoint,

@@ -42,7 +42,7 @@ from llama_index.llms.openai.utils import (
 )
 from openai.lib.azure import API_KEY_SENTINEL
 
-from citeflow.errors import ConfigError, UpstreamError, UpstreamRateLimitError
+from citeflow.errors import ConfigError, UpstreamError, UpstreamRateLimitError, first_line
 from citeflow.providers.openai_stream import LeanStreamingMixin
 from citeflow.settings import Settings
 
@@ -60,8 +60,6 @@ __all__ = [
     "azure_auth",
     "build_llm",
     "describe_llm",
-    "describe_providers",
-    "first_line",
     "require_azure_api_version",
     "require_azure_endpoint",
     "require_http_url",
@@ -498,12 +496,6 @@ def require_azure_api_version(settings: Settings) -> str:
     return version
 
 
-def first_line(exc: BaseException) -> str:
-    """The first line of an exception's message (its class name when empty)."""
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 # --- descriptions --------------------------------------------------------------------------------
 
 
@@ -525,21 +517,3 @@ def _describe_azure_endpoint(settings: Settings) -> str:
     endpoint = (settings.azure_endpoint or "").strip()
     where = f" at {safe_url(endpoint)}" if endpoint else ""
     return f"{where} (api-version {settings.azure_api_version})"
-
-
-def describe_providers(settings: Settings) -> str:
-    """One line naming the LLM, embedding and vector-store providers and models; no secrets.
-
-    Example: ``LLM: local llama.cpp qwen2.5-coder-1.5b-instruct-q4_k_m.gguf · embeddings: local
-    all-MiniLM-L6-v2 · store: embedded Qdrant at /home/me/.local/share/citeflow/qdrant``.
-    """
-    from citeflow.providers.embeddings import describe_embeddings
-
-    if settings.qdrant_url and settings.qdrant_url.strip():
-        store = f"Qdrant server at {safe_url(settings.qdrant_url.strip())}"
-    else:
-        store = f"embedded Qdrant at {settings.qdrant_path}"
-    return (
-        f"LLM: {describe_llm(settings)} · embeddings: {describe_embeddings(settings)}"
-        f" · store: {store}"
-    )

@@ -28,8 +28,7 @@ import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 from pydantic import Field, PrivateAttr
 
-from citeflow.errors import ModelError
-from citeflow.providers.llm import first_line
+from citeflow.errors import ModelError, first_line
 
 __all__ = ["OnnxEmbedding", "export_onnx", "onnx_supported"]
 

@@ -123,6 +123,26 @@ class Retriever:
         self.encoder = encoder or BM25Encoder()
         self._native = _async_native(embed_model)
 
+    @classmethod
+    def from_settings(
+        cls,
+        settings: Settings,
+        store: Store,
+        embed_model: BaseEmbedding,
+        *,
+        collection: str | None = None,
+        top_k: int | None = None,
+    ) -> Retriever:
+        """Retrieval from ``collection`` (default: the settings') of the ``top_k`` best hits
+        (default: the settings'), searched as the settings say."""
+        return cls(
+            store,
+            embed_model,
+            collection=collection or settings.collection,
+            top_k=top_k or settings.top_k,
+            options=SearchOptions.from_settings(settings),
+        )
+
     @property
     def mode(self) -> RetrievalMode:
         return self.options.mode

@@ -23,10 +23,12 @@ import fcntl
 import json
 import os
 import shutil
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from citeflow.disk import disk_space
 from citeflow.errors import StorageFullError, StoreLockedError, StoreUnreadableError
 
 #: the store format this version writes and reads
@@ -49,6 +51,17 @@ def room_message(location: str) -> str:
         f"not enough free space on the disk holding the store ({location}): nothing was "
         f"written and nothing already stored was lost; free some space (citeflow keeps "
         f"{RESERVE_BYTES // 2**20} MiB in reserve), then try again"
+    )
+
+
+def full_disk_guard(location: str) -> AbstractContextManager[None]:
+    """Around a write to the store at ``location``: a full disk becomes one clear
+    `StorageFullError` (`citeflow.disk.disk_space`). Each write happens or not (the embedded
+    engine checks for room first, a Qdrant server undoes its failed operation), so what was
+    stored before stays stored."""
+    return disk_space(
+        f"no space left on the disk holding the store ({location}): a write failed and was "
+        "undone, nothing already stored was lost; free some space, then try again"
     )
 
 

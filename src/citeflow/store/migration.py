@@ -26,7 +26,8 @@ from tqdm import tqdm
 from citeflow.bm25 import BM25Encoder
 from citeflow.errors import StoreUnreadableError
 from citeflow.store.client import ClientEngine
-from citeflow.store.directory import LEGACY_KEPT, has_legacy_store, locked_error
+from citeflow.store.copying import copy_points
+from citeflow.store.directory import LEGACY_KEPT, full_disk_guard, has_legacy_store, locked_error
 from citeflow.store.edge import EdgeEngine
 from citeflow.store.engine import DENSE_VECTOR
 
@@ -44,8 +45,6 @@ def migrate(root: Path, *, progress: bool = True) -> int:
     module doc); the number of points copied. The caller holds the directory lock."""
     from qdrant_client import QdrantClient
 
-    from citeflow.store.store import Store
-
     if not has_legacy_store(root):
         return 0
     try:
@@ -56,27 +55,27 @@ def migrate(root: Path, *, progress: bool = True) -> int:
         raise _unreadable(root, exc) from None
     except Exception as exc:  # a damaged SQLite file or meta.json
         raise _unreadable(root, exc) from None
-    source = Store(ClientEngine(client, location=str(root)))
-    engine = EdgeEngine(root)
-    target = Store(engine)
+    source = ClientEngine(client, location=str(root))
+    target = EdgeEngine(root)
     encoder = BM25Encoder()
     copied = 0
     try:
         names = source.collections()
         log.info("migrating the store %s to the embedded engine: %s", root, ", ".join(names))
         for name in names:
-            if engine.exists(name):  # copied by an earlier, interrupted run
+            if target.exists(name):  # copied by an earlier, interrupted run
                 continue
             staging = f".{name}.migrating"
-            target.drop(staging)
-            target.ensure_collection(staging, _dimension(client, name))  # kept even if empty
             total = source.count(name)
-            with tqdm(
-                total=total, desc=f"migrating {name}", unit="chunk", disable=not progress
-            ) as bar:
-                source.copy(name, target, staging, encoder, on_batch=bar.update)
-            target.optimize(staging)
-            engine.rename(staging, name)
+            with full_disk_guard(target.location):
+                target.drop(staging)
+                target.create(staging, _dimension(client, name))  # kept even if empty
+                with tqdm(
+                    total=total, desc=f"migrating {name}", unit="chunk", disable=not progress
+                ) as bar:
+                    copy_points(source, name, target, staging, encoder, on_batch=bar.update)
+                target.optimize(staging)
+            target.rename(staging, name)
             copied += total
     finally:
         target.close()

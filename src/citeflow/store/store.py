@@ -20,15 +20,21 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from llama_index.core.schema import BaseNode, MetadataMode
+from llama_index.core.schema import BaseNode
 from llama_index.core.vector_stores.utils import node_to_metadata_dict
 
 from citeflow.bm25 import BM25Encoder, SparseVector
-from citeflow.disk import disk_space
 from citeflow.errors import CollectionNotFoundError, EmptyCollectionError
 from citeflow.settings import Settings
 from citeflow.store.client import ClientEngine
-from citeflow.store.directory import DirectoryLock, has_legacy_store, read_marker, write_marker
+from citeflow.store.copying import COPY_BATCH, copy_points, pages
+from citeflow.store.directory import (
+    DirectoryLock,
+    full_disk_guard,
+    has_legacy_store,
+    read_marker,
+    write_marker,
+)
 from citeflow.store.edge import EdgeEngine
 from citeflow.store.engine import (
     COMPLETE_ONLY,
@@ -42,13 +48,11 @@ from citeflow.store.engine import (
     Vector,
     Where,
 )
+from citeflow.store.migration import migrate
 from citeflow.store.records import DOC_KEYS, DocumentRecord, complete_hashes, records, to_node
 
 T = TypeVar("T")
 log = logging.getLogger("citeflow.store")
-
-#: points written per engine call when copying a collection
-COPY_BATCH = 256
 
 
 class Store:
@@ -77,17 +81,15 @@ class Store:
         if str(path) == ":memory:":
             return cls(ClientEngine.in_memory())
         root = Path(path)
-        with _full_disk_guard(str(root)):
+        with full_disk_guard(str(root)):
             root.mkdir(parents=True, exist_ok=True)
         lock = DirectoryLock(root)
         lock.acquire()
         try:
             read_marker(root)
             if has_legacy_store(root):
-                from citeflow.store.migration import migrate
-
                 migrate(root, progress=progress)
-            with _full_disk_guard(str(root)):
+            with full_disk_guard(str(root)):
                 write_marker(root)
             return cls(EdgeEngine(root), lock=lock)
         except BaseException:
@@ -96,7 +98,7 @@ class Store:
 
     def _disk(self) -> AbstractContextManager[None]:
         """Around each write: a full disk becomes one clear `StorageFullError`."""
-        return _full_disk_guard(self.location)
+        return full_disk_guard(self.location)
 
     @property
     def embedded(self) -> bool:
@@ -274,15 +276,8 @@ class Store:
 
     def points(self, collection: str, *, page: int = COPY_BATCH) -> Iterator[list[Record]]:
         """Every point with its payload and vectors, a page at a time (for copies)."""
-        batch: list[Record] = []
         with self._lock:
-            for record in self.engine.scroll(collection, None, True, vectors=True, page=page):
-                batch.append(record)
-                if len(batch) == page:
-                    yield batch
-                    batch = []
-        if batch:
-            yield batch
+            yield from pages(self.engine, collection, page=page)
 
     def add_keyword_index(self, collection: str, encoder: BM25Encoder) -> int:
         """Give a collection written without BM25 vectors its keyword side; points re-written.
@@ -321,22 +316,10 @@ class Store:
         created on the first batch), nothing re-embedded; BM25 vectors computed from the text by
         ``encoder`` where a point has none. ``on_batch`` hears how many points each batch held.
         """
-        for batch in self.points(source):
-            first = batch[0].dense
-            if first is None:
-                raise ValueError(f"collection {source!r} has points without a dense vector")
-            target_store.ensure_collection(target, len(first))
-            out = []
-            for record in batch:
-                sparse = record.sparse
-                if (sparse is None or not sparse.indices) and encoder is not None:
-                    node = to_node(record.id, record.payload)
-                    sparse = encoder.encode_document(node.get_content(MetadataMode.EMBED))
-                assert record.dense is not None
-                out.append(Point(record.id, record.dense, sparse, record.payload))
-            target_store.write(target, out)
-            if on_batch is not None:
-                on_batch(len(out))
+        with self._lock, target_store._lock, target_store._disk():
+            copy_points(
+                self.engine, source, target_store.engine, target, encoder, on_batch=on_batch
+            )
 
     def delete_document(self, collection: str, doc_id: str) -> None:
         """Delete every chunk of one document."""
@@ -370,13 +353,3 @@ class Store:
     ) -> list[dict[str, Any]]:
         with self._lock:
             return [r.payload for r in self.engine.scroll(collection, where, keys)]
-
-
-def _full_disk_guard(location: str) -> AbstractContextManager[None]:
-    """`citeflow.disk.disk_space` for the store at ``location``: each of its writes happens or
-    not (the embedded engine checks for room first, a Qdrant server undoes its failed
-    operation), so what was stored before stays stored."""
-    return disk_space(
-        f"no space left on the disk holding the store ({location}): a write failed and was "
-        "undone, nothing already stored was lost; free some space, then try again"
-    )

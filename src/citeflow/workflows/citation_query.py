@@ -26,7 +26,7 @@ from workflows.decorators import StepFunction
 from workflows.events import StopEvent
 from workflows.handler import WorkflowHandler
 
-from citeflow.citations.judge import Judge
+from citeflow.citations.judge import Judge, build_judge
 from citeflow.citations.repair import CitationPolicy, citation_actions
 from citeflow.citations.sources import make_sources, source_text
 from citeflow.errors import CiteflowError, EmptyQueryError
@@ -41,8 +41,11 @@ from citeflow.events import (
     Stage,
     StatusEvent,
 )
+from citeflow.names import check_collection_name
 from citeflow.prompts import NOT_COVERED_ANSWER
-from citeflow.query.grading import Grader, ScoreGrader
+from citeflow.providers.embeddings import build_embed_model
+from citeflow.providers.llm import as_upstream_error, build_llm
+from citeflow.query.grading import Grader, ScoreGrader, build_grader
 from citeflow.query.retrieval import Retriever
 from citeflow.query.rewriting import condense, reformulate
 from citeflow.query.synthesis import CitationMode, CitationSynthesizer
@@ -138,8 +141,6 @@ def upstream(what: str) -> Iterator[None]:
     except CiteflowError:
         raise
     except Exception as exc:
-        from citeflow.providers.llm import as_upstream_error
-
         raise as_upstream_error(exc, what=what) from exc
 
 
@@ -197,11 +198,37 @@ class CitationQueryWorkflow(Workflow):
         collection: str | None = None,
         **kwargs: Any,
     ) -> CitationQueryWorkflow:
-        """Build the workflow and its providers from settings; pass any part to reuse it."""
-        from citeflow.knowledge_base import KnowledgeBase
+        """Build the workflow and its providers from settings; pass any part to reuse it.
 
-        kb = KnowledgeBase.open(collection, settings=settings, store=store, embed_model=embed_model)
-        return kb.workflow(llm, **kwargs)
+        Raises:
+            InvalidCollectionNameError: ``collection`` breaks the rule of `citeflow.names`.
+        """
+        if collection is not None:
+            check_collection_name(collection)
+        retriever = Retriever.from_settings(
+            settings,
+            store or Store.open(settings),
+            embed_model or build_embed_model(settings),
+            collection=collection,
+        )
+        return cls.from_retriever(retriever, settings, llm, **kwargs)
+
+    @classmethod
+    def from_retriever(
+        cls, retriever: Retriever, settings: Settings, llm: LLM | None = None, **kwargs: Any
+    ) -> CitationQueryWorkflow:
+        """The workflow over ``retriever``, its LLM (unless given), grader, citation judge,
+        options and timeout from ``settings``."""
+        llm = llm or build_llm(settings)
+        return cls(
+            retriever=retriever,
+            llm=llm,
+            grader=build_grader(settings, llm),
+            options=QueryOptions.from_settings(settings),
+            judge=build_judge(settings, llm),
+            timeout=settings.workflow_timeout,
+            **kwargs,
+        )
 
     def run(
         self, ctx: Context | None = None, start_event: Any = None, **kwargs: Any

@@ -29,28 +29,37 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import hashlib
 import itertools
 import json
 import logging
-import math
-import re
 import socket
 import struct
 import sys
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import suppress
-from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+from citeflow.testing.openai_replies import (
+    Kind,
+    RecordedRequest,
+    Reply,
+    ReplyScript,
+    count_tokens,
+    default_reply,
+    fake_embedding,
+    message_text,
+    split_tokens,
+)
 
 __all__ = [
     "FakeOpenAIServer",
@@ -59,166 +68,11 @@ __all__ = [
     "ReplyScript",
     "default_reply",
     "fake_embedding",
-    "fake_openai_server",
+    "main",
     "split_tokens",
 ]
 
-Kind = Literal["chat", "embeddings", "models", "other"]
 _JSON_SEPARATORS = (",", ":")
-_WORD = re.compile(r"\w+")
-_TOKEN = re.compile(r"^\s+|\S+\s*")
-
-
-# --- deterministic content -------------------------------------------------------------------
-
-
-def split_tokens(text: str) -> list[str]:
-    """Split `text` into stream 'tokens' (a word and its trailing spaces); they join to `text`."""
-    return _TOKEN.findall(text)
-
-
-def _count_tokens(text: str) -> int:
-    return len(split_tokens(text))
-
-
-def fake_embedding(text: str, dim: int = 384) -> list[float]:
-    """Deterministic unit vector for `text`: signed feature hashing of its lower-cased words.
-
-    Texts sharing words get a positive cosine similarity, so retrieval over fake embeddings
-    behaves sensibly in end-to-end tests.
-    """
-    vec = [0.0] * dim
-    words = _WORD.findall(text.lower()) or [text]
-    for word in words:
-        digest = hashlib.blake2b(word.encode("utf-8"), digest_size=8).digest()
-        h = int.from_bytes(digest, "little")
-        vec[h % dim] += 1.0 if (h >> 40) & 1 else -1.0
-    norm = math.sqrt(sum(x * x for x in vec))
-    if norm == 0.0:  # words cancelled out
-        digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
-        vec[int.from_bytes(digest, "little") % dim] = 1.0
-        return vec
-    return [x / norm for x in vec]
-
-
-def _message_text(message: Any) -> str:
-    if not isinstance(message, dict):
-        return ""
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # [{"type": "text", "text": ...}, ...]
-        return " ".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
-    return ""
-
-
-def default_reply(request: RecordedRequest) -> str:
-    """The reply when the script has none: ``"Fake reply: "`` + the last user message's first
-    24 words (or ``"Fake reply."`` when there is no user message)."""
-    messages = request.json.get("messages") if isinstance(request.json, dict) else None
-    last_user = ""
-    if isinstance(messages, list):
-        for message in reversed(messages):
-            if isinstance(message, dict) and message.get("role") == "user":
-                last_user = _message_text(message)
-                break
-    words = last_user.split()[:24]
-    return f"Fake reply: {' '.join(words)}" if words else "Fake reply."
-
-
-# --- requests and replies ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RecordedRequest:
-    """One request as the server saw it."""
-
-    method: str
-    path: str
-    query: dict[str, str]
-    #: Header names are lower-cased.
-    headers: dict[str, str]
-    #: The parsed JSON body (None when there is no body or it is not JSON).
-    json: Any
-    kind: Kind
-    #: Azure deployment from the path, None for OpenAI paths.
-    deployment: str | None
-    received_at: float = field(default_factory=time.monotonic)
-
-    @property
-    def is_azure(self) -> bool:
-        """True for ``/openai/deployments/...`` paths."""
-        return self.path.startswith("/openai/")
-
-    @property
-    def stream(self) -> bool:
-        """True when a chat request asked for SSE streaming."""
-        return isinstance(self.json, dict) and bool(self.json.get("stream"))
-
-    @property
-    def bearer_token(self) -> str | None:
-        """The token of an ``Authorization: Bearer ...`` header."""
-        value = self.headers.get("authorization", "")
-        scheme, _, token = value.partition(" ")
-        return token.strip() if scheme.lower() == "bearer" and token.strip() else None
-
-    @property
-    def model(self) -> str | None:
-        """The ``model`` of the JSON body."""
-        model = self.json.get("model") if isinstance(self.json, dict) else None
-        return model if isinstance(model, str) else None
-
-
-@dataclass(frozen=True)
-class Reply:
-    """What the server answers to one chat completion request.
-
-    Attributes:
-        text: the assistant's text (streamed as `split_tokens` pieces).
-        status: 200, or an HTTP error status answered with an OpenAI-style error body.
-        error_message: the error body's message (a default one per status otherwise).
-        retry_after: seconds sent in a ``Retry-After`` header (errors only).
-        drop_after: cut the connection after this many tokens (streaming) or halfway through the
-            JSON body (non-streaming); None: answer completely.
-        ttft: seconds before the first token; None: the server's `FakeOpenAIServer.ttft`.
-        tokens_per_second: token rate after the first; None: the server's; 0: no delay.
-        finish_reason: None: ``"stop"``, or ``"length"`` when ``max_tokens`` cut the text.
-        top_logprobs: the first token's alternatives and their log-probabilities, sent (as
-            OpenAI does, at most ``top_logprobs`` of them, likeliest first) when a non-streaming
-            request asks for ``logprobs``; None: ``"logprobs": null``.
-    """
-
-    text: str = ""
-    status: int = 200
-    error_message: str | None = None
-    retry_after: float | None = None
-    drop_after: int | None = None
-    ttft: float | None = None
-    tokens_per_second: float | None = None
-    finish_reason: str | None = None
-    top_logprobs: Mapping[str, float] | None = None
-
-    @classmethod
-    def error(
-        cls, status: int = 500, message: str | None = None, *, retry_after: float | None = None
-    ) -> Reply:
-        """An HTTP error (500, 429, 401...) with an OpenAI-style body."""
-        return cls(status=status, error_message=message, retry_after=retry_after)
-
-    @classmethod
-    def drop(cls, after_tokens: int = 0, text: str = "This answer will be cut off.") -> Reply:
-        """Cut the connection after `after_tokens` tokens of `text`."""
-        return cls(text=text, drop_after=after_tokens)
-
-    @classmethod
-    def of_tokens(cls, n: int, *, word: str = "tok", **kwargs: Any) -> Reply:
-        """A reply of exactly `n` stream tokens: ``"tok1 tok2 ... tokN"``."""
-        return cls(text=" ".join(f"{word}{i}" for i in range(1, n + 1)), **kwargs)
-
-
-ReplyScript: TypeAlias = (
-    str | Reply | Sequence[str | Reply] | Callable[[RecordedRequest], str | Reply] | None
-)
 
 
 @dataclass
@@ -624,7 +478,7 @@ class FakeOpenAIServer:
         if not texts:
             return _error_response(400, "'input' must not be empty.")
         limit = self.max_input_tokens
-        longest = max(_count_tokens(t) for t in texts)
+        longest = max(count_tokens(t) for t in texts)
         if limit is not None and longest > limit:
             return _error_response(
                 400,
@@ -644,7 +498,7 @@ class FakeOpenAIServer:
                 else vector
             )
             data.append({"object": "embedding", "index": index, "embedding": embedding})
-        tokens = sum(_count_tokens(t) for t in texts)
+        tokens = sum(count_tokens(t) for t in texts)
         return JSONResponse(
             {
                 "object": "list",
@@ -668,7 +522,7 @@ class FakeOpenAIServer:
         messages = body.get("messages")
         if not isinstance(messages, list):
             messages = []
-        prompt_tokens = sum(_count_tokens(_message_text(m)) for m in messages)
+        prompt_tokens = sum(count_tokens(message_text(m)) for m in messages)
         usage = {
             "prompt_tokens": prompt_tokens,
             "completion_tokens": len(tokens),
@@ -779,7 +633,7 @@ async def _cut(payload: bytes) -> AsyncIterator[bytes]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Serve until interrupted: ``python -m tests.fakes.openai_server --tokens-per-second 50``.
+    """Serve until interrupted: ``python -m citeflow.testing.openai_server --tokens-per-second 50``.
 
     Handy for benchmarks, where the fake should not share a process (and a GIL) with the client.
     """
@@ -811,21 +665,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         with suppress(KeyboardInterrupt):
             while True:
                 time.sleep(3600)
-
-
-# --- pytest -----------------------------------------------------------------------------------
-
-try:
-    import pytest
-except ImportError:  # used outside tests (e.g. by a benchmark)
-    pass
-else:
-
-    @pytest.fixture
-    def fake_openai_server() -> Iterator[FakeOpenAIServer]:
-        """A started `FakeOpenAIServer` (import this fixture into a test module or conftest)."""
-        with FakeOpenAIServer() as server:
-            yield server
 
 
 if __name__ == "__main__":

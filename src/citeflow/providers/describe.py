@@ -1,0 +1,29 @@
+"""One line naming every configured provider (LLM, embeddings, store), for logs and the CLI.
+
+Each provider module describes its own (`describe_llm`, `describe_embeddings`); this line puts
+them together with the store's, and shows no secrets.
+"""
+
+from __future__ import annotations
+
+from citeflow.providers.embeddings import describe_embeddings
+from citeflow.providers.llm import describe_llm, safe_url
+from citeflow.settings import Settings
+
+__all__ = ["describe_providers"]
+
+
+def describe_providers(settings: Settings) -> str:
+    """One line naming the LLM, embedding and vector-store providers and models; no secrets.
+
+    Example: ``LLM: local llama.cpp qwen2.5-coder-1.5b-instruct-q4_k_m.gguf · embeddings: local
+    all-MiniLM-L6-v2 · store: embedded Qdrant at /home/me/.local/share/citeflow/qdrant``.
+    """
+    if settings.qdrant_url and settings.qdrant_url.strip():
+        store = f"Qdrant server at {safe_url(settings.qdrant_url.strip())}"
+    else:
+        store = f"embedded Qdrant at {settings.qdrant_path}"
+    return (
+        f"LLM: {describe_llm(settings)} · embeddings: {describe_embeddings(settings)}"
+        f" · store: {store}"
+    )

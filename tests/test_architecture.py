@@ -1,0 +1,95 @@
+"""Rules of citeflow's source layout: no import cycles, citeflow never leans on its own test
+support, and modules of a readable size.
+
+The import graph is grimp's: every ``import`` in ``src/citeflow``, those inside functions and
+under ``TYPE_CHECKING`` included, so a cycle cannot hide behind a function-level import.
+"""
+
+from __future__ import annotations
+
+import ast
+import graphlib
+import itertools
+import re
+from pathlib import Path
+
+import grimp
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "citeflow"
+
+#: lines a module may have without saying why
+MAX_LINES = 400
+#: how a longer module says why, in the first paragraph of its docstring
+REASON = re.compile(r"longer than \d+ lines because \S", re.IGNORECASE)
+#: modules over the limit today, to be split by a later pass (the size test is xfail until then)
+OVERSIZED_NOW = (
+    "api/engine.py",
+    "api/skills.py",
+    "api/wire.py",
+    "evaluation/answers.py",
+    "evaluation/dataset.py",
+    "evaluation/perfect_model.py",
+    "ingestion/readers.py",
+    "providers/llm.py",
+    "providers/local_llm.py",
+    "providers/models.py",
+    "settings.py",
+    "store/edge.py",
+    "testing/openai_server.py",
+    "workflows/citation_query.py",
+)
+
+
+@pytest.fixture(scope="module")
+def graph() -> grimp.ImportGraph:
+    return grimp.build_graph("citeflow", cache_dir=None)
+
+
+def _how_imported(graph: grimp.ImportGraph, importer: str, imported: str) -> str:
+    details = graph.get_import_details(importer=importer, imported=imported)
+    where = "; ".join(f"line {d['line_number']}: {d['line_contents']}" for d in details)
+    return f"{importer} imports {imported} ({where})"
+
+
+def test_citeflow_has_no_import_cycle(graph: grimp.ImportGraph) -> None:
+    imports = {module: graph.find_modules_directly_imported_by(module) for module in graph.modules}
+    try:
+        graphlib.TopologicalSorter(imports).prepare()
+    except graphlib.CycleError as error:
+        cycle: list[str] = error.args[1]  # [a, ..., a]: each one is imported by the one before
+        steps = [_how_imported(graph, b, a) for a, b in itertools.pairwise(cycle)]
+        pytest.fail("import cycle " + " <- ".join(cycle) + ":\n" + "\n".join(steps))
+
+
+def test_citeflow_never_imports_its_test_support(graph: grimp.ImportGraph) -> None:
+    support = {"citeflow.testing", *graph.find_descendants("citeflow.testing")}
+    leaks = [
+        _how_imported(graph, importer, imported)
+        for imported in support
+        for importer in graph.find_modules_that_directly_import(imported)
+        if importer not in support
+    ]
+    assert not leaks, "\n".join(leaks)
+
+
+def _oversized() -> dict[str, int]:
+    """Modules over `MAX_LINES` lines whose docstring does not say why: their line counts."""
+    found = {}
+    for path in sorted(SRC.rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        lines = len(text.splitlines())
+        first_paragraph = (ast.get_docstring(ast.parse(text)) or "").split("\n\n")[0]
+        if lines > MAX_LINES and not REASON.search(first_paragraph):
+            found[path.relative_to(SRC).as_posix()] = lines
+    return found
+
+
+@pytest.mark.xfail(strict=False, reason=f"modules still to be split: {', '.join(OVERSIZED_NOW)}")
+def test_modules_are_at_most_400_lines_or_say_why() -> None:
+    assert _oversized() == {}
+
+
+def test_no_module_grows_past_the_limit_unnoticed() -> None:
+    """Until the split: no module beyond today's list goes over the limit."""
+    assert sorted(set(_oversized()) - set(OVERSIZED_NOW)) == []
