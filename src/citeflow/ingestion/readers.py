@@ -379,13 +379,16 @@ def _docx_table(table: Table) -> str:
     """A table as text: one line per row, cells joined by " | ", merged cells written once."""
     lines: list[str] = []
     # python-docx repeats a merged cell at every grid position it spans (horizontally and
-    # vertically); `_tc` (the underlying <w:tc> element) identifies it. The set keeps the lxml
-    # proxies alive, so identity comparison is reliable.
+    # vertically), each time as a new `_Cell` proxy. Its first paragraph's XML element (public
+    # through `ParagraphFormat.element`) identifies it; the set keeps the lxml proxies alive, so
+    # identity comparison is reliable. (Word requires a paragraph in every cell; a cell without
+    # one is never taken for another.)
     seen: set[Any] = set()
     for row in table.rows:
         cells: list[str] = []
         for cell in row.cells:
-            element = cell._tc
+            paragraphs = cell.paragraphs
+            element = paragraphs[0].paragraph_format.element if paragraphs else cell
             if element in seen:
                 continue
             seen.add(element)
