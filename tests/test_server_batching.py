@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Sequence
 
 import httpx
 import pytest
@@ -194,18 +193,18 @@ def test_batch_function_of_a_plain_embedder_embeds_one_by_one() -> None:
     assert counting.queries == 2
 
 
-def test_batch_function_of_sentence_transformers_uses_one_call() -> None:
-    calls: list[tuple[list[str], str | None]] = []
+def test_batch_function_of_an_embedder_with_a_batch_api_uses_one_call() -> None:
+    calls: list[list[str]] = []
 
-    class HuggingFaceEmbedding(HashEmbedding):  # the name of llama-index's class
-        def _embed(self, inputs: Sequence[str], prompt_name: str | None = None) -> Vectors:
-            calls.append((list(inputs), prompt_name))
-            return [self._vector(t) for t in inputs]
+    class BatchingEmbedding(HashEmbedding):  # as OnnxEmbedding and TorchEmbedding
+        def embed_query_batch(self, queries: list[str]) -> Vectors:
+            calls.append(list(queries))
+            return [self._vector(q) for q in queries]
 
-    model = HuggingFaceEmbedding()
+    model = BatchingEmbedding()
     batch = query_batch_function(model)
     assert batch(["x", "y"]) == [model._vector("x"), model._vector("y")]
-    assert calls == [(["x", "y"], "query")]
+    assert calls == [["x", "y"]]
 
 
 async def test_the_retriever_awaits_a_batched_embedder(kb: KnowledgeBase) -> None:
@@ -259,17 +258,18 @@ async def test_concurrent_chats_share_query_embeddings(kb: KnowledgeBase) -> Non
         batched.get_query_embedding("after close")
 
 
-def _minilm() -> BaseEmbedding:
+def _minilm(backend: str) -> BaseEmbedding:
     pytest.importorskip("llama_index.embeddings.huggingface")
     from citeflow.providers.embeddings import build_embed_model
     from citeflow.settings import Settings
 
-    return build_embed_model(Settings(_env_file=None))  # type: ignore[call-arg]
+    return build_embed_model(Settings(_env_file=None, embed_backend=backend))  # type: ignore[call-arg]
 
 
 @pytest.mark.slow
-async def test_minilm_batches_match_single_queries() -> None:
-    model = _minilm()
+@pytest.mark.parametrize("backend", ["onnx", "torch"])
+async def test_minilm_batches_match_single_queries(backend: str) -> None:
+    model = _minilm(backend)
     batched = BatchedQueryEmbedding(model)
     try:
         alone = [model.get_query_embedding(q) for q in QUESTIONS[:8]]

@@ -83,7 +83,7 @@ def test_the_app_closes_the_llm_http_client_when_it_shuts_down() -> None:
 
     client = httpx.AsyncClient()
     settings = Settings(_env_file=None)  # type: ignore[call-arg]
-    llm: Any = SimpleNamespace(_async_http_client=client)
+    llm: Any = SimpleNamespace(aclose=client.aclose)  # as LeanStreamingMixin.aclose
     engine = Engine(settings, store=Store.open_path(":memory:"), embed_model=None, llm=llm)  # type: ignore[arg-type]
     try:
         with TestClient(server.create_app(engine)):

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.llms import LLM, ChatMessage
 from workflows.events import Event, StopEvent
@@ -94,11 +93,13 @@ class Engine:
         return cls(settings, store=store, embed_model=embed_model, llm=llm, options=options)
 
     async def aclose(self) -> None:
-        """Close what is bound to the server's event loop: the LLM's async HTTP client (its
-        aiohttp session). Called when the app shuts down, before `close`."""
-        client = getattr(self.llm, "_async_http_client", None)
-        if isinstance(client, httpx.AsyncClient):
-            await client.aclose()
+        """Close what is bound to the server's event loop: the LLM's async SDK client and its
+        HTTP client (the aiohttp session), through the LLM's ``aclose`` when it has one
+        (`citeflow.providers.openai_stream.LeanStreamingMixin.aclose`). Called when the app
+        shuts down, before `close`."""
+        closer = getattr(self.llm, "aclose", None)
+        if callable(closer):
+            await closer()
 
     def close(self) -> None:
         """Close the LLM and the embedder when they hold resources (threads), then the store."""

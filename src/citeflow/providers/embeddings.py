@@ -23,7 +23,6 @@ from typing import Any, TypeVar
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.embeddings.azure_openai import AzureOpenAIEmbedding
 from llama_index.embeddings.openai import OpenAIEmbedding
-from openai.lib.azure import API_KEY_SENTINEL
 
 from citeflow.errors import ConfigError, ModelError, first_line
 from citeflow.providers.llm import (
@@ -88,6 +87,8 @@ class CompatOpenAIEmbedding(OpenAIEmbedding):
         return "CiteflowCompatOpenAIEmbedding"
 
     def _create_retry_decorator(self) -> Callable[[_F], _F]:
+        # llama-index's tenacity layer off, the SDK retrying (`max_retries` sets both, and no
+        # public argument turns the first off): an override of llama-index's hook
         return _no_retry
 
 
@@ -99,16 +100,25 @@ class CompatAzureOpenAIEmbedding(AzureOpenAIEmbedding):
         """Name used when serialising the model."""
         return "CiteflowCompatAzureOpenAIEmbedding"
 
-    def _create_retry_decorator(self) -> Callable[[_F], _F]:
+    def _create_retry_decorator(self) -> Callable[[_F], _F]:  # see CompatOpenAIEmbedding
         return _no_retry
 
     def _get_credential_kwargs(self, is_async: bool = False) -> dict[str, Any]:
-        kwargs: dict[str, Any] = super()._get_credential_kwargs(is_async=is_async)
-        kwargs["max_retries"] = self.max_retries
-        kwargs["timeout"] = self.timeout
-        if self.use_azure_ad:  # send the token as a bearer token only (see CompatAzureOpenAI)
-            kwargs["api_key"] = API_KEY_SENTINEL
-        return kwargs
+        # The SDK client's arguments, all from public fields. An override because llama-index's
+        # own passes neither `max_retries` nor `timeout` to the SDK, and this embedder's
+        # constructor takes no SDK client (its LLM's does: `CompatAzureOpenAI`). With an Entra ID
+        # token provider, no API key: the SDK then sends the token as a bearer token only.
+        return {
+            "api_key": None if self.use_azure_ad else self.api_key or None,
+            "azure_ad_token_provider": self.azure_ad_token_provider,
+            "azure_endpoint": self.azure_endpoint,
+            "azure_deployment": self.azure_deployment,
+            "base_url": self.api_base,
+            "api_version": self.api_version,
+            "default_headers": self.default_headers,
+            "max_retries": self.max_retries,
+            "timeout": self.timeout,
+        }
 
 
 def build_embed_model(
@@ -179,7 +189,7 @@ def _build_local(settings: Settings, threads: int) -> BaseEmbedding:
             embed_batch_size=embed_batch_size(settings),
         )
     try:
-        from llama_index.embeddings.huggingface import HuggingFaceEmbedding
+        from citeflow.providers.torch_embedding import TorchEmbedding
     except ImportError:
         raise ModelError(
             "the local embedder needs llama-index-embeddings-huggingface and torch: "
@@ -192,8 +202,8 @@ def _build_local(settings: Settings, threads: int) -> BaseEmbedding:
     except ImportError:  # pragma: no cover - transformers comes with the local extra
         pass
     try:
-        model: BaseEmbedding = HuggingFaceEmbedding(
-            model_name=str(path),
+        model: BaseEmbedding = TorchEmbedding(
+            model_dir=str(path),
             device="cpu",
             embed_batch_size=embed_batch_size(settings),
         )

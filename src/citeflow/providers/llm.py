@@ -28,17 +28,18 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
+import openai
 from llama_index.core.base.llms.types import LLMMetadata
-from llama_index.core.bridge.pydantic import Field
+from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.llms import LLM
 from llama_index.llms.azure_openai import AzureOpenAI
 from llama_index.llms.openai import OpenAI
-from llama_index.llms.openai.base import Tokenizer
 from llama_index.llms.openai.utils import (
     ALL_AVAILABLE_MODELS,
     is_chat_model,
     is_function_calling_model,
     openai_modelname_to_contextsize,
+    resolve_openai_credentials,
 )
 from openai.lib.azure import API_KEY_SENTINEL
 
@@ -185,8 +186,6 @@ def as_upstream_error(exc: BaseException, *, what: str = "LLM") -> UpstreamError
         exc: the exception raised by a provider call.
         what: ``"LLM"`` or ``"embedding"``, for the message.
     """
-    import openai
-
     if isinstance(exc, UpstreamError):
         return exc
     public = (
@@ -270,6 +269,16 @@ def _compat_metadata(
     )
 
 
+def _base_model_name(model: str) -> str:
+    """The OpenAI model a fine-tuned model is named after (``ft:gpt-4o-mini:org::id``), as
+    llama-index reads it."""
+    if model.startswith("ft:"):
+        return model.split(":")[1]
+    if "ft-" in model:  # legacy fine-tuning
+        return model.split(":")[0]
+    return model
+
+
 class CompatOpenAI(LeanStreamingMixin, OpenAI):
     """`OpenAI` that works with any OpenAI-compatible server and any model name.
 
@@ -277,6 +286,8 @@ class CompatOpenAI(LeanStreamingMixin, OpenAI):
     treated as chat models and, unless `function_calling` says otherwise, as models without tool
     calling (structured output then goes through the prompt, which every server supports).
     Streamed chats are parsed by `LeanStreamingMixin` (a fraction of the SDK's CPU per token).
+    The OpenAI SDK clients are built here (with ``client_max_retries`` and ``async_http_client``)
+    and handed to llama-index, so the SDK retries and llama-index and the lean path share them.
     """
 
     context_window: int | None = Field(
@@ -288,6 +299,39 @@ class CompatOpenAI(LeanStreamingMixin, OpenAI):
     client_max_retries: int = Field(
         default=DEFAULT_MAX_RETRIES, ge=0, description="Retries done by the OpenAI SDK."
     )
+    _sdk_client: openai.AsyncOpenAI = PrivateAttr()
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        api_base: str | None = None,
+        timeout: float = 60.0,
+        default_headers: dict[str, str] | None = None,
+        client_max_retries: int = DEFAULT_MAX_RETRIES,
+        async_http_client: httpx.AsyncClient | None = None,
+        **kwargs: Any,
+    ) -> None:
+        key, base, _ = resolve_openai_credentials(api_key=api_key, api_base=api_base)
+        sdk: dict[str, Any] = {
+            "api_key": key,
+            "base_url": base,
+            "timeout": timeout,
+            "max_retries": client_max_retries,
+            "default_headers": default_headers,
+        }
+        client = openai.AsyncOpenAI(**sdk, http_client=async_http_client)
+        super().__init__(
+            api_key=key,
+            api_base=base,
+            timeout=timeout,
+            default_headers=default_headers,
+            client_max_retries=client_max_retries,
+            openai_client=openai.OpenAI(**sdk),
+            async_openai_client=client,
+            **kwargs,
+        )
+        self._sdk_client = client
 
     @classmethod
     def class_name(cls) -> str:
@@ -295,37 +339,72 @@ class CompatOpenAI(LeanStreamingMixin, OpenAI):
         return "citeflow_compat_openai_llm"
 
     @property
+    def sdk_client(self) -> openai.AsyncOpenAI:
+        """The async OpenAI SDK client (shared with llama-index)."""
+        return self._sdk_client
+
+    @property
     def metadata(self) -> LLMMetadata:
         """Metadata; never raises for unknown model names."""
         return _compat_metadata(
-            self._get_model_name(),
+            _base_model_name(self.model),
             num_output=self.max_tokens or -1,
             context_window=self.context_window,
             function_calling=self.function_calling,
         )
 
-    @property
-    def _tokenizer(self) -> Tokenizer | None:
-        # tiktoken knows OpenAI's models only; only the legacy completion path uses this.
-        if self._get_model_name() not in ALL_AVAILABLE_MODELS:
-            return None
-        return super()._tokenizer
-
-    def _get_credential_kwargs(self, is_async: bool = False) -> dict[str, Any]:
-        kwargs = super()._get_credential_kwargs(is_async=is_async)
-        kwargs["max_retries"] = self.client_max_retries
-        return kwargs
-
 
 class CompatAzureOpenAI(LeanStreamingMixin, AzureOpenAI):
     """`AzureOpenAI` whose deployment names need not be OpenAI model names.
 
-    Same metadata fallback, retry policy and streaming as `CompatOpenAI`.
+    Same metadata fallback, retry policy, SDK clients and streaming as `CompatOpenAI`. With an
+    Entra ID token provider, the SDK sends its token as ``Authorization: Bearer`` and no
+    ``api-key`` header.
     """
 
     context_window: int | None = Field(default=None)
     function_calling: bool | None = Field(default=None)
     client_max_retries: int = Field(default=DEFAULT_MAX_RETRIES, ge=0)
+    _sdk_client: openai.AsyncAzureOpenAI = PrivateAttr()
+
+    def __init__(
+        self,
+        *,
+        azure_endpoint: str | None = None,
+        api_version: str | None = None,
+        api_key: str | None = None,
+        use_azure_ad: bool = False,
+        azure_ad_token_provider: Callable[[], str] | None = None,
+        timeout: float = 60.0,
+        default_headers: dict[str, str] | None = None,
+        client_max_retries: int = DEFAULT_MAX_RETRIES,
+        async_http_client: httpx.AsyncClient | None = None,
+        **kwargs: Any,
+    ) -> None:
+        sdk: dict[str, Any] = {
+            "azure_endpoint": azure_endpoint,
+            "api_version": api_version,
+            "api_key": None if use_azure_ad else api_key,
+            "azure_ad_token_provider": azure_ad_token_provider,
+            "timeout": timeout,
+            "max_retries": client_max_retries,
+            "default_headers": default_headers,
+        }
+        client = openai.AsyncAzureOpenAI(**sdk, http_client=async_http_client)
+        super().__init__(
+            azure_endpoint=azure_endpoint,
+            api_version=api_version,
+            api_key=api_key,
+            use_azure_ad=use_azure_ad,
+            azure_ad_token_provider=azure_ad_token_provider,
+            timeout=timeout,
+            default_headers=default_headers,
+            client_max_retries=client_max_retries,
+            openai_client=openai.AzureOpenAI(**sdk),
+            async_openai_client=client,
+            **kwargs,
+        )
+        self._sdk_client = client
 
     @classmethod
     def class_name(cls) -> str:
@@ -333,30 +412,19 @@ class CompatAzureOpenAI(LeanStreamingMixin, AzureOpenAI):
         return "citeflow_compat_azure_openai_llm"
 
     @property
+    def sdk_client(self) -> openai.AsyncAzureOpenAI:
+        """The async Azure OpenAI SDK client (shared with llama-index)."""
+        return self._sdk_client
+
+    @property
     def metadata(self) -> LLMMetadata:
         """Metadata; never raises for unknown deployment names."""
         return _compat_metadata(
-            str(self._get_model_name()),
+            _base_model_name(self.model),
             num_output=self.max_tokens or -1,
             context_window=self.context_window,
             function_calling=self.function_calling,
         )
-
-    @property
-    def _tokenizer(self) -> Tokenizer | None:
-        if self._get_model_name() not in ALL_AVAILABLE_MODELS:
-            return None
-        tokenizer: Tokenizer | None = super()._tokenizer
-        return tokenizer
-
-    def _get_credential_kwargs(self, is_async: bool = False, **kwargs: Any) -> dict[str, Any]:
-        credentials: dict[str, Any] = super()._get_credential_kwargs(is_async=is_async, **kwargs)
-        credentials["max_retries"] = self.client_max_retries
-        if self.use_azure_ad:
-            # llama-index also passes the token as `api_key`, which the SDK would send as an
-            # ``api-key`` header next to ``Authorization: Bearer``; the sentinel means "no key".
-            credentials["api_key"] = API_KEY_SENTINEL
-        return credentials
 
 
 # --- builders ------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """A lean streaming chat for the OpenAI and Azure OpenAI LLMs: SSE lines parsed with ``json``.
 
-llama-index's ``_astream_chat`` lets the OpenAI SDK turn every streamed token into a typed
+llama-index's ``astream_chat`` lets the OpenAI SDK turn every streamed token into a typed
 ``ChatCompletionChunk`` (a recursive, reflective model construction) before it builds its own
 ``ChatResponse``; at tens of tokens per answer and tens of answers at once, that is most of the
 server's CPU. `LeanStreamingMixin` sends the same request through the same SDK client (auth,
@@ -14,7 +14,10 @@ LlamaIndex's ``astream_chat`` also builds and dispatches an ``LLMChatInProgressE
 model) for every token, which nothing reads unless an instrumentation handler is attached: 5.6% of
 the server's CPU at 64 streams (``bench/load_streams.py --profile``). When no event handler, legacy
 callback handler or rate limiter is set (`observed`), `LeanStreamingMixin.astream_chat` streams
-without that wrapper; with one, LlamaIndex's own wrapper runs and every event is sent as before.
+as above; with one, LlamaIndex's own ``astream_chat`` runs, and every event is sent as before.
+
+Only public APIs: the OpenAI SDK client is the LLM class's own (`LeanStreamingMixin.sdk_client`),
+the request body is built from the LLM's public settings as llama-index builds it.
 """
 
 from __future__ import annotations
@@ -37,9 +40,10 @@ from llama_index.core.base.llms.types import (
 )
 from llama_index.core.instrumentation.event_handlers import NullEventHandler
 from llama_index.core.llms.callbacks import dispatcher as llm_dispatcher
+from llama_index.llms.openai import OpenAI
 from llama_index.llms.openai.base import llm_retry_decorator
-from llama_index.llms.openai.utils import to_openai_message_dicts, update_tool_calls
-from openai import APIError, AsyncStream
+from llama_index.llms.openai.utils import O1_MODELS, to_openai_message_dicts, update_tool_calls
+from openai import APIError, AsyncOpenAI, AsyncStream, RequestOptions
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.chat.chat_completion_chunk import ChoiceDelta, ChoiceDeltaToolCall
 
@@ -221,21 +225,41 @@ async def chat_responses(response: httpx.Response) -> ChatResponseAsyncGen:
 
 
 class LeanStreamingMixin:
-    """Overrides ``_astream_chat`` of llama-index's `OpenAI` (and `AzureOpenAI`) LLM.
+    """Lean streaming (and `afirst_token_logprobs`) for llama-index's `OpenAI` and `AzureOpenAI`.
 
-    Put it first among the bases: ``class CompatOpenAI(LeanStreamingMixin, OpenAI)``.
+    Put it first among the bases: ``class CompatOpenAI(LeanStreamingMixin, OpenAI)``. The class
+    provides `sdk_client`: the OpenAI SDK client it also hands llama-index
+    (``async_openai_client``), so both paths share one connection pool, auth and retry policy.
+    Whatever the lean path does not cover (a listener attached, legacy completions, audio) goes
+    to llama-index unchanged.
     """
+
+    @property
+    def sdk_client(self) -> AsyncOpenAI:
+        """The SDK client the lean requests go through."""
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        """Close `sdk_client` (and the HTTP client it was given)."""
+        await self.sdk_client.close()
+
+    def _lean(self, kwargs: dict[str, Any]) -> bool:
+        """Whether a call with ``kwargs`` takes the lean path: nobody listens (`observed`), a chat
+        model (or ``use_chat_completions``), no audio."""
+        llm: OpenAI = self  # type: ignore[assignment]
+        if observed(llm) or (llm.modalities and "audio" in llm.modalities):
+            return False
+        return bool(kwargs.get("use_chat_completions", llm.metadata.is_chat_model))
 
     async def astream_chat(
         self, messages: Sequence[ChatMessage], **kwargs: Any
     ) -> ChatResponseAsyncGen:
         """LlamaIndex's ``astream_chat``; without its per-token events when nobody listens."""
-        llm: Any = self
-        parent: Any = super()
-        if observed(llm) or not llm._use_chat_completions(kwargs):
+        if not self._lean(kwargs):
+            parent: Any = super()
             stream: ChatResponseAsyncGen = await parent.astream_chat(messages, **kwargs)
             return stream
-        lean: ChatResponseAsyncGen = await self._astream_chat(messages, **kwargs)
+        lean: ChatResponseAsyncGen = await self._lean_stream_chat(messages, **kwargs)
         return lean
 
     async def astream_text(
@@ -244,42 +268,59 @@ class LeanStreamingMixin:
         """The reply's text, piece by piece (`text_deltas`); through `astream_chat` (and its
         events) when something listens. ``kwargs`` go into the request as in `astream_chat`
         (``response_format``, ``temperature``, ...)."""
-        llm: Any = self
-        if observed(llm) or not llm._use_chat_completions(kwargs):
+        if not self._lean(kwargs):
             return _chat_text(await self.astream_chat(messages, **kwargs))
-        lean: AsyncIterator[str] = await self._astream_text(messages, **kwargs)
+        lean: AsyncIterator[str] = await self._lean_stream_text(messages, **kwargs)
         return lean
 
     @llm_retry_decorator
-    async def _astream_text(
+    async def _lean_stream_text(
         self, messages: Sequence[ChatMessage], **kwargs: Any
     ) -> AsyncIterator[str]:
         return text_deltas(await self._post_streaming(messages, kwargs))
 
     @llm_retry_decorator
-    async def _astream_chat(
+    async def _lean_stream_chat(
         self, messages: Sequence[ChatMessage], **kwargs: Any
     ) -> ChatResponseAsyncGen:
-        llm: Any = self
-        if llm.modalities and "audio" in llm.modalities:
-            raise ValueError("Audio is not supported for chat streaming")
         return chat_responses(await self._post_streaming(messages, kwargs))
 
     def _chat_body(
         self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """A chat completion's JSON body as llama-index builds it (model settings, ``kwargs``),
-        and the SDK's per-request options taken out of it (headers, query, timeout)."""
-        llm: Any = self
-        body = {
+    ) -> tuple[dict[str, Any], RequestOptions]:
+        """A chat completion's JSON body as llama-index's OpenAI LLM sends it (its public model
+        settings, then ``kwargs``, then ``additional_kwargs``), and the SDK's per-request options
+        taken out of it (headers, query, timeout)."""
+        llm: OpenAI = self  # type: ignore[assignment]
+        body: dict[str, Any] = {
             "messages": to_openai_message_dicts(messages, model=llm.model),
-            **llm._get_model_kwargs(**kwargs),
+            # an Azure deployment's name is its `engine`; the SDK puts it in the URL
+            "model": getattr(llm, "engine", None) or llm.model,
+            "temperature": llm.temperature,
+            **kwargs,
         }
+        if llm.max_tokens is not None:
+            body["max_tokens"] = llm.max_tokens
+        if llm.logprobs:
+            body.update(logprobs=True, top_logprobs=llm.top_logprobs)
+        body.update(llm.additional_kwargs)
+        if "stream" not in body:
+            body.pop("stream_options", None)
+        if llm.model in O1_MODELS:  # reasoning models: max_completion_tokens, reasoning_effort
+            if body.get("max_tokens") is not None:
+                body.setdefault("max_completion_tokens", body["max_tokens"])
+                body.pop("max_tokens")
+            if llm.reasoning_effort is not None:
+                body["reasoning_effort"] = llm.reasoning_effort
+        if llm.modalities is not None:
+            body["modalities"] = llm.modalities
+        if llm.audio_config is not None:
+            body["audio"] = llm.audio_config
         options: dict[str, Any] = {}
         for name, option in _REQUEST_OPTIONS.items():
             if name in body:
                 options[option] = body.pop(name)
-        return body, options
+        return body, RequestOptions(**options)  # type: ignore[typeddict-item]
 
     async def afirst_token_logprobs(
         self, messages: Sequence[ChatMessage], *, top: int = 10
@@ -287,7 +328,6 @@ class LeanStreamingMixin:
         """The ``top`` likeliest first tokens of the reply to ``messages``, with their
         log-probabilities: one chat completion of one token, ``logprobs`` on (what the citation
         judge reads "Yes" against "No" from). Empty when the server sends none."""
-        llm: Any = self
         body, options = self._chat_body(messages, {})
         body.update(temperature=0.0, logprobs=True, top_logprobs=min(max(top, 0), 20))
         body.pop("stream_options", None)
@@ -295,7 +335,7 @@ class LeanStreamingMixin:
             body["max_completion_tokens"] = 1
         else:
             body["max_tokens"] = 1
-        completion: ChatCompletion = await llm._get_aclient().post(
+        completion: ChatCompletion = await self.sdk_client.post(
             "/chat/completions", body=body, options=options, cast_to=ChatCompletion
         )
         choice = completion.choices[0] if completion.choices else None
@@ -321,10 +361,8 @@ class LeanStreamingMixin:
         first walks the whole request through its type-driven transform: ~0.3 ms of event-loop
         time per request that changes nothing in a chat request's plain JSON.
         """
-        llm: Any = self
-        client = llm._get_aclient()
         body, options = self._chat_body(messages, {"stream": True, **kwargs})
-        stream = await client.post(
+        stream = await self.sdk_client.post(
             "/chat/completions",
             body=body,
             options=options,

@@ -170,33 +170,21 @@ class QueryBatcher:
         return vectors
 
 
-def _is_sentence_transformers(embed_model: BaseEmbedding) -> bool:
-    names = {cls.__name__ for cls in type(embed_model).__mro__}
-    return "HuggingFaceEmbedding" in names and callable(getattr(embed_model, "_embed", None))
-
-
 def query_batch_function(embed_model: BaseEmbedding) -> BatchFunction:
     """One call embedding many queries with ``embed_model``.
 
     An embedder with an ``embed_query_batch`` method (the local MiniLM on ONNX Runtime,
-    `citeflow.providers.onnx_embedding`) and sentence-transformers models (the same on torch)
-    encode them as one batch, with the same query prompt as a single query; any other embedder
+    `citeflow.providers.onnx_embedding`, or on torch, `citeflow.providers.torch_embedding`)
+    encodes them as one batch, with the same query prompt as a single query; any other embedder
     embeds them one by one.
     """
     embed_query_batch = getattr(embed_model, "embed_query_batch", None)
     if callable(embed_query_batch):
         batched: BatchFunction = embed_query_batch
         return batched
-    if _is_sentence_transformers(embed_model):
-        encode: Callable[..., list[list[float]]] = embed_model._embed  # type: ignore[attr-defined]
-
-        def batch(queries: list[str]) -> list[list[float]]:
-            return encode(queries, prompt_name="query")
-
-        return batch
 
     def one_by_one(queries: list[str]) -> list[list[float]]:
-        return [embed_model._get_query_embedding(q) for q in queries]
+        return [embed_model.get_query_embedding(q) for q in queries]
 
     return one_by_one
 
@@ -252,16 +240,16 @@ class BatchedQueryEmbedding(BaseEmbedding):
         return await self._batcher.aembed(query)
 
     def _get_text_embedding(self, text: str) -> Embedding:
-        return self._inner._get_text_embedding(text)
+        return self._inner.get_text_embedding(text)
 
     def _get_text_embeddings(self, texts: list[str]) -> list[Embedding]:
-        return self._inner._get_text_embeddings(texts)
+        return self._inner.get_text_embedding_batch(texts)
 
     async def _aget_text_embedding(self, text: str) -> Embedding:
-        return await self._inner._aget_text_embedding(text)
+        return await self._inner.aget_text_embedding(text)
 
     async def _aget_text_embeddings(self, texts: list[str]) -> list[Embedding]:
-        return await self._inner._aget_text_embeddings(texts)
+        return await self._inner.aget_text_embedding_batch(texts)
 
 
 def batch_queries(embed_model: BaseEmbedding, *, max_batch: int = 16) -> BaseEmbedding:

@@ -22,7 +22,6 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span
 from workflows import Context, Workflow, step
-from workflows.decorators import StepFunction
 from workflows.events import StopEvent
 from workflows.handler import WorkflowHandler
 
@@ -251,21 +250,6 @@ class CitationQueryWorkflow(Workflow):
         _ENDING.add(ending)  # held until done: the loop keeps only weak references to tasks
         ending.add_done_callback(_ENDING.discard)
         return handler
-
-    def _get_steps(self) -> dict[str, StepFunction[..., Any]]:
-        """The steps, cached per instance.
-
-        The runtime asks for them on every step of every run and rebuilds them with
-        `inspect.getmembers` each time (~1 ms a run, a fifth of the engine's overhead); they only
-        change when a step is added to the class, which the version check catches.
-        """
-        version = type(self)._step_functions_version
-        cached = self.__dict__.get("_steps_cache")
-        if cached is None or cached[0] != version:
-            cached = (version, super()._get_steps())
-            self.__dict__["_steps_cache"] = cached
-        steps: dict[str, StepFunction[..., Any]] = cached[1]
-        return steps
 
     # --- helpers -------------------------------------------------------------------------------
     @staticmethod
