@@ -180,13 +180,14 @@ class Bench:
         self.options = QueryOptions.from_settings(settings)
 
     def sources(self, kept: Sequence[NodeWithScore], query: str) -> list[NodeWithScore]:
-        return make_sources(
+        sources = make_sources(
             kept,
             query,
             chunk_tokens=self.options.citation_chunk_size,
             overlap_tokens=self.options.citation_chunk_overlap,
             max_sources=self.options.max_sources,
         )
+        return [source.with_score() for source in sources]
 
     async def grade(self, grader: Grader, claim: Claim) -> Graded:
         started = time.perf_counter()

@@ -21,7 +21,7 @@ from citeflow.citations.repair import (
     insert_marker,
     needs_citation,
 )
-from citeflow.citations.sources import format_sources, make_sources, source_text, split_spans
+from citeflow.citations.sources import format_sources, make_sources, split_spans
 from citeflow.citations.stream import SentenceStream
 from citeflow.citations.support import LexicalSupport
 from citeflow.citations.text import content_terms, question_parts, sentence_spans, split_sentences
@@ -107,12 +107,10 @@ def test_make_sources_numbers_fresh_nodes_with_offsets() -> None:
         assert text.startswith(f"Source {number}:\n")
         meta = node.metadata
         parent_text = ESSAY if meta["parent_id"] == "essay" else other.node.get_content()
-        assert parent_text[meta["parent_start_char"] : meta["parent_end_char"]] == source_text(
-            source
-        )
+        assert parent_text[meta["parent_start_char"] : meta["parent_end_char"]] == source.text
         assert node.ref_doc_id == f"doc-{meta['parent_id']}"
     # the piece about the IBM 1401 is among the sources; the parent is untouched
-    assert any("1401" in source_text(s) for s in sources)
+    assert any("1401" in s.text for s in sources)
     assert parent.node.get_content() == ESSAY
 
 
@@ -120,7 +118,7 @@ def test_every_piece_keeps_its_own_text() -> None:
     """The notebook's pydantic-v2 bug made every piece of a node hold its last piece."""
     parent = _node(ESSAY, "essay")
     sources = make_sources([parent], "school", chunk_tokens=30, overlap_tokens=0, max_sources=10)
-    texts = [source_text(s) for s in sources]
+    texts = [s.text for s in sources]
     assert len(texts) == len(set(texts)) > 2
 
 
@@ -251,7 +249,7 @@ def test_sources_are_the_pieces_that_cover_the_question() -> None:
         max_sources=1,
     )
     assert [s.node.metadata["parent_id"] for s in sources] == ["viaweb"]
-    assert "Yahoo bought Viaweb" in source_text(sources[0])
+    assert "Yahoo bought Viaweb" in sources[0].text
     # with a rank prior large enough, the ranking alone decides: the top chunk's first piece
     ranked = make_sources(
         [first, second],
@@ -275,7 +273,7 @@ def test_sources_span_several_parents_when_each_covers_the_question() -> None:
         [first, second], "IBM 1401 punch cards", chunk_tokens=30, overlap_tokens=0, max_sources=2
     )
     assert [s.node.metadata["parent_id"] for s in sources] == ["essay", "ibm"]
-    assert "1401" in source_text(sources[0])
+    assert "1401" in sources[0].text
 
 
 def test_support_backs_what_the_sentence_adds_to_the_question() -> None:
@@ -420,7 +418,7 @@ async def test_the_contract_over_a_whole_answer_streamed_in_any_chunks() -> None
         for i in range(0, len(raw), size):
             streamed += await answer.feed(raw[i : i + size])
         streamed += await answer.flush()
-        assert "".join(streamed).rstrip() == whole.text == answer.text
+        assert "".join(piece.text for piece in streamed).rstrip() == whole.text == answer.text
         assert answer.unsupported == whole.unsupported
 
 

@@ -8,10 +8,10 @@ from dataclasses import fields
 from pathlib import Path
 
 from llama_index.core.llms import ChatMessage
-from llama_index.core.schema import Document, NodeWithScore, TextNode
+from llama_index.core.schema import Document, TextNode
 
 from citeflow.citations.markers import cited_numbers, strip_markers
-from citeflow.citations.sources import format_sources
+from citeflow.citations.sources import Source, format_sources
 from citeflow.evaluation.answers import golds_of
 from citeflow.evaluation.dataset import BeirDataset, CorpusDocument, Evidence
 from citeflow.evaluation.perfect_model import (
@@ -50,9 +50,11 @@ S1 = (
 S2 = "In 1998, Yahoo purchased Viaweb for about 49 million dollars."
 
 
-def _source(number: int, text: str, title: str | None = None) -> NodeWithScore:
+def _source(number: int, text: str, title: str | None = None) -> Source:
     metadata = {"title": title} if title else {}
-    return NodeWithScore(node=TextNode(text=f"Source {number}:\n{text}", metadata=metadata))
+    return Source(
+        number, text, f"doc-{number}", TextNode(text=text, metadata=metadata), 0, len(text)
+    )
 
 
 def _messages(texts: Sequence[str], question: str = QUESTION) -> list[dict[str, str]]:

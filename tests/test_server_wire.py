@@ -6,32 +6,31 @@ import asyncio
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
-from llama_index.core.schema import NodeWithScore, TextNode
+from llama_index.core.schema import TextNode
 from workflows.events import Event
 
+from citeflow.api.chat_stream import ChatStream
 from citeflow.api.engine import extract_json
-from citeflow.api.wire import (
-    DONE,
-    KEEPALIVE,
-    ChatStream,
-    CitationRenumberer,
-    EventStreamResponse,
-    document_url,
-    ready_batches,
-    source_payload,
-    sse_stream,
-)
+from citeflow.api.source_events import document_url, source_payload
+from citeflow.api.sse import DONE, KEEPALIVE, EventStreamResponse, ready_batches, sse_stream
+from citeflow.citations.markers import cited_numbers
 from citeflow.citations.repair import Citation
+from citeflow.citations.sources import Source
 from citeflow.errors import UpstreamError
 from citeflow.events import AnswerDeltaEvent, CitationSourcesEvent, StatusEvent
 from citeflow.result import CitedResponse
 from tests.server_helpers import content_of, events_of, parse_sse
 
 
-def _source(number: int, doc_id: str, text: str, score: float = 0.8, **meta: Any) -> NodeWithScore:
+def _source(number: int, doc_id: str, text: str, score: float = 0.8, **meta: Any) -> Source:
     metadata = {"doc_id": doc_id, "file_name": f"{doc_id}.txt", **meta}
-    node = TextNode(id_=f"{doc_id}:{number}", text=f"Source {number}:\n{text}", metadata=metadata)
-    return NodeWithScore(node=node, score=score)
+    parent = TextNode(id_=f"{doc_id}:{number}", text=text, metadata=metadata)
+    return Source(number, text, doc_id, parent, 0, len(text), score)
+
+
+def _delta(text: str) -> AnswerDeltaEvent:
+    """A checked answer piece citing the sources its markers name (as the workflow sends it)."""
+    return AnswerDeltaEvent(text=text, citations=cited_numbers(text))
 
 
 SOURCES = [
@@ -46,12 +45,14 @@ def _status(stage: str, description: str) -> StatusEvent:
     return StatusEvent(stage=stage, description=description, done=stage == "done")  # type: ignore[arg-type]
 
 
-def _result(
-    text: str, cited: list[int], sources: Sequence[NodeWithScore] = SOURCES
-) -> CitedResponse:
+def _result(text: str, cited: list[int], sources: Sequence[Source] = SOURCES) -> CitedResponse:
     citations = [Citation(n, "s", f"quote of source {n}", 0, 10, 0.9, "model") for n in cited]
     return CitedResponse(
-        response=text, source_nodes=list(sources), cited=cited, citations=citations
+        response=text,
+        source_nodes=[s.with_score() for s in sources],
+        sources=list(sources),
+        cited=cited,
+        citations=citations,
     )
 
 
@@ -111,8 +112,8 @@ def _shape(items: Sequence[Any]) -> list[tuple[Any, ...]]:
 async def test_stream_sends_cited_sources_before_the_text_citing_them() -> None:
     text = [
         "Ducks live near ponds [2]. ",
-        "Yahoo bought Viaweb [1][2]. It became Yahoo Store [",
-        "3]. ",
+        "Yahoo bought Viaweb [1][2]. ",
+        "It became Yahoo Store [3]. ",
     ]
     events: list[Event] = [
         _status("searching", "Searching"),
@@ -120,7 +121,7 @@ async def test_stream_sends_cited_sources_before_the_text_citing_them() -> None:
         _status("citing", "Preparing sources"),
         CitationSourcesEvent(query="q", sources=SOURCES),
         _status("writing", "Writing"),
-        *(AnswerDeltaEvent(delta=t) for t in text),
+        *(_delta(t) for t in text),
         _status("done", "Done"),
     ]
     items = await _run(_scripted(events, _result("".join(text), [2, 1, 3])))
@@ -133,9 +134,9 @@ async def test_stream_sends_cited_sources_before_the_text_citing_them() -> None:
         ("source", "ducks#1", "Ducks live near ponds."),
         ("text", "Ducks live near ponds [1]. "),
         ("source", "viaweb#2", "Yahoo bought Viaweb in 1998."),
-        ("text", "Yahoo bought Viaweb [2][1]. It became Yahoo Store "),
+        ("text", "Yahoo bought Viaweb [2][1]. "),
         ("source", "viaweb#3", "Viaweb became Yahoo Store."),
-        ("text", "[3]. "),
+        ("text", "It became Yahoo Store [3]. "),
         ("status", "Done", True),
         ("finish", "stop"),
         ("DONE",),
@@ -155,7 +156,7 @@ async def test_stream_sends_cited_sources_before_the_text_citing_them() -> None:
 async def test_source_event_shape_matches_open_webui() -> None:
     events: list[Event] = [
         CitationSourcesEvent(query="q", sources=SOURCES),
-        AnswerDeltaEvent(delta="Ducks live near ponds [2]."),
+        _delta("Ducks live near ponds [2]."),
     ]
     items = await _run(
         _scripted(events, _result("Ducks live near ponds [2].", [2])), base_url="http://h:8000/"
@@ -194,7 +195,7 @@ async def test_only_cited_sources_are_sent_in_first_citation_order() -> None:
     text = "Viaweb became Yahoo Store [3]. Yahoo bought it [1]. Again [3]."
     events: list[Event] = [
         CitationSourcesEvent(query="q", sources=SOURCES),
-        AnswerDeltaEvent(delta=text),
+        _delta(text),
     ]
     items = await _run(_scripted(events, _result(text, [3, 1])))
     keys = [d["metadata"][0]["source"] for d in events_of(items, "source")]
@@ -202,16 +203,16 @@ async def test_only_cited_sources_are_sent_in_first_citation_order() -> None:
     assert content_of(items) == "Viaweb became Yahoo Store [1]. Yahoo bought it [2]. Again [1]."
 
 
-async def test_marker_split_across_deltas_is_held_until_complete() -> None:
-    pieces = ["Ducks [", "4", "] and Viaweb [1", ", 2", "]. Done."]
+async def test_each_source_goes_before_the_first_text_citing_it() -> None:
+    pieces = ["Ducks [4]. ", "Viaweb [1, 2]. ", "Done [4]."]
     events: list[Event] = [
         CitationSourcesEvent(query="q", sources=SOURCES),
-        *(AnswerDeltaEvent(delta=p) for p in pieces),
+        *(_delta(p) for p in pieces),
     ]
     items = await _run(_scripted(events, _result("".join(pieces), [4, 1, 2])))
     shape = _shape(items)
     texts = [s[1] for s in shape if s[0] == "text"]
-    assert texts == ["Ducks ", "[1] and Viaweb ", "[2][3]. Done."]
+    assert texts == ["Ducks [1]. ", "Viaweb [2][3]. ", "Done [1]."]
     first_text_with = {
         n: next(i for i, s in enumerate(shape) if s[0] == "text" and f"[{n}]" in s[1])
         for n in (1, 2, 3)
@@ -220,23 +221,10 @@ async def test_marker_split_across_deltas_is_held_until_complete() -> None:
     assert all(source_at[n] < first_text_with[n] for n in (1, 2, 3))
 
 
-def test_renumberer_units() -> None:
-    numbers = CitationRenumberer(source_count=3)
-    assert numbers.feed("a [3") == ([], "a ")
-    assert numbers.feed("] b [9] c [") == ([3], "[1] b c ")  # [9] names no source: dropped
-    assert numbers.feed("2][3]") == ([2], "[2][1]")
-    assert numbers.feed("x [unfinished") == ([], "x ")
-    assert numbers.flush() == ([], "[unfinished")
-    waiting = CitationRenumberer()
-    assert waiting.feed("held [1].") == ([], "")
-    waiting.set_source_count(1)
-    assert waiting.feed("") == ([1], "held [1].")
-
-
 async def test_text_is_held_until_the_sources_are_known() -> None:
     # without a CitationSourcesEvent (a plain workflow), text waits for the final result
     text = "Ducks live near ponds [2]."
-    items = await _run(_scripted([AnswerDeltaEvent(delta=text)], _result(text, [2])))
+    items = await _run(_scripted([_delta(text)], _result(text, [2])))
     assert _shape(items)[1:3] == [
         ("source", "ducks#1", "Ducks live near ponds."),
         ("text", "Ducks live near ponds [1]."),
@@ -247,7 +235,7 @@ async def test_failure_mid_stream_ends_with_an_error_line_then_done() -> None:
     events: list[Event] = [
         _status("writing", "Writing"),
         CitationSourcesEvent(query="q", sources=SOURCES),
-        AnswerDeltaEvent(delta="Ducks live near ponds [2]. "),
+        _delta("Ducks live near ponds [2]. "),
     ]
     error = UpstreamError("the LLM provider answered HTTP 500: boom")
     items = await _run(_scripted(events, error=error))
@@ -273,7 +261,7 @@ async def test_keepalive_comments_during_silence() -> None:
     text = "Ducks live near ponds [2]."
     events: list[Event] = [
         CitationSourcesEvent(query="q", sources=SOURCES),
-        AnswerDeltaEvent(delta=text),
+        _delta(text),
     ]
     items = await _run(_scripted(events, _result(text, [2]), delay=0.25), keepalive=0.1)
     assert items.count(KEEPALIVE.strip()) >= 2
@@ -285,7 +273,7 @@ async def test_include_usage_sends_openai_usage_chunk() -> None:
     text = "Ducks [2]."
     events: list[Event] = [
         CitationSourcesEvent(query="q", sources=SOURCES),
-        AnswerDeltaEvent(delta=text),
+        _delta(text),
     ]
     items = await _run(_scripted(events, _result(text, [2])), include_usage=True)
     finish, usage, done = items[-3:]
@@ -298,7 +286,7 @@ async def test_markdown_source_list_on_request() -> None:
     text = "Ducks live near ponds [2]. Yahoo bought Viaweb [1]."
     events: list[Event] = [
         CitationSourcesEvent(query="q", sources=SOURCES),
-        AnswerDeltaEvent(delta=text),
+        _delta(text),
     ]
     items = await _run(_scripted(events, _result(text, [2, 1])), source_list=True)
     content = content_of(items)
@@ -340,7 +328,7 @@ async def test_events_ready_together_go_out_in_one_write() -> None:
         yield CitationSourcesEvent(query="q", sources=SOURCES)
         yield _status("writing", "Writing")
         await gate.wait()
-        yield AnswerDeltaEvent(delta="Ducks [2]. ")
+        yield _delta("Ducks [2]. ")
         await asyncio.sleep(0.01)
         yield _status("done", "Done")
         yield _result("Ducks [2].", [2])
@@ -450,7 +438,7 @@ async def test_unsupported_sentences_reach_api_clients() -> None:
     result.unsupported = ["Penguins compose symphonies."]
     events: list[Event] = [
         CitationSourcesEvent(query="q", sources=SOURCES),
-        AnswerDeltaEvent(delta=text),
+        _delta(text),
     ]
     items = await _run(_scripted(events, result))
     finish = next(

@@ -84,7 +84,7 @@ async def test_stream_events_match_final_answer(kb: KnowledgeBase) -> None:
         if isinstance(event, StatusEvent):
             stages.append(event.stage)
         elif isinstance(event, AnswerDeltaEvent):
-            deltas.append(event.delta)
+            deltas.append(event.text)
     result = await handler
     assert "".join(deltas) == result.response
     assert len(deltas) >= 3
@@ -293,7 +293,7 @@ async def test_hosted_judge_verifies_citations_over_http(kb: KnowledgeBase) -> N
             handler = workflow.run(query="Who bought Viaweb?")
             streamed = "".join(
                 [
-                    ev.delta
+                    ev.text
                     async for ev in handler.stream_events()
                     if isinstance(ev, AnswerDeltaEvent)
                 ]
@@ -325,7 +325,7 @@ async def test_bad_model_output_still_gives_a_clean_answer(kb: KnowledgeBase) ->
         workflow = _workflow(kb, ScriptedLLM([reply]))
         handler = workflow.run(query="Who bought Viaweb?")
         streamed = "".join(
-            [ev.delta async for ev in handler.stream_events() if isinstance(ev, AnswerDeltaEvent)]
+            [ev.text async for ev in handler.stream_events() if isinstance(ev, AnswerDeltaEvent)]
         )
         result = await handler
         assert isinstance(result, CitedResponse)

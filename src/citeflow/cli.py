@@ -12,7 +12,7 @@ import asyncio
 import os
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,6 +20,9 @@ from citeflow.errors import CiteflowError
 from citeflow.settings import Settings, load_settings
 
 if TYPE_CHECKING:
+    from workflows.events import Event
+
+    from citeflow.result import CitedResponse
     from citeflow.store import DocumentRecord, Store
 
 
@@ -175,8 +178,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
 
 async def _ask(args: argparse.Namespace) -> int:
-    from citeflow.events import AnswerDeltaEvent, StatusEvent
-    from citeflow.result import CitedResponse
+    from citeflow.terminal_stream import TerminalStream
     from citeflow.workflows.citation_query import CitationQueryWorkflow
 
     settings = _settings(args)
@@ -186,25 +188,14 @@ async def _ask(args: argparse.Namespace) -> int:
     _announce(settings)
     workflow = CitationQueryWorkflow.from_settings(settings)
     handler = workflow.run(query=question)
-    async for event in handler.stream_events():
-        if isinstance(event, StatusEvent) and not event.done and not args.quiet:
-            _say(f"… {event.description}")
-        elif isinstance(event, AnswerDeltaEvent):
-            print(event.delta, end="", flush=True)
-    result: CitedResponse = await handler
-    print()
-    if result.cited:
-        print("\nSources:")
-        print(result.format_sources())
-    elif not result.grounded:
-        print("\n(no source in the documents supports an answer)")
-    if result.unsupported:
-        print("\nNot supported by any source:")
-        for sentence in result.unsupported:
-            print(f"- {sentence}")
-    if args.timings:
-        parts = ", ".join(f"{k} {v:.2f}s" for k, v in result.timings.items())
-        _say(f"timings: {parts}")
+
+    async def run() -> AsyncIterator[Event | CitedResponse]:
+        async for event in handler.stream_events():
+            yield event
+        yield await handler
+
+    async for output in TerminalStream(quiet=args.quiet, timings=args.timings).transform(run()):
+        output.write()
     workflow.retriever.store.close()
     return 0
 

@@ -1,8 +1,9 @@
 """Typed events of the citation query workflow.
 
 Steps pass these events along (rewrite → retrieve → grade → [reformulate →] cite → synthesize);
-`StatusEvent` and `AnswerDeltaEvent` are also written to the event stream so that callers (the
-CLI, the server's wire adapter, a notebook) can show progress and stream the answer.
+`StatusEvent`, `CitationSourcesEvent` and `AnswerDeltaEvent` are also written to the event stream
+so that callers (the CLI, the server's event-stream adapters, a notebook) can show progress, the
+sources and the answer as the workflow decided them, without reading the answer's text again.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from llama_index.core.llms import ChatMessage
 from llama_index.core.schema import NodeWithScore
 from pydantic import Field
 from workflows.events import Event, StartEvent
+
+from citeflow.citations.sources import Source
 
 Stage = Literal["rewriting", "searching", "grading", "retrying", "citing", "writing", "done"]
 
@@ -60,10 +63,10 @@ class RelevantNodesEvent(Event):
 
 
 class CitationSourcesEvent(Event):
-    """Numbered citation chunks: ``sources[i]`` is "Source i+1" in the prompt and the answer."""
+    """The numbered sources: ``sources[i]`` is "Source i+1" in the prompt and the answer."""
 
     query: str
-    sources: list[NodeWithScore]
+    sources: list[Source]
 
 
 class StatusEvent(Event):
@@ -76,6 +79,11 @@ class StatusEvent(Event):
 
 
 class AnswerDeltaEvent(Event):
-    """A piece of the final answer text, already citation-checked (whole sentences)."""
+    """A piece of the final answer, already citation-checked (whole sentences).
 
-    delta: str
+    ``citations`` are the numbers of the sources its ``[N]`` markers name, in the order they
+    appear: what the check decided, so that adapters need not parse the markers to know them.
+    """
+
+    text: str
+    citations: list[int] = Field(default_factory=list)

@@ -8,18 +8,21 @@ from llama_index.core.base.response.schema import Response
 from llama_index.core.schema import NodeWithScore
 
 from citeflow.citations.repair import Citation
+from citeflow.citations.sources import Source
 
 
 @dataclass(repr=False)
 class CitedResponse(Response):
-    """``str(result)`` is the answer; ``source_nodes`` are the numbered citation chunks.
+    """``str(result)`` is the answer; ``sources`` are its numbered sources.
 
-    ``source_nodes[i]`` is "Source i+1", the target of ``[i+1]`` in ``response``. ``cited`` lists
+    ``sources[i]`` is "Source i+1", the target of ``[i+1]`` in ``response``; ``source_nodes[i]``
+    is the same source as a LlamaIndex node whose text starts with ``Source i+1:``. ``cited`` lists
     the source numbers the answer cites, in order of first citation; ``citations`` has one entry
     per (sentence, source) pair with the supporting quote and its score; ``unsupported`` lists
     the sentences that state something none of the sources supports.
     """
 
+    sources: list[Source] = field(default_factory=list)
     query: str = ""
     search_query: str = ""
     cited: list[int] = field(default_factory=list)
@@ -49,9 +52,8 @@ class CitedResponse(Response):
         """The cited sources as lines "[N] file, page N: first words…"."""
         lines = []
         for n in self.cited:
-            meta = self.source_nodes[n - 1].node.metadata
-            where = meta.get("file_name") or meta.get("title") or "document"
-            page = meta.get("page_label")
+            source = self.sources[n - 1]
+            where, page = source.title or "document", source.page
             quote = next((c.quote for c in self.citations if c.number == n and c.quote), "")
             label = f"{where}, page {page}" if page else str(where)
             snippet = " ".join(quote.split())[:110]

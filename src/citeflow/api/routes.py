@@ -24,8 +24,9 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
-from citeflow.api import wire
+from citeflow.api import sse
 from citeflow.api.body import parse_json_object
+from citeflow.api.chat_stream import ChatStream, plain_chunks, plain_completion
 from citeflow.api.deps import EngineDep, LimitsDep, LinksDep, bearer_token, require_api_key
 from citeflow.api.docs import json_body
 from citeflow.api.engine import Engine
@@ -171,7 +172,7 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
             await asyncio.gather(task, return_exceptions=True)
 
 
-class HeldStream(wire.EventStreamResponse):
+class HeldStream(sse.EventStreamResponse):
     """An SSE response that releases its chat completion `Slot` once it has ended."""
 
     def __init__(self, content: AsyncGenerator[str, None], slot: Slot) -> None:
@@ -186,9 +187,8 @@ class HeldStream(wire.EventStreamResponse):
 
 
 async def _plain_sse(text: str, model: str, prompt_text: str) -> AsyncGenerator[str, None]:
-    for chunk in wire.plain_chunks(text, model=model, prompt_text=prompt_text):
-        yield wire.sse(chunk)
-    yield wire.DONE
+    yield "".join(sse.sse_lines(plain_chunks(text, model=model, prompt_text=prompt_text)))
+    yield sse.DONE
 
 
 @api.post(
@@ -238,11 +238,11 @@ async def _chat(request: Request, engine: Engine, links: DocumentLinks, slot: Sl
         text = await engine.run_task(conversation.task_messages)
         if chat.stream:
             return HeldStream(_plain_sse(text, chat.model, conversation.prompt_text), slot)
-        return wire.CompletionResponse(
-            wire.plain_completion(text, model=chat.model, prompt_text=conversation.prompt_text)
+        return sse.CompletionResponse(
+            plain_completion(text, model=chat.model, prompt_text=conversation.prompt_text)
         )
     collection = await engine.open_collection(chat.model)
-    writer = wire.ChatStream(
+    stream = ChatStream(
         model=chat.model,
         collection=collection,
         base_url=str(request.base_url),
@@ -255,11 +255,10 @@ async def _chat(request: Request, engine: Engine, links: DocumentLinks, slot: Sl
     metrics: Metrics = request.app.state.metrics
     if chat.stream:
         events = metrics.observe_events(
-            engine.events(collection, conversation.query, conversation.history), writer.usage
+            engine.events(collection, conversation.query, conversation.history),
+            lambda result: stream.usage(result).model_dump(exclude_unset=True),
         )
-        return HeldStream(
-            wire.sse_stream(events, writer, keepalive=options.keepalive_seconds), slot
-        )
+        return HeldStream(sse.sse_stream(events, stream, keepalive=options.keepalive_seconds), slot)
     started = time.perf_counter()
     try:
         result = await unless_disconnected(
@@ -271,6 +270,6 @@ async def _chat(request: Request, engine: Engine, links: DocumentLinks, slot: Sl
     if result is None:
         metrics.failed(cancelled=True)
         return Response(status_code=499)
-    completion = writer.completion(result)
+    completion = stream.completion(result)
     metrics.answered(result, seconds=time.perf_counter() - started, usage=completion["usage"])
-    return wire.CompletionResponse(completion)
+    return sse.CompletionResponse(completion)

@@ -46,9 +46,8 @@ from typing import Any, TypeVar
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
-from llama_index.core.schema import NodeWithScore
+from llama_index.core.schema import MetadataMode, NodeWithScore
 
-from citeflow.api import wire
 from citeflow.api.deps import EngineDep, LinksDep, require_api_key
 from citeflow.api.docs import json_body
 from citeflow.api.engine import Engine
@@ -56,7 +55,8 @@ from citeflow.api.errors import BadRequestError, PayloadTooLargeError, UnknownCo
 from citeflow.api.links import DocumentLinks
 from citeflow.api.routes import ERRORS, read_json, unless_disconnected
 from citeflow.api.schemas import Conversation, SearchMetadata, SearchRequest, SearchResponse
-from citeflow.citations.sources import source_text
+from citeflow.api.source_events import source_payload
+from citeflow.citations.sources import Source
 from citeflow.query.rewriting import condense, reformulate
 from citeflow.workflows.citation_query import CitationQueryWorkflow, upstream
 
@@ -168,7 +168,8 @@ class Found:
 
     @classmethod
     def of(cls, collection: str, hit: NodeWithScore) -> Found:
-        return cls(collection, hit, " ".join(source_text(hit).split()))
+        text = hit.node.get_content(metadata_mode=MetadataMode.NONE)
+        return cls(collection, hit, " ".join(text.split()))
 
     @property
     def score(self) -> float:
@@ -310,9 +311,10 @@ def search_metadata(
     found: Found, number: int, *, base_url: str, links: DocumentLinks
 ) -> tuple[str, SearchMetadata]:
     """A result's text and metadata, from the same fields a chat completion's ``source``
-    event shows (`citeflow.api.wire.source_payload`), plus its collection and chunk index."""
-    payload = wire.source_payload(
-        found.hit,
+    event shows (`citeflow.api.source_events.source_payload`), plus its collection and chunk
+    index."""
+    payload = source_payload(
+        Source.whole(found.hit, number),
         number,
         collection=found.collection,
         base_url=base_url,

@@ -128,12 +128,22 @@ class CitationPolicy:
 
 @dataclass(frozen=True, slots=True)
 class CheckedSentence:
-    """One sentence after checking: its text, its citations, and whether it states something
-    no source supports."""
+    """One sentence after checking: its text, its citations, whether it states something no
+    source supports, and the source numbers its markers name (in their order)."""
 
     text: str
     citations: list[Citation]
     unsupported: bool = False
+    numbers: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerPiece:
+    """A checked piece of an answer (a sentence and the space after it) and the source numbers
+    its markers name, in their order."""
+
+    text: str
+    citations: tuple[int, ...] = ()
 
 
 class CitationChecker:
@@ -169,7 +179,9 @@ class CitationChecker:
         )
         statement = statement_of(bare)
         if not self._enabled:
-            return CheckedSentence(renumber(sentence, {n: n for n in cited}), [])
+            return CheckedSentence(
+                renumber(sentence, {n: n for n in cited}), [], numbers=tuple(cited)
+            )
         denied = frame_denies(bare)  # "No, it is not true that X": checked as not-X
         states = needs_citation(bare)
         decision = _BARE_DECISION.match(bare)
@@ -194,10 +206,12 @@ class CitationChecker:
                 citations.append(_citation(bare, best, "moved"))
             elif states:
                 text = insert_marker(renumber(sentence, {}), render([best.number]))
-                return CheckedSentence(text, [_citation(bare, best, "added")])
+                added = _citation(bare, best, "added")
+                return CheckedSentence(text, [added], numbers=(best.number,))
         text = _markers_last(renumber(sentence, mapping))
         unsupported = not citations and states
-        return CheckedSentence(text, citations, unsupported)
+        numbers = tuple(dict.fromkeys(mapping[n] for n in cited if n in mapping))
+        return CheckedSentence(text, citations, unsupported, numbers)
 
 
 def _citation(sentence: str, s: Support, origin: Origin) -> Citation:
@@ -216,11 +230,11 @@ class RepairedAnswer:
         self.citations: list[Citation] = []
         self.unsupported: list[str] = []
 
-    async def feed(self, delta: str) -> list[str]:
+    async def feed(self, delta: str) -> list[AnswerPiece]:
         """The checked pieces that ``delta`` completes (empty ones left out)."""
         return [p for segment in self._stream.feed(delta) if (p := await self._add(segment))]
 
-    async def flush(self) -> list[str]:
+    async def flush(self) -> list[AnswerPiece]:
         """The checked pieces of what is left at the end of the text."""
         return [p for segment in self._stream.flush() if (p := await self._add(segment))]
 
@@ -228,18 +242,18 @@ class RepairedAnswer:
     def text(self) -> str:
         return "".join(self._parts).rstrip()
 
-    async def _add(self, segment: str) -> str:
+    async def _add(self, segment: str) -> AnswerPiece | None:
         core = segment.rstrip()
         checked = await self._checker.check(core)
         tail = segment[len(core) :]
         piece = checked.text + tail if checked.text else tail
-        if not self._parts and not checked.text:
-            return ""  # never start the answer with bare whitespace
+        if not piece or (not self._parts and not checked.text):
+            return None  # never start the answer with bare whitespace
         self.citations.extend(checked.citations)
         if checked.unsupported:
             self.unsupported.append(strip_markers(checked.text).strip())
         self._parts.append(piece)
-        return piece
+        return AnswerPiece(piece, checked.numbers)
 
 
 async def check_text(checker: CitationChecker, text: str) -> RepairedAnswer:

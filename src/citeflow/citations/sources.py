@@ -1,10 +1,12 @@
-"""Splitting relevant chunks into numbered "Source N" citation chunks.
+"""Splitting relevant chunks into numbered citation sources (`Source`).
 
 Like LlamaIndex's `CitationQueryEngine`, each relevant node is split into smaller pieces and each
-piece becomes a node whose text starts with ``Source N:``. Unlike the notebook version, every
-piece is a new `TextNode` (never the parent mutated or shared), carries its own id and its
-character offsets in the parent, and only the pieces that cover most of the question are kept,
-up to ``max_sources``, so that the prompt stays short enough for a small local model.
+piece becomes "Source N". Unlike the notebook version, every piece is a new value (never the
+parent mutated or shared) that knows its number, its document, its text and its character
+offsets in the parent, and only the pieces that cover most of the question are kept, up to
+``max_sources``, so that the prompt stays short enough for a small local model. The notebook's
+view of a source, a `TextNode` whose text starts with ``Source N:``, is built from it on demand
+(`Source.node`).
 """
 
 from __future__ import annotations
@@ -12,15 +14,100 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
+from typing import Any
 
-from llama_index.core.schema import MetadataMode, NodeRelationship, NodeWithScore, TextNode
+from llama_index.core.schema import (
+    BaseNode,
+    MetadataMode,
+    NodeRelationship,
+    NodeWithScore,
+    TextNode,
+)
 
 from citeflow.citations.markers import strip_footnotes
 from citeflow.citations.support import QuestionCoverage
 from citeflow.citations.text import count_tokens, sentence_spans, term_set
 
 SOURCE_PREFIX = "Source {number}:\n"
+
+
+@dataclass(frozen=True)
+class Source:
+    """Source ``number`` of an answer: ``text`` is ``parent``'s text from ``start`` to ``end``.
+
+    ``document`` is the id of the document it comes from, ``page`` its page label (when the
+    document has pages), ``score`` the retrieval score of its parent. What the prompt, the
+    citation check, the result and the wire read; the notebook's node is `node`.
+    """
+
+    number: int
+    text: str
+    document: str
+    parent: BaseNode
+    start: int
+    end: int
+    score: float | None = None
+
+    @classmethod
+    def whole(cls, hit: NodeWithScore, number: int) -> Source:
+        """A whole retrieved chunk as source ``number`` (a search result shown as a source)."""
+        node, meta = hit.node, hit.node.metadata
+        text = node.get_content(metadata_mode=MetadataMode.NONE)
+        document = meta.get("doc_id") or meta.get("parent_id") or node.ref_doc_id or node.node_id
+        return cls(number, text, str(document), node, 0, len(text), hit.score)
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The parent chunk's metadata (file name, title, page, URL ...)."""
+        return self.parent.metadata
+
+    @property
+    def page(self) -> str | None:
+        """The page label of the source, when its document has pages."""
+        label = self.metadata.get("page_label")
+        return None if label in (None, "") else str(label)
+
+    @property
+    def title(self) -> str:
+        """The document's file name, else its title, else ""."""
+        return str(self.metadata.get("file_name") or self.metadata.get("title") or "")
+
+    @cached_property
+    def node(self) -> TextNode:
+        """The source as the notebook API shows it: a fresh `TextNode` whose text starts with
+        ``Source N:``, with its own id, its offsets in the parent and a link to the parent."""
+        parent = self.parent
+        base = (parent.start_char_idx if isinstance(parent, TextNode) else None) or 0
+        key = f"{parent.node_id}:{self.start}:{self.end}"
+        digest = hashlib.sha1(key.encode()).hexdigest()
+        return TextNode(
+            id_=f"{parent.node_id}:{digest[:12]}",
+            text=SOURCE_PREFIX.format(number=self.number) + self.text,
+            metadata={
+                **parent.metadata,
+                "source_number": self.number,
+                "parent_id": parent.node_id,
+                "parent_start_char": self.start,
+                "parent_end_char": self.end,
+            },
+            excluded_embed_metadata_keys=list(parent.excluded_embed_metadata_keys),
+            excluded_llm_metadata_keys=list(parent.excluded_llm_metadata_keys),
+            start_char_idx=base + self.start,
+            end_char_idx=base + self.end,
+            relationships={
+                NodeRelationship.PARENT: parent.as_related_node_info(),
+                **(
+                    {NodeRelationship.SOURCE: parent.source_node}
+                    if parent.source_node is not None
+                    else {}
+                ),
+            },
+        )
+
+    def with_score(self) -> NodeWithScore:
+        """`node` with its score: an entry of `CitedResponse.source_nodes`."""
+        return NodeWithScore(node=self.node, score=self.score)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,8 +178,8 @@ def make_sources(
     overlap_tokens: int,
     max_sources: int,
     rank_prior: float = RANK_PRIOR,
-) -> list[NodeWithScore]:
-    """Numbered citation chunks for ``nodes`` (best first), at most ``max_sources`` of them.
+) -> list[Source]:
+    """Numbered citation sources for ``nodes`` (best first), at most ``max_sources`` of them.
 
     Every piece of every parent is scored by how much of the question it covers
     (`QuestionCoverage`: IDF-weighted over the pieces, so a rare word such as a name counts more
@@ -111,56 +198,21 @@ def make_sources(
     coverage = QuestionCoverage.over(query, [c[4] for c in candidates])
     ranked = sorted(candidates, key=lambda c: (-(coverage(c[4]) - rank_prior * c[0]), c[0], c[1]))
     chosen = sorted(ranked[:max_sources], key=lambda c: (c[0], c[1]))
-    return [
-        _source_node(number, hit, piece)
-        for number, (_, _, hit, piece, _) in enumerate(chosen, start=1)
-    ]
+    return [_source(number, hit, piece) for number, (_, _, hit, piece, _) in enumerate(chosen, 1)]
 
 
-def _source_node(number: int, hit: NodeWithScore, piece: Piece) -> NodeWithScore:
+def _source(number: int, hit: NodeWithScore, piece: Piece) -> Source:
     parent = hit.node
-    parent_text = parent.get_content(metadata_mode=MetadataMode.NONE)
-    chunk = parent_text[piece.start : piece.end]
-    base = (parent.start_char_idx if isinstance(parent, TextNode) else None) or 0
-    digest = hashlib.sha1(f"{parent.node_id}:{piece.start}:{piece.end}".encode()).hexdigest()
-    node = TextNode(
-        id_=f"{parent.node_id}:{digest[:12]}",
-        text=SOURCE_PREFIX.format(number=number) + chunk,
-        metadata={
-            **parent.metadata,
-            "source_number": number,
-            "parent_id": parent.node_id,
-            "parent_start_char": piece.start,
-            "parent_end_char": piece.end,
-        },
-        excluded_embed_metadata_keys=list(parent.excluded_embed_metadata_keys),
-        excluded_llm_metadata_keys=list(parent.excluded_llm_metadata_keys),
-        start_char_idx=base + piece.start,
-        end_char_idx=base + piece.end,
-        relationships={
-            NodeRelationship.PARENT: parent.as_related_node_info(),
-            **(
-                {NodeRelationship.SOURCE: parent.source_node}
-                if parent.source_node is not None
-                else {}
-            ),
-        },
-    )
-    return NodeWithScore(node=node, score=hit.score)
+    text = parent.get_content(metadata_mode=MetadataMode.NONE)[piece.start : piece.end]
+    document = str(parent.metadata.get("doc_id") or parent.node_id)
+    return Source(number, text, document, parent, piece.start, piece.end, hit.score)
 
 
-def source_text(source: NodeWithScore) -> str:
-    """The cited text of a source node, without its ``Source N:`` header."""
-    text = source.node.get_content(metadata_mode=MetadataMode.NONE)
-    header, sep, rest = text.partition(":\n")
-    return rest if sep and header.startswith("Source ") else text
-
-
-def format_sources(sources: Sequence[NodeWithScore], first_number: int = 1) -> str:
+def format_sources(sources: Sequence[Source], first_number: int = 1) -> str:
     """The prompt's context: ``[N] text`` blocks, document footnotes removed."""
     blocks = []
     for offset, source in enumerate(sources):
-        title = source.node.metadata.get("title") or source.node.metadata.get("file_name") or ""
+        title = source.metadata.get("title") or source.metadata.get("file_name") or ""
         heading = f"[{first_number + offset}]" + (f" ({title})" if title else "")
-        blocks.append(f"{heading}\n{strip_footnotes(source_text(source)).strip()}")
+        blocks.append(f"{heading}\n{strip_footnotes(source.text).strip()}")
     return "\n\n".join(blocks)

@@ -27,8 +27,6 @@ from typing import TYPE_CHECKING, Any
 
 from tqdm.auto import tqdm
 
-from citeflow.citations.sources import source_text
-
 if TYPE_CHECKING:
     from llama_index.core.llms import LLM
     from llama_index.core.schema import NodeWithScore
@@ -100,8 +98,8 @@ def record_of(query_id: str, question: str, result: object, seconds: float) -> d
         "query_id": query_id,
         "question": question,
         "sources": [
-            {"doc_id": doc_id_of(s), "text": source_text(s), "score": s.score}
-            for s in result.source_nodes
+            {"doc_id": doc_id_of(s), "text": source.text, "score": s.score}
+            for s, source in zip(result.source_nodes, result.sources, strict=True)
         ],
         "raw_text": result.raw_response,
         "answer": result.response or "",

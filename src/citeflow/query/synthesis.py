@@ -30,12 +30,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from llama_index.core.llms import LLM, ChatMessage
-from llama_index.core.schema import NodeWithScore
 
 from citeflow.citations.evidence import format_evidence, select_evidence
 from citeflow.citations.markers import cited_numbers
-from citeflow.citations.repair import Citation, CitationPolicy, RepairedAnswer
-from citeflow.citations.sources import format_sources, source_text
+from citeflow.citations.repair import AnswerPiece, Citation, CitationPolicy, RepairedAnswer
+from citeflow.citations.sources import Source, format_sources
 from citeflow.citations.structured import StructuredSentenceStream, response_format
 from citeflow.citations.text import count_tokens
 from citeflow.citations.verify import JudgeVerifier
@@ -68,12 +67,12 @@ class Synthesis:
     judge_verdicts: dict[str, int] = field(default_factory=dict)  # `JudgeVerifier.verdicts`
 
 
-def pack(sources: Sequence[NodeWithScore], budget: int) -> list[list[NodeWithScore]]:
+def pack(sources: Sequence[Source], budget: int) -> list[list[Source]]:
     """Group consecutive sources so that each group's text fits ``budget`` tokens."""
-    groups: list[list[NodeWithScore]] = []
+    groups: list[list[Source]] = []
     size = 0
     for source in sources:
-        tokens = count_tokens(source_text(source))
+        tokens = count_tokens(source.text)
         if groups and size + tokens <= budget:
             groups[-1].append(source)
             size += tokens
@@ -107,10 +106,10 @@ class CitationSynthesizer:
             ChatMessage(role="user", content=prompt),
         ]
 
-    def _context(self, group: Sequence[NodeWithScore], first: int, query: str) -> str:
+    def _context(self, group: Sequence[Source], first: int, query: str) -> str:
         if self.mode != "evidence":
             return format_sources(group, first_number=first)
-        texts = [source_text(s) for s in group]
+        texts = [s.text for s in group]
         return format_evidence(texts, select_evidence(texts, query), first_number=first)
 
     def _prompt(self, index: int, context: str, query: str, answer: str) -> str:
@@ -129,10 +128,10 @@ class CitationSynthesizer:
     async def synthesize(
         self,
         query: str,
-        sources: Sequence[NodeWithScore],
-        on_delta: Callable[[str], None] | None = None,
+        sources: Sequence[Source],
+        on_delta: Callable[[AnswerPiece], None] | None = None,
     ) -> Synthesis:
-        """Answer ``query`` from ``sources``; ``on_delta`` receives each checked text piece."""
+        """Answer ``query`` from ``sources``; ``on_delta`` receives each checked piece."""
         groups = pack(sources, self.context_budget)
         llm_seconds = 0.0
         answer = ""
@@ -149,13 +148,13 @@ class CitationSynthesizer:
                 llm_seconds += time.perf_counter() - waited
                 answer = self._sentences_of(reply.message.content or "")
                 calls += 1
-        checker = self.policy.checker([source_text(s) for s in sources], question=query)
+        checker = self.policy.checker([s.text for s in sources], question=query)
         repaired = RepairedAnswer(checker)
         verifier = checker.verifier
         raw: list[str] = []
         checked = 0.0  # time spent checking citations (an LLM's when the judge verifies)
 
-        def emit(pieces: list[str]) -> None:
+        def emit(pieces: list[AnswerPiece]) -> None:
             if on_delta is not None:
                 for piece in pieces:
                     on_delta(piece)
@@ -189,7 +188,7 @@ class CitationSynthesizer:
         text = repaired.text
         if not text:  # the model said nothing (or only markers): say so instead of nothing
             text = NOT_COVERED_ANSWER
-            emit([text])
+            emit([AnswerPiece(text)])
         return Synthesis(
             text=text,
             citations=repaired.citations,

@@ -27,7 +27,7 @@ from workflows.handler import WorkflowHandler
 
 from citeflow.citations.judge import Judge, build_judge
 from citeflow.citations.repair import CitationPolicy, citation_actions
-from citeflow.citations.sources import make_sources, source_text
+from citeflow.citations.sources import make_sources
 from citeflow.errors import CiteflowError, EmptyQueryError
 from citeflow.events import (
     AnswerDeltaEvent,
@@ -339,7 +339,7 @@ class CitationQueryWorkflow(Workflow):
 
     @step
     async def cite(self, ctx: Context, ev: RelevantNodesEvent) -> CitationSourcesEvent:
-        """Split the relevant chunks into numbered "Source N" citation chunks (also streamed)."""
+        """Split the relevant chunks into numbered sources (also streamed)."""
         started = time.perf_counter()
         self._status(ctx, "citing", f"Preparing sources from {len(ev.nodes)} passages")
         with span("cite", passages=len(ev.nodes), grounded=ev.graded_relevant) as current:
@@ -364,7 +364,7 @@ class CitationQueryWorkflow(Workflow):
         started = time.perf_counter()
         trace = await self._trace(ctx)
         if not ev.sources:
-            ctx.write_event_to_stream(AnswerDeltaEvent(delta=NOT_COVERED_ANSWER))
+            ctx.write_event_to_stream(AnswerDeltaEvent(text=NOT_COVERED_ANSWER))
             text, citations, cited, unsupported = NOT_COVERED_ANSWER, [], [], []
             raw = text
             verdicts: dict[str, int] = {}
@@ -374,7 +374,9 @@ class CitationQueryWorkflow(Workflow):
                 synthesis = await self.synthesizer.synthesize(
                     ev.query,
                     ev.sources,
-                    on_delta=lambda piece: ctx.write_event_to_stream(AnswerDeltaEvent(delta=piece)),
+                    on_delta=lambda piece: ctx.write_event_to_stream(
+                        AnswerDeltaEvent(text=piece.text, citations=list(piece.citations))
+                    ),
                 )
                 annotate(
                     current,
@@ -391,7 +393,7 @@ class CitationQueryWorkflow(Workflow):
                     annotate(
                         current,
                         answer=synthesis.text,
-                        **{f"source.{n}": source_text(s) for n, s in enumerate(ev.sources, 1)},
+                        **{f"source.{s.number}": s.text for s in ev.sources},
                     )
             text, citations, cited = synthesis.text, synthesis.citations, synthesis.cited
             unsupported = synthesis.unsupported
@@ -405,7 +407,8 @@ class CitationQueryWorkflow(Workflow):
         return StopEvent(
             result=CitedResponse(
                 response=text,
-                source_nodes=list(ev.sources),
+                source_nodes=[source.with_score() for source in ev.sources],
+                sources=list(ev.sources),
                 metadata={"collection": self.retriever.collection},
                 query=ev.query,
                 search_query=trace.search_query,
