@@ -19,10 +19,10 @@ from llama_index.core.schema import Document
 
 from citeflow.ingestion.pipeline import Ingestor, IngestReport
 from citeflow.query.grading import build_grader
-from citeflow.query.retrieval import Retriever, SearchOptions
+from citeflow.query.retrieval import Retriever
 from citeflow.settings import Settings, load_settings
 from citeflow.store import DocumentRecord, Store
-from citeflow.workflows.citation_query import CitationQueryWorkflow, QueryOptions
+from citeflow.workflows.citation_query import CitationQueryWorkflow, citation_mode_of
 
 
 class KnowledgeBase:
@@ -39,7 +39,7 @@ class KnowledgeBase:
         self.settings = settings
         self.store = store
         self.embed_model = embed_model
-        self.collection = collection or settings.collection
+        self.collection = collection or settings.store.collection
 
     @classmethod
     def open(
@@ -63,7 +63,7 @@ class KnowledgeBase:
         settings = settings or load_settings()
         return cls(
             settings,
-            store=store or Store.open(settings),
+            store=store or Store.open(settings.store),
             embed_model=embed_model or build_embed_model(settings),
             collection=collection,
         )
@@ -88,8 +88,8 @@ class KnowledgeBase:
             self.store,
             self.embed_model,
             collection=self.collection,
-            chunk_size=self.settings.chunk_size,
-            chunk_overlap=self.settings.chunk_overlap,
+            chunk_size=self.settings.chunking.size,
+            chunk_overlap=self.settings.chunking.overlap,
             progress=progress,
         )
 
@@ -123,23 +123,32 @@ class KnowledgeBase:
             self.store,
             self.embed_model,
             collection=self.collection,
-            top_k=top_k or self.settings.top_k,
-            options=SearchOptions.from_settings(self.settings),
+            settings=self.settings.retrieval,
+            top_k=top_k,
         )
 
     def workflow(self, llm: LLM | None = None, **kwargs: Any) -> CitationQueryWorkflow:
         """The citation query workflow over this knowledge base."""
         from citeflow.citations.judge import build_judge
+        from citeflow.citations.repair import CitationPolicy
         from citeflow.providers.llm import build_llm
 
-        llm = llm or build_llm(self.settings)
+        settings = self.settings
+        llm = llm or build_llm(settings)
+        policy = CitationPolicy(
+            settings.citations,
+            judge=build_judge(settings, llm),
+            judge_timeout=settings.llm.timeout,
+        )
         return CitationQueryWorkflow(
             retriever=self.retriever(),
             llm=llm,
-            grader=build_grader(self.settings, llm),
-            options=QueryOptions.from_settings(self.settings),
-            judge=build_judge(self.settings, llm),
-            timeout=self.settings.workflow_timeout,
+            grader=build_grader(settings, llm),
+            retrieval=settings.retrieval,
+            policy=policy,
+            citation_mode=citation_mode_of(settings),
+            trace_content=settings.tracing.content,
+            timeout=settings.retrieval.workflow_timeout,
             **kwargs,
         )
 

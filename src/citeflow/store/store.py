@@ -26,7 +26,7 @@ from llama_index.core.vector_stores.utils import node_to_metadata_dict
 from citeflow.bm25 import BM25Encoder, SparseVector
 from citeflow.disk import disk_space
 from citeflow.errors import CollectionNotFoundError, EmptyCollectionError
-from citeflow.settings import Settings
+from citeflow.settings import StoreSettings
 from citeflow.store.client import ClientEngine
 from citeflow.store.directory import DirectoryLock, has_legacy_store, read_marker, write_marker
 from citeflow.store.edge import EdgeEngine
@@ -62,7 +62,7 @@ class Store:
         self._warned: set[str] = set()
 
     @classmethod
-    def open(cls, settings: Settings) -> Store:
+    def open(cls, settings: StoreSettings) -> Store:
         """Connect to the configured Qdrant (server by URL, else embedded on disk)."""
         if settings.qdrant_url:
             key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
