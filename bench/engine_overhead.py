@@ -28,7 +28,6 @@ import sys
 import tempfile
 import time
 import warnings
-from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,11 +51,11 @@ from citeflow.api.metrics import Metrics  # noqa: E402
 from citeflow.citations.text import split_sentences  # noqa: E402
 from citeflow.knowledge_base import KnowledgeBase  # noqa: E402
 from citeflow.query.grading import ScoreGrader  # noqa: E402
-from citeflow.query.retrieval import Retriever, SearchOptions  # noqa: E402
+from citeflow.query.retrieval import Retriever  # noqa: E402
 from citeflow.result import CitedResponse  # noqa: E402
 from citeflow.settings import RetrievalMode, Settings  # noqa: E402
 from citeflow.store import Store  # noqa: E402
-from citeflow.workflows.citation_query import CitationQueryWorkflow, QueryOptions  # noqa: E402
+from citeflow.workflows.citation_query import CitationQueryWorkflow  # noqa: E402
 from tests.fakes.embedding import HashEmbedding  # noqa: E402
 from tests.fakes.llm import ScriptedLLM  # noqa: E402
 
@@ -84,7 +83,7 @@ class Dropped(SpanExporter):
 
 
 def build() -> KnowledgeBase:
-    settings = Settings(_env_file=None, chunk_size=512, chunk_overlap=64)  # type: ignore[call-arg]
+    settings = Settings(_env_file=None, chunking={"size": 512, "overlap": 64})
     kb = KnowledgeBase(
         settings,
         store=Store.open_path(tempfile.mkdtemp(prefix="engine-overhead-")),
@@ -119,14 +118,13 @@ async def time_workflow(
         kb.store,
         kb.embed_model,
         collection=kb.collection,
+        settings=kb.settings.retrieval.model_copy(update={"mode": mode}),
         top_k=6,
-        options=replace(SearchOptions.from_settings(kb.settings), mode=mode),
     )
     workflow = CitationQueryWorkflow(
         retriever=retriever,
         llm=ScriptedLLM([ANSWER], chunk_words=8),
         grader=ScoreGrader(0.0),
-        options=QueryOptions(),
         timeout=None,
     )
 

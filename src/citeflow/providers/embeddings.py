@@ -125,7 +125,7 @@ def build_embed_model(
         settings: the settings.
         max_retries: retries of a failed request (openai/azure only); tests use 0.
         threads: CPU threads of the local embedder on ONNX Runtime (0: one per core); the
-            server uses ``CITEFLOW_SERVE_EMBED_THREADS``. (torch's threads are process-wide:
+            server uses ``CITEFLOW_EMBED_SERVE_THREADS``. (torch's threads are process-wide:
             `citeflow.server.use_embed_threads` sets them.)
 
     Raises:

@@ -328,7 +328,7 @@ def assemble(
     if free < expected_size:
         raise ModelError(
             f"not enough disk space in {dest.parent}: need {expected_size / 1e9:.2f} GB, "
-            f"{free / 1e9:.2f} GB free (set CITEFLOW_MODEL_DIR elsewhere)"
+            f"{free / 1e9:.2f} GB free (set CITEFLOW_LOCAL_MODEL_DIR elsewhere)"
         )
 
     fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
