@@ -35,10 +35,8 @@ QUESTIONS = [
 
 async def run(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        overrides: dict[str, object] = {"data_dir": tmp}
-        if args.model:
-            overrides["local_model_path"] = args.model
-        settings = load_settings(**overrides)
+        local = {"model_path": args.model} if args.model else {}
+        settings = load_settings(store={"data_dir": tmp}, local=local)
         started = time.perf_counter()
         kb = KnowledgeBase.build(
             [ROOT / "data"], collection="essay", settings=settings, progress=False
@@ -49,7 +47,8 @@ async def run(args: argparse.Namespace) -> None:
         load = time.perf_counter() - started
         workflow = kb.workflow(llm=llm)
         print(
-            f"ingest {ingest:.1f}s (once), model load {load:.1f}s (once): {settings.gguf_path.name}"
+            f"ingest {ingest:.1f}s (once), model load {load:.1f}s (once): "
+            f"{settings.local.gguf_path.name}"
         )
         totals = []
         for question in QUESTIONS[: args.questions]:

@@ -48,7 +48,6 @@ from citeflow.evaluation.runner import EvalContext, index_key_of
 from citeflow.evaluation.scoring import DatasetScore, score_all, table
 from citeflow.providers.llm import describe_llm
 from citeflow.settings import Settings, load_settings
-from citeflow.workflows.citation_query import QueryOptions
 
 KEEP = (0.1, 0.2, 0.35, 0.5)
 ADD = (0.35, 0.45, 0.55, 0.65)
@@ -132,7 +131,9 @@ def choose_decision(
     real: dict[float, DatasetScore] = {}
     eligible = []
     for d in RELATIVE:
-        policy = defaults.with_(keep=keep, add=add, relative=relative, decision_relative=d)
+        policy = defaults.with_(
+            support_keep=keep, support_threshold=add, relative=relative, decision_relative=d
+        )
         real[d] = score_all(asyncio.run(recheck_all(records, policy)), dataset)
         scores = perfect_scores(answers, policy)
         print(perfect_line(f"{dataset.name}: decision_relative {d}", scores))
@@ -154,7 +155,7 @@ def main() -> int:
     parser.add_argument("--decisions", type=Path, help="the dataset that chooses decision_relative")
     args = parser.parse_args()
     settings: Settings = load_settings()
-    defaults = QueryOptions.from_settings(settings).citation_policy()
+    defaults = CitationPolicy(settings.citations)
     with ExitStack() as stack:
         sets = []
         for path in args.datasets:
@@ -172,7 +173,7 @@ def main() -> int:
         real: dict[Setting, DatasetScore] = {}
         perfect: dict[Setting, dict[str, PerfectScore]] = {}
         for k, a, r in grid:
-            policy = defaults.with_(keep=k, add=a, relative=r)
+            policy = defaults.with_(support_keep=k, support_threshold=a, relative=r)
             real[(k, a, r)] = score_all(asyncio.run(recheck_all(first_records, policy)), first)
             perfect[(k, a, r)] = perfect_scores(first_perfect, policy)
         print(
@@ -194,7 +195,12 @@ def main() -> int:
         chosen: Full = (*best, defaults.decision_relative)
         if args.decisions is not None:
             chosen = choose_decision(sets, args.decisions, defaults, best)
-        default: Full = (defaults.keep, defaults.add, defaults.relative, defaults.decision_relative)
+        default: Full = (
+            defaults.settings.support_keep,
+            defaults.settings.support_threshold,
+            defaults.relative,
+            defaults.decision_relative,
+        )
         rows: dict[str, DatasetScore] = {}
         lines = []
         for dataset, records, answers in sets:
@@ -202,7 +208,9 @@ def main() -> int:
                 records.values(), dataset, raw=True
             )
             for name, (k, a, r, d) in (("defaults", default), ("chosen", chosen)):
-                policy = defaults.with_(keep=k, add=a, relative=r, decision_relative=d)
+                policy = defaults.with_(
+                    support_keep=k, support_threshold=a, relative=r, decision_relative=d
+                )
                 label = f"{dataset.name}: {name} ({k}/{a}/{r}/{d})"
                 rows[label] = score_all(asyncio.run(recheck_all(records, policy)), dataset)
                 lines.append(perfect_line(label, perfect_scores(answers, policy)))

@@ -28,7 +28,6 @@ import tempfile
 import time
 import warnings
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -47,13 +46,13 @@ from citeflow.api.metrics import Metrics
 from citeflow.citations.text import split_sentences
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.query.grading import ScoreGrader
-from citeflow.query.retrieval import Retriever, SearchOptions
+from citeflow.query.retrieval import Retriever
 from citeflow.result import CitedResponse
 from citeflow.settings import RetrievalMode, Settings
 from citeflow.store import Store
 from citeflow.testing.embedding import HashEmbedding
 from citeflow.testing.llm import ScriptedLLM
-from citeflow.workflows.citation_query import CitationQueryWorkflow, QueryOptions
+from citeflow.workflows.citation_query import CitationQueryWorkflow
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -82,7 +81,7 @@ class Dropped(SpanExporter):
 
 
 def build() -> KnowledgeBase:
-    settings = Settings(_env_file=None, chunk_size=512, chunk_overlap=64)  # type: ignore[call-arg]
+    settings = Settings(_env_file=None, chunking={"size": 512, "overlap": 64})
     kb = KnowledgeBase(
         settings,
         store=Store.open_path(tempfile.mkdtemp(prefix="engine-overhead-")),
@@ -117,14 +116,13 @@ async def time_workflow(
         kb.store,
         kb.embed_model,
         collection=kb.collection,
+        settings=kb.settings.retrieval.model_copy(update={"mode": mode}),
         top_k=6,
-        options=replace(SearchOptions.from_settings(kb.settings), mode=mode),
     )
     workflow = CitationQueryWorkflow(
         retriever=retriever,
         llm=ScriptedLLM([ANSWER], chunk_words=8),
         grader=ScoreGrader(0.0),
-        options=QueryOptions(),
         timeout=None,
     )
 

@@ -58,7 +58,6 @@ from citeflow.query.retrieval import Retriever
 from citeflow.query.rewriting import reformulate
 from citeflow.settings import Settings
 from citeflow.store import Store
-from citeflow.workflows.citation_query import QueryOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -177,15 +176,14 @@ class Bench:
         self.retriever = retriever
         self.off_retriever = off_retriever
         self.llm = llm
-        self.options = QueryOptions.from_settings(settings)
 
     def sources(self, kept: Sequence[NodeWithScore], query: str) -> list[NodeWithScore]:
         sources = make_sources(
             kept,
             query,
-            chunk_tokens=self.options.citation_chunk_size,
-            overlap_tokens=self.options.citation_chunk_overlap,
-            max_sources=self.options.max_sources,
+            chunk_tokens=self.settings.citations.chunk_size,
+            overlap_tokens=self.settings.citations.chunk_overlap,
+            max_sources=self.settings.citations.max_sources,
         )
         return [source.with_score() for source in sources]
 
@@ -195,7 +193,7 @@ class Bench:
         seconds = time.perf_counter() - started
         if isinstance(grader, LLMGrader):
             seconds = self.llm.last_seconds  # the model's time when the call was made, not cached
-        chosen = kept or best_hits(claim.hits, self.options.fallback_nodes)
+        chosen = kept or best_hits(claim.hits, self.settings.retrieval.fallback_chunks)
         return Graded(kept, self.sources(chosen, claim.text), seconds)
 
     async def row(
@@ -223,7 +221,7 @@ class Bench:
             rejected = []
             for claim in offtopic:
                 if not await grader.grade(claim.text, claim.off_hits):
-                    fallback = best_hits(claim.off_hits, self.options.fallback_nodes)
+                    fallback = best_hits(claim.off_hits, self.settings.retrieval.fallback_chunks)
                     off = Claim(claim.qid, claim.text, claim.relevant, claim.off_hits)
                     rejected.append((off, Graded([], self.sources(fallback, claim.text), 0.0)))
         if not rejected:
@@ -244,7 +242,9 @@ class Bench:
             before = {doc_of(h) for h in claim.hits}
             found_new += any(doc_of(h) in claim.relevant - before for h in hits)
             kept2 += bool(kept)
-            chosen = kept or best_hits([*claim.hits, *hits], self.options.fallback_nodes)
+            chosen = kept or best_hits(
+                [*claim.hits, *hits], self.settings.retrieval.fallback_chunks
+            )
             after = self.sources(chosen, claim.text)
             rel_before += any(doc_of(s) in claim.relevant for s in graded.sources)
             rel_after += any(doc_of(s) in claim.relevant for s in after)
@@ -294,7 +294,7 @@ def score_name(t: float) -> str:
 
 
 async def run(args: argparse.Namespace) -> None:
-    settings = Settings(_env_file=None)  # type: ignore[call-arg]
+    settings = Settings(_env_file=None)
     dataset = load_beir(args.dataset, split="test", limit=args.limit, evidence=False)
     from citeflow.providers.embeddings import build_embed_model, describe_embeddings
 
@@ -332,21 +332,22 @@ async def run(args: argparse.Namespace) -> None:
     for claim in claims:
         claim.off_hits = await off_retriever.aretrieve(claim.text)
     any_rel = sum(any(doc_of(h) in c.relevant for h in c.hits) for c in claims) / len(claims)
-    default = settings.relevance_threshold
+    search = settings.retrieval
+    default = search.relevance_threshold
 
     print(
         f"BEIR SciFact test: {len(claims)} claims, {index.info.chunks} chunks "
-        f"(chunk {index.info.chunk_size}/{index.info.chunk_overlap}), hybrid ({settings.fusion}, "
-        f"{settings.hybrid_candidates} per side) top {settings.top_k}"
-        f" ({search_ms:.0f} ms per search); a relevant abstract in the top {settings.top_k}: "
-        f"{any_rel:.1%} of claims; sources to the LLM: {settings.max_sources} "
-        f"(fallback: best {bench.options.fallback_nodes} hits)"
+        f"(chunk {index.info.chunk_size}/{index.info.chunk_overlap}), hybrid ({search.fusion}, "
+        f"{search.candidates} per side) top {search.top_k}"
+        f" ({search_ms:.0f} ms per search); a relevant abstract in the top {search.top_k}: "
+        f"{any_rel:.1%} of claims; sources to the LLM: {settings.citations.max_sources} "
+        f"(fallback: best {search.fallback_chunks} hits)"
     )
     print()
     rows = [await bench.row("none", KeepAllGrader(), claims)]
     for t in THRESHOLDS:
         rows.append(await bench.row(score_name(t), ScoreGrader(t), claims))
-    coverage = settings.relevance_coverage
+    coverage = search.relevance_coverage
     if coverage:  # the default: or the chunk holds that much of the question's words
         name = f"{default:.2f} or cov {coverage:g}"
         rows.append(await bench.row(name, ScoreGrader(default, coverage), claims))

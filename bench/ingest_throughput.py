@@ -62,7 +62,7 @@ def main() -> None:
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
 
-    settings = Settings(_env_file=None)  # type: ignore[call-arg]
+    settings = Settings(_env_file=None)
     embed = build_embed_model(settings)
     docs = load(args.limit)
     scratch = Store.open_path(":memory:")

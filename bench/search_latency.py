@@ -102,7 +102,9 @@ def main() -> None:
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
 
-    settings = Settings(_env_file=None, grader="score", collection=COLLECTION)  # type: ignore[call-arg]
+    settings = Settings(
+        _env_file=None, retrieval={"grader": "score"}, store={"collection": COLLECTION}
+    )
     dataset = load_beir(SCIFACT, split="test", limit=args.limit, corpus_limit=args.corpus_limit)
     started = time.perf_counter()
     index = DenseIndex.open(
@@ -118,7 +120,9 @@ def main() -> None:
         f"SciFact corpus: {info.documents} abstracts, {info.chunks} chunks, {how} in "
         f"{time.perf_counter() - started:.1f} s ({info.embedder}; {info.directory})"
     )
-    serve_embed = batch_queries(build_embed_model(settings, threads=settings.serve_embed_threads))
+    serve_embed = batch_queries(
+        build_embed_model(settings, threads=settings.embeddings.serve_threads)
+    )
     llm = ScriptedLLM([RuntimeError("the search called the LLM")])
     engine = Engine(settings, store=index.kb.store, embed_model=serve_embed, llm=llm)
     claims = list(dataset.queries.items())

@@ -71,8 +71,8 @@ def body(texts: list[str]) -> bytes:
 
 
 async def run(args: argparse.Namespace) -> None:
-    settings = Settings(_env_file=None)  # type: ignore[call-arg]
-    threads = settings.serve_embed_threads if args.threads is None else args.threads
+    settings = Settings(_env_file=None)
+    threads = settings.embeddings.serve_threads if args.threads is None else args.threads
     use_one_blas_thread()
     raw = build_embed_model(settings, threads=threads)
     engine = Engine(

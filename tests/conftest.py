@@ -45,13 +45,11 @@ def _no_user_env(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
     return Settings(
-        _env_file=None,  # type: ignore[call-arg]
-        data_dir=tmp_path / "data",
-        model_dir=tmp_path / "models",
-        collection="kb",
-        relevance_threshold=0.2,
-        chunk_size=128,
-        chunk_overlap=16,
+        _env_file=None,
+        store={"data_dir": tmp_path / "data", "collection": "kb"},
+        local={"model_dir": tmp_path / "models"},
+        retrieval={"relevance_threshold": 0.2},
+        chunking={"size": 128, "overlap": 16},
     )
 
 

@@ -18,7 +18,6 @@ from llama_index.core.llms import ChatMessage, ChatResponse
 from pydantic import PrivateAttr
 
 from citeflow.api.engine import Engine
-from citeflow.api.options import ServerOptions
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.server import create_app
 from citeflow.testing.embedding import HashEmbedding
@@ -146,36 +145,36 @@ def make_engine(
     llm: ScriptedLLM,
     *,
     embed_model: HashEmbedding | None = None,
-    **options: Any,
+    **server: Any,
 ) -> Engine:
-    """An engine over the test knowledge base (collection ``kb``) with a fake LLM."""
+    """An engine over the test knowledge base (collection ``kb``) with a fake LLM; ``server``:
+    `ServerSettings` fields changed."""
     return Engine(
-        kb.settings,
+        kb.settings.updated(server=server),
         store=kb.store,
         embed_model=embed_model or kb.embed_model,
         llm=llm,
-        options=ServerOptions(**options),
     )
 
 
-def upstream_engine(kb: KnowledgeBase, upstream: FakeOpenAIServer, **settings: Any) -> Engine:
+def upstream_engine(
+    kb: KnowledgeBase, upstream: FakeOpenAIServer, **groups: dict[str, Any]
+) -> Engine:
     """An engine over the test knowledge base whose LLM is the real OpenAI client, sent through
     aiohttp as ``citeflow serve`` builds it, against the fake OpenAI server (no retries, no LLM
-    grading); ``settings`` override the knowledge base's (e.g. ``llm_timeout``)."""
+    grading); ``groups`` change the knowledge base's settings (e.g. ``llm={"timeout": 1}``)."""
     from pydantic import SecretStr
 
     from citeflow.providers.llm import build_llm
 
-    updated = kb.settings.model_copy(
-        update={
-            "llm_provider": "openai",
-            "llm_model": "chat-model",
-            "openai_base_url": upstream.openai_base_url,
-            "openai_api_key": SecretStr("k"),
-            "grader": "none",
-            **settings,
-        }
-    )
+    changes: dict[str, dict[str, Any]] = {
+        "llm": {"provider": "openai", "model": "chat-model"},
+        "openai": {"base_url": upstream.openai_base_url, "api_key": SecretStr("k")},
+        "retrieval": {"grader": "none"},
+    }
+    for name, values in groups.items():
+        changes[name] = {**changes.get(name, {}), **values}
+    updated = kb.settings.updated(**changes)
     llm = build_llm(updated, max_retries=0, aiohttp=True)
     return Engine(updated, store=kb.store, embed_model=kb.embed_model, llm=llm)
 

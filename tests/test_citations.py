@@ -133,11 +133,11 @@ def test_format_sources_numbers_and_drops_footnotes() -> None:
 
 # --- support and repair ----------------------------------------------------------------------
 def _check(
-    sources: list[str], sentence: str, *, question: str | None = None, **policy: float
+    sources: list[str], sentence: str, *, question: str | None = None, **policy: float | bool
 ) -> tuple[str, list[Citation], bool]:
     """One sentence through the citation check: its text, citations, and whether it is reported
     unsupported."""
-    checker = CitationPolicy(**policy).checker(sources, question)  # type: ignore[arg-type]
+    checker = CitationPolicy().with_(**policy).checker(sources, question)
     out = asyncio.run(checker.check(sentence))
     return out.text, out.citations, out.unsupported
 
@@ -164,7 +164,10 @@ def test_support_picks_the_right_source_and_quote() -> None:
 
 def test_repair_keeps_correct_citation() -> None:
     text, cits, _ = _check(
-        SOURCES, "The author wrote awful short stories [2].", keep=0.21, add=0.35
+        SOURCES,
+        "The author wrote awful short stories [2].",
+        support_keep=0.21,
+        support_threshold=0.35,
     )
     assert text == "The author wrote awful short stories [2]."
     assert [(c.number, c.origin) for c in cits] == [(2, "model")]
@@ -172,14 +175,19 @@ def test_repair_keeps_correct_citation() -> None:
 
 
 def test_repair_moves_wrong_citation() -> None:
-    text, cits, _ = _check(SOURCES, "Yahoo bought Viaweb in 1998 [3].", keep=0.21, add=0.35)
+    text, cits, _ = _check(
+        SOURCES, "Yahoo bought Viaweb in 1998 [3].", support_keep=0.21, support_threshold=0.35
+    )
     assert text == "Yahoo bought Viaweb in 1998 [1]."
     assert cits[0].origin == "moved"
 
 
 def test_repair_drops_out_of_range_and_unsupported() -> None:
     text, cits, _ = _check(
-        SOURCES, "Quantum chromodynamics explains gluon confinement [7][3].", keep=0.21, add=0.35
+        SOURCES,
+        "Quantum chromodynamics explains gluon confinement [7][3].",
+        support_keep=0.21,
+        support_threshold=0.35,
     )
     assert text == "Quantum chromodynamics explains gluon confinement."
     assert cits == []
@@ -187,7 +195,10 @@ def test_repair_drops_out_of_range_and_unsupported() -> None:
 
 def test_repair_adds_missing_citation() -> None:
     text, cits, _ = _check(
-        SOURCES, "Ducks are waterfowl that live near ponds.", keep=0.21, add=0.35
+        SOURCES,
+        "Ducks are waterfowl that live near ponds.",
+        support_keep=0.21,
+        support_threshold=0.35,
     )
     assert text == "Ducks are waterfowl that live near ponds [3]."
     assert cits[0].origin == "added"
@@ -195,15 +206,26 @@ def test_repair_adds_missing_citation() -> None:
 
 def test_repair_leaves_refusals_and_questions_alone() -> None:
     assert not needs_citation("The documents do not cover Viaweb's stores.")
-    refusal = _check(SOURCES, "The documents do not cover Viaweb stores.", keep=0.21, add=0.35)
+    refusal = _check(
+        SOURCES,
+        "The documents do not cover Viaweb stores.",
+        support_keep=0.21,
+        support_threshold=0.35,
+    )
     assert refusal[0].endswith("stores.") and not refusal[2]  # not reported unsupported
-    question = _check(SOURCES, "What about ducks near ponds?", keep=0.21, add=0.35)
+    question = _check(
+        SOURCES, "What about ducks near ponds?", support_keep=0.21, support_threshold=0.35
+    )
     assert question[1] == [] and not question[2]
 
 
 def test_repair_disabled_only_validates_numbers() -> None:
     text, cits, unsupported = _check(
-        SOURCES, "Yahoo bought Viaweb [3][8].", keep=0.21, add=0.35, enabled=False
+        SOURCES,
+        "Yahoo bought Viaweb [3][8].",
+        support_keep=0.21,
+        support_threshold=0.35,
+        repair=False,
     )
     assert text == "Yahoo bought Viaweb [3]."  # [8] names no source; [3] is not second-guessed
     assert cits == [] and not unsupported
@@ -285,7 +307,9 @@ def test_support_backs_what_the_sentence_adds_to_the_question() -> None:
     ]
     question = "What language did the author use on the IBM 1401?"
     answer = "The author used Fortran on the IBM 1401 [1]."
-    text, cits, _ = _check(sources, answer, question=question, keep=0.36, add=0.6, relative=0.8)
+    text, cits, _ = _check(
+        sources, answer, question=question, support_keep=0.36, support_threshold=0.6, relative=0.8
+    )
     assert text == "The author used Fortran on the IBM 1401 [2]."
     assert [(c.number, c.origin) for c in cits] == [(2, "moved")]
     assert "Fortran" in cits[0].quote
@@ -303,9 +327,13 @@ def test_a_denial_is_not_supported_by_a_source_that_states_the_opposite() -> Non
     support = LexicalSupport(sources, question=question)
     denial = "The author did not work at Y Combinator."
     # "not" is in no quote about Y Combinator: no marker, and reported as unsupported
-    assert _check(sources, denial, question=question, keep=0.33, add=0.55) == (denial, [], True)
+    assert _check(
+        sources, denial, question=question, support_keep=0.33, support_threshold=0.55
+    ) == (denial, [], True)
     statement = "The author worked on Y Combinator for nine years."
-    cited = _check(sources, statement, question=question, keep=0.33, add=0.55)[1]
+    cited = _check(
+        sources, statement, question=question, support_keep=0.33, support_threshold=0.55
+    )[1]
     assert [c.number for c in cited] == [1]
     affirmed = support.score("The author did work at Y Combinator.", 1).score
     assert abs(support.score(denial, 1).score - affirmed / 2) < 1e-9
@@ -328,7 +356,9 @@ def test_inflected_and_irregular_forms_meet_their_base() -> None:
 
 
 def test_repair_keeps_supported_marker_when_a_sibling_is_wrong() -> None:
-    text, cits, _ = _check(SOURCES, "Yahoo bought Viaweb in 1998. [3][1]", keep=0.21, add=0.35)
+    text, cits, _ = _check(
+        SOURCES, "Yahoo bought Viaweb in 1998. [3][1]", support_keep=0.21, support_threshold=0.35
+    )
     assert text == "Yahoo bought Viaweb in 1998. [1]"
     assert [(c.number, c.origin) for c in cits] == [(1, "model")]
 
@@ -339,9 +369,11 @@ def test_repair_moves_a_citation_far_below_the_best_source() -> None:
         "Ducks are waterfowl birds that live near ponds and lakes.",
     ]
     sentence = "Ducks are waterfowl birds that live near ponds [1]."
-    loose = _check(sources, sentence, keep=0.21, add=0.35, relative=0.0)
+    loose = _check(sources, sentence, support_keep=0.21, support_threshold=0.35, relative=0.0)
     assert loose[0] == sentence  # weak, but above the keep floor
-    text, cits, _ = _check(sources, sentence, keep=0.21, add=0.35, relative=0.9)
+    text, cits, _ = _check(
+        sources, sentence, support_keep=0.21, support_threshold=0.35, relative=0.9
+    )
     assert text == "Ducks are waterfowl birds that live near ponds [2]."
     assert [(c.number, c.origin) for c in cits] == [(2, "moved")]
 
@@ -353,11 +385,16 @@ def test_repair_checks_the_statement_and_drops_uncheckable_markers() -> None:
     assert statement_of("No, it is not true that ducks quack.") == "ducks quack."
     assert statement_of("No evidence links them.") == "No evidence links them."
     text, cits, _ = _check(
-        SOURCES, "Yes, it is true that Yahoo bought Viaweb in 1998 [1].", keep=0.21, add=0.35
+        SOURCES,
+        "Yes, it is true that Yahoo bought Viaweb in 1998 [1].",
+        support_keep=0.21,
+        support_threshold=0.35,
     )
     assert text.endswith("[1].") and cits[0].score > 0.9  # "yes", "true" are no evidence
     assert cits[0].sentence.startswith("Yes, it is true")
-    text, cits, unsupported = _check(SOURCES, "This is stated in [1] and [2].", keep=0.21, add=0.35)
+    text, cits, unsupported = _check(
+        SOURCES, "This is stated in [1] and [2].", support_keep=0.21, support_threshold=0.35
+    )
     assert "[" not in text and cits == [] and not unsupported  # it states nothing
 
 
@@ -380,15 +417,15 @@ def test_markers_opening_a_sentence_move_to_its_end() -> None:
         "Pet ducks eat leafy greens, peas and sweetcorn.",
     ]
     opened = "[1] Before college the two main things I worked on were writing and programming."
-    text, cits, _ = _check(sources, opened, keep=0.3, add=0.5)
+    text, cits, _ = _check(sources, opened, support_keep=0.3, support_threshold=0.5)
     assert text == opened.removeprefix("[1] ").removesuffix(".") + " [1]."
     assert [(c.number, c.origin) for c in cits] == [(1, "model")]
     mixed = "[1], [2] Pet ducks eat leafy greens, peas and sweetcorn."
-    text = _check(sources, mixed, keep=0.3, add=0.5)[0]
+    text = _check(sources, mixed, support_keep=0.3, support_threshold=0.5)[0]
     assert text == "Pet ducks eat leafy greens, peas and sweetcorn [2]."  # [1] does not support it
-    assert _check(sources, "Pet ducks eat peas [2].", keep=0.3, add=0.5)[0] == (
-        "Pet ducks eat peas [2]."
-    )
+    assert _check(sources, "Pet ducks eat peas [2].", support_keep=0.3, support_threshold=0.5)[
+        0
+    ] == ("Pet ducks eat peas [2].")
 
 
 async def test_the_contract_over_a_whole_answer_streamed_in_any_chunks() -> None:
@@ -400,7 +437,7 @@ async def test_the_contract_over_a_whole_answer_streamed_in_any_chunks() -> None
         "Yahoo bought Viaweb in 1998 [3]. The author wrote awful short stories. "
         "Ducks are waterfowl [9]. Penguins compose symphonies on the moon [2]. Why? Because."
     )
-    policy = CitationPolicy(keep=0.21, add=0.35)
+    policy = CitationPolicy().with_(support_keep=0.21, support_threshold=0.35)
     whole = await check_text(policy.checker(SOURCES), raw)
     assert whole.text == (
         "Yahoo bought Viaweb in 1998 [1]. The author wrote awful short stories [2]. "

@@ -419,7 +419,7 @@ def test_scifact_slice_with_minilm(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
-    settings = Settings(_env_file=None, data_dir=tmp_path / "data")  # type: ignore[call-arg]
+    settings = Settings(_env_file=None, store={"data_dir": tmp_path / "data"})
     dataset = load_beir(SHARED_DATA / "scifact", limit=30, corpus_limit=500)
     with DenseIndex.open(
         dataset,

@@ -103,7 +103,7 @@ FULL_DISK = (
 # --- the LLM provider ----------------------------------------------------------------------------
 @pytest.fixture
 async def client(kb: KnowledgeBase, upstream: FakeOpenAIServer) -> AsyncIterator[httpx.AsyncClient]:
-    engine = upstream_engine(kb, upstream, llm_timeout=0.5, citation_judge="off")
+    engine = upstream_engine(kb, upstream, llm={"timeout": 0.5}, citations={"judge": "off"})
     async with asgi_client(engine) as c:
         yield c
     await engine.aclose()
@@ -148,7 +148,7 @@ async def test_a_client_disconnect_cancels_the_provider_request(
     """The client goes away while the provider streams (20 tokens a second, ~6 s in all): the
     provider's stream is closed at once, not read to its end."""
     upstream.script(Reply(text=LONG_ANSWER, tokens_per_second=20))
-    engine = upstream_engine(kb, upstream, citation_judge="off")
+    engine = upstream_engine(kb, upstream, citations={"judge": "off"})
     with LiveServer(create_app(engine)) as live:
         async with (
             httpx.AsyncClient(base_url=live.base_url, timeout=5) as http,
@@ -381,7 +381,7 @@ def _ingest_until_killed(settings: Settings, path: Path, notify_fd: int) -> None
     ingest`` runs it), two chunks per batch, hanging in the eighth batch (seven batches, 14
     chunks, are stored by then)."""
     embed = _HangingEmbedding(dim=64, embed_batch_size=2, notify_fd=notify_fd, hang_on=8)
-    kb = KnowledgeBase(settings, store=Store.open(settings), embed_model=embed)
+    kb = KnowledgeBase(settings, store=Store.open(settings.store), embed_model=embed)
     kb.ingest([path], progress=False)
     os._exit(3)  # not reached: killed while hanging
 
@@ -416,7 +416,9 @@ async def test_kill_9_during_ingest_then_ingest_again(
 ) -> None:
     geese = tmp_path / "geese.txt"
     geese.write_text(GEESE)
-    kb = KnowledgeBase(settings, store=Store.open(settings), embed_model=HashEmbedding(dim=64))
+    kb = KnowledgeBase(
+        settings, store=Store.open(settings.store), embed_model=HashEmbedding(dim=64)
+    )
     kb.add_documents([Document(id_="ducks", text=FACTS["ducks"])])
     chunks = len(kb.ingestor(progress=False).chunk_documents([Document(id_="g", text=GEESE)]))
     assert chunks > 20
@@ -425,7 +427,7 @@ async def test_kill_9_during_ingest_then_ingest_again(
     _kill_midway(settings, geese)
 
     # listed as incomplete, with the fix
-    monkeypatch.setenv("CITEFLOW_DATA_DIR", str(settings.data_dir))
+    monkeypatch.setenv("CITEFLOW_DATA_DIR", str(settings.store.data_dir))
     code, out, _ = _run(capsys, "documents", "-c", "kb")
     assert code == 0
     [line] = [line for line in out.splitlines() if str(geese) in line]
@@ -435,7 +437,9 @@ async def test_kill_9_during_ingest_then_ingest_again(
     )
 
     # kept out of answers
-    kb = KnowledgeBase(settings, store=Store.open(settings), embed_model=HashEmbedding(dim=64))
+    kb = KnowledgeBase(
+        settings, store=Store.open(settings.store), embed_model=HashEmbedding(dim=64)
+    )
     try:
         assert kb.count() == 1 + 14
         found = await kb.retriever(top_k=10).aretrieve(GEESE_QUESTION)

@@ -89,11 +89,11 @@ async def test_score_grader_keeps_a_chunk_holding_the_questions_words() -> None:
 
 def test_auto_grader_follows_the_provider() -> None:
     llm = ScriptedLLM()
-    local = Settings(_env_file=None, llm_provider="local")  # type: ignore[call-arg]
-    hosted = Settings(_env_file=None, llm_provider="openai")  # type: ignore[call-arg]
+    local = Settings(_env_file=None, llm={"provider": "local"})
+    hosted = Settings(_env_file=None, llm={"provider": "openai"})
     assert isinstance(build_grader(local, llm), ScoreGrader)
     assert isinstance(build_grader(hosted, llm), LLMGrader)
-    chosen = Settings(_env_file=None, llm_provider="local", grader="llm")  # type: ignore[call-arg]
+    chosen = Settings(_env_file=None, llm={"provider": "local"}, retrieval={"grader": "llm"})
     assert isinstance(build_grader(chosen, llm), LLMGrader)
 
 

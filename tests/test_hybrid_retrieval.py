@@ -16,8 +16,8 @@ from qdrant_client.http import models as rest
 
 from citeflow.bm25 import BM25Encoder
 from citeflow.knowledge_base import KnowledgeBase
-from citeflow.query.retrieval import Retriever, SearchOptions
-from citeflow.settings import Settings
+from citeflow.query.retrieval import Retriever
+from citeflow.settings import RetrievalSettings, Settings
 from citeflow.store import DENSE_VECTOR, SPARSE_VECTOR, Layout, Store
 from citeflow.store.client import ClientEngine
 from citeflow.testing.embedding import HashEmbedding
@@ -46,7 +46,7 @@ def retriever(kb: KnowledgeBase, mode: str, **options: object) -> Retriever:
         kb.embed_model,
         collection=kb.collection,
         top_k=3,
-        options=SearchOptions(mode=mode, **options),  # type: ignore[arg-type]
+        settings=RetrievalSettings.defaults(mode=mode, **options),
     )
 
 
@@ -144,7 +144,9 @@ async def test_a_collection_without_keyword_side_is_searched_dense_only(
 ) -> None:
     embed = HashEmbedding(dim=64)
     write_single_vector_collection(store, "old", embed)
-    r = Retriever(store, embed, collection="old", top_k=2, options=SearchOptions(mode="hybrid"))
+    r = Retriever(
+        store, embed, collection="old", top_k=2, settings=RetrievalSettings.defaults(mode="hybrid")
+    )
     assert store.layout("old").sparse is None
     hits = await r.aretrieve("order toner through the portal")
     assert "toner" in hits[0].node.get_content()
@@ -189,7 +191,13 @@ async def test_reindex_adds_the_keyword_side_without_re_embedding(
     after = qdrant_client(store).retrieve("old", [nodes[1].node_id], with_vectors=True)[0].vector
     assert isinstance(before, list) and isinstance(after, dict)
     assert after[DENSE_VECTOR] == pytest.approx(before)  # the same embedding, not a new one
-    r = Retriever(store, BLURRY, collection="old", top_k=1, options=SearchOptions(mode="keyword"))
+    r = Retriever(
+        store,
+        BLURRY,
+        collection="old",
+        top_k=1,
+        settings=RetrievalSettings.defaults(mode="keyword"),
+    )
     assert "E4711" in (await r.aretrieve("E4711"))[0].node.get_content()
     assert store.add_keyword_index("old", BM25Encoder()) == len(OFFICE)  # again: nothing to do
 
@@ -290,7 +298,7 @@ def feedback_retriever(store: Store, mode: str = "hybrid", **options: object) ->
         FixedEmbedding(vector=QUERY),
         collection="c",
         top_k=2,
-        options=SearchOptions(mode=mode, candidates=2, **options),  # type: ignore[arg-type]
+        settings=RetrievalSettings.defaults(mode=mode, candidates=2, **options),
     )
 
 
@@ -360,8 +368,9 @@ def test_store_vectors_by_id(server: bool, tmp_path: Path) -> None:
 
 
 def test_feedback_settings_reach_the_search_options(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert (SearchOptions().feedback_chunks, SearchOptions().feedback_weight) == (3, 0.5)
+    defaults = RetrievalSettings.defaults()
+    assert (defaults.feedback_chunks, defaults.feedback_weight) == (3, 0.5)
     monkeypatch.setenv("CITEFLOW_FEEDBACK_CHUNKS", "0")
     monkeypatch.setenv("CITEFLOW_FEEDBACK_WEIGHT", "0.8")
-    options = SearchOptions.from_settings(Settings(_env_file=None))  # type: ignore[call-arg]
+    options = Settings(_env_file=None).retrieval
     assert (options.feedback_chunks, options.feedback_weight) == (0, 0.8)

@@ -34,7 +34,7 @@ def folder(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def disk_kb(settings: Settings) -> KnowledgeBase:
-    store = Store.open(settings)
+    store = Store.open(settings.store)
     kb = KnowledgeBase(settings, store=store, embed_model=HashEmbedding(dim=64))
     yield kb  # type: ignore[misc]
     kb.close()
@@ -109,20 +109,24 @@ def test_chunks_keep_file_metadata_and_stable_ids(disk_kb: KnowledgeBase, folder
 
 
 def test_data_survives_reopening(settings: Settings, folder: Path) -> None:
-    kb = KnowledgeBase(settings, store=Store.open(settings), embed_model=HashEmbedding(dim=64))
+    kb = KnowledgeBase(
+        settings, store=Store.open(settings.store), embed_model=HashEmbedding(dim=64)
+    )
     count = kb.ingest([folder], progress=False).chunks
     kb.close()
-    again = KnowledgeBase(settings, store=Store.open(settings), embed_model=HashEmbedding(dim=64))
+    again = KnowledgeBase(
+        settings, store=Store.open(settings.store), embed_model=HashEmbedding(dim=64)
+    )
     assert again.count() == count
     assert again.ingest([folder], progress=False).unchanged == 2
     again.close()
 
 
 def test_second_process_on_embedded_store_gets_clear_error(settings: Settings) -> None:
-    first = Store.open(settings)
+    first = Store.open(settings.store)
     try:
         with pytest.raises(StoreLockedError, match="citeflow serve"):
-            Store.open(settings)
+            Store.open(settings.store)
     finally:
         first.close()
 

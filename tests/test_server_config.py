@@ -13,24 +13,23 @@ from pydantic import SecretStr
 
 from citeflow import server
 from citeflow.api import exposure
-from citeflow.api.options import ServerOptions
 from citeflow.errors import ConfigError
-from citeflow.settings import Settings
+from citeflow.settings import ServerSettings, Settings
 
 
 def test_auto_picks_the_c_implementations_when_installed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(server, "_installed", lambda module: True)
-    assert server.loop_and_http(ServerOptions()) == ("uvloop", "httptools")
+    assert server.loop_and_http(ServerSettings.defaults()) == ("uvloop", "httptools")
 
 
 def test_auto_falls_back_to_the_pure_python_ones(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(server, "_installed", lambda module: False)
-    assert server.loop_and_http(ServerOptions()) == ("asyncio", "h11")
+    assert server.loop_and_http(ServerSettings.defaults()) == ("asyncio", "h11")
 
 
 def test_explicit_choices_are_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(server, "_installed", lambda module: True)
-    options = ServerOptions(loop="asyncio", http="h11")
+    options = ServerSettings.defaults(uvicorn_loop="asyncio", uvicorn_http="h11")
     assert server.loop_and_http(options) == ("asyncio", "h11")
 
 
@@ -39,12 +38,20 @@ def test_asking_for_a_missing_implementation_is_a_config_error(
 ) -> None:
     monkeypatch.setattr(server, "_installed", lambda module: module != "httptools")
     with pytest.raises(ConfigError, match="httptools"):
-        server.loop_and_http(ServerOptions(http="httptools"))
+        server.loop_and_http(ServerSettings.defaults(uvicorn_http="httptools"))
 
 
 def test_uvicorn_config_carries_the_choices_and_the_address() -> None:
-    settings = Settings(_env_file=None, host="127.0.0.1", port=8123)  # type: ignore[call-arg]
-    config = server.uvicorn_config(object(), settings, ServerOptions(loop="asyncio", http="h11"))
+    settings = Settings(
+        _env_file=None,
+        server={
+            "host": "127.0.0.1",
+            "port": 8123,
+            "uvicorn_loop": "asyncio",
+            "uvicorn_http": "h11",
+        },
+    )
+    config = server.uvicorn_config(object(), settings.server)
     assert (config.host, config.port, config.loop, config.http) == (
         "127.0.0.1",
         8123,
@@ -55,7 +62,7 @@ def test_uvicorn_config_carries_the_choices_and_the_address() -> None:
 
 @pytest.mark.skipif(sys.platform == "win32", reason="uvloop is not installed on Windows")
 def test_the_installed_dependencies_give_the_fast_path() -> None:
-    assert server.loop_and_http(ServerOptions()) == ("uvloop", "httptools")
+    assert server.loop_and_http(ServerSettings.defaults()) == ("uvloop", "httptools")
 
 
 @pytest.fixture
@@ -82,7 +89,7 @@ def test_the_app_closes_the_llm_http_client_when_it_shuts_down() -> None:
     from citeflow.store import Store
 
     client = httpx.AsyncClient()
-    settings = Settings(_env_file=None)  # type: ignore[call-arg]
+    settings = Settings(_env_file=None)
     llm: Any = SimpleNamespace(aclose=client.aclose)  # as LeanStreamingMixin.aclose
     engine = Engine(settings, store=Store.open_path(":memory:"), embed_model=None, llm=llm)  # type: ignore[arg-type]
     try:
@@ -149,8 +156,8 @@ def test_loopback_hosts(host: str, loopback: bool) -> None:
     assert exposure.is_loopback(host) is loopback
 
 
-def _settings(**values: Any) -> Settings:
-    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+def _settings(**values: Any) -> ServerSettings:
+    return ServerSettings.defaults(**values)
 
 
 def test_no_keys_on_a_network_address_is_refused_in_one_line() -> None:

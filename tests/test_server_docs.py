@@ -40,8 +40,8 @@ def _client(engine: Engine) -> httpx.AsyncClient:
     ],
 )
 def test_docs_are_on_by_default_only_on_loopback(host: str, setting: str, enabled: bool) -> None:
-    settings = Settings(_env_file=None, host=host, api_docs=setting)  # type: ignore[call-arg]
-    assert docs_enabled(settings) is enabled
+    settings = Settings(_env_file=None, server={"host": host, "api_docs": setting})
+    assert docs_enabled(settings.server) is enabled
 
 
 async def test_docs_on_loopback_without_keys(engine: Engine) -> None:
@@ -54,8 +54,8 @@ async def test_docs_on_loopback_without_keys(engine: Engine) -> None:
 
 
 async def test_docs_are_off_on_a_network_address_by_default(engine: Engine) -> None:
-    engine.settings.host = "0.0.0.0"
-    engine.settings.api_keys = [SecretStr("k1")]
+    engine.settings.server.host = "0.0.0.0"
+    engine.settings.server.api_keys = [SecretStr("k1")]
     async with _client(engine) as c:
         for path in DOCS:
             response = await c.get(path, headers=KEY)
@@ -64,16 +64,16 @@ async def test_docs_are_off_on_a_network_address_by_default(engine: Engine) -> N
 
 
 async def test_docs_off(engine: Engine) -> None:
-    engine.settings.api_docs = "off"
+    engine.settings.server.api_docs = "off"
     async with _client(engine) as c:
         for path in DOCS:
             assert (await c.get(path)).status_code == 404, path
 
 
 async def test_docs_on_with_keys_need_the_key(engine: Engine) -> None:
-    engine.settings.host = "0.0.0.0"
-    engine.settings.api_docs = "on"
-    engine.settings.api_keys = [SecretStr("k1")]
+    engine.settings.server.host = "0.0.0.0"
+    engine.settings.server.api_docs = "on"
+    engine.settings.server.api_keys = [SecretStr("k1")]
     async with _client(engine) as c:
         for path in DOCS:
             refused = await c.get(path)

@@ -201,7 +201,7 @@ async def test_missing_file_part_and_unknown_collection(client: httpx.AsyncClien
 
 
 async def test_documents_need_the_key(engine: Engine, tmp_path: Path) -> None:
-    engine.settings.api_keys = [SecretStr("k")]
+    engine.settings.server.api_keys = [SecretStr("k")]
     transport = httpx.ASGITransport(app=create_app(engine))
     async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
         assert (await c.get("/v1/collections/kb/documents")).status_code == 401

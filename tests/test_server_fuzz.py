@@ -521,7 +521,7 @@ async def test_no_request_gets_a_5xx_with_keys(
     kb: KnowledgeBase, authorization: str, request: Request
 ) -> None:
     engine = make_engine(kb, ScriptedLLM([_echo]), max_upload_bytes=4000)
-    engine.settings.api_keys = [SecretStr(KEY)]
+    engine.settings.server.api_keys = [SecretStr(KEY)]
     transport = httpx.ASGITransport(app=create_app(engine), raise_app_exceptions=False)
     method, path, headers, body = request
     sent: dict[str, str | bytes] = {**headers, "authorization": authorization.encode("latin-1")}

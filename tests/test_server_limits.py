@@ -11,7 +11,6 @@ from pydantic import SecretStr
 
 from citeflow.api.errors import RateLimitError
 from citeflow.api.limits import ChatLimits, ConcurrencyLimit, RequestRate, client_id
-from citeflow.api.options import ServerOptions
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.server import create_app
 from citeflow.settings import Settings
@@ -115,7 +114,7 @@ def test_chat_limits_release_the_slot_when_the_rate_refuses() -> None:
 
 
 def test_defaults_admit_the_load_benchmark() -> None:
-    options = ServerOptions.from_settings(Settings(_env_file=None))  # type: ignore[call-arg]
+    options = Settings(_env_file=None).server
     assert options.max_concurrent_chats >= 64 and options.chats_per_minute == 0
     limits = ChatLimits(options.max_concurrent_chats, options.chats_per_minute)
     slots = [limits.admit("open-webui") for _ in range(64)]
@@ -187,7 +186,7 @@ async def test_a_stream_holds_its_slot_until_it_ends_or_its_client_leaves(
 
 async def test_rate_per_minute_per_key(kb: KnowledgeBase) -> None:
     engine = make_engine(kb, ScriptedLLM([ANSWER]), chats_per_minute=2)
-    engine.settings.api_keys = [SecretStr("k1"), SecretStr("k2")]
+    engine.settings.server.api_keys = [SecretStr("k1"), SecretStr("k2")]
     async with (
         asgi_client(engine, authorization="Bearer k1") as first,
         asgi_client(engine, authorization="Bearer k2") as second,

@@ -33,7 +33,7 @@ def _client(engine: Engine) -> httpx.AsyncClient:
 @pytest.fixture
 def engine(kb: KnowledgeBase) -> Engine:
     engine = make_engine(kb, ScriptedLLM(["Barn owls eat mice and voles [1]."]))
-    engine.settings.api_keys = [SecretStr("k1"), SecretStr("k2")]
+    engine.settings.server.api_keys = [SecretStr("k1"), SecretStr("k2")]
     return engine
 
 
@@ -110,7 +110,7 @@ async def test_expired_link_is_refused(engine: Engine) -> None:
         url = await _source_url(client)
         links: DocumentLinks = app.state.links
         expires = int(parse_qs(urlsplit(url).query)["expires"][0])
-        assert expires - links.clock() == pytest.approx(engine.settings.link_ttl, abs=5)
+        assert expires - links.clock() == pytest.approx(engine.settings.server.link_ttl, abs=5)
         links.clock = lambda: expires + 1.0
         response = await client.get(url)
         _assert_error(response, 403, "permission_error")
@@ -121,7 +121,7 @@ async def test_expired_link_is_refused(engine: Engine) -> None:
 
 async def test_public_url_and_open_servers(kb: KnowledgeBase) -> None:
     engine = make_engine(kb, ScriptedLLM(["Barn owls eat mice and voles [1]."]))
-    engine.settings.public_url = "https://docs.example.com/citeflow/"
+    engine.settings.server.public_url = "https://docs.example.com/citeflow/"
     async with _client(engine) as client:
         url = await _source_url(client)  # no keys: an open server, plain links
         assert url.startswith("https://docs.example.com/citeflow/v1/documents/animals/")
@@ -131,17 +131,17 @@ async def test_public_url_and_open_servers(kb: KnowledgeBase) -> None:
 
 
 def test_links_from_settings() -> None:
-    open_server = Settings(_env_file=None)  # type: ignore[call-arg]
-    assert not DocumentLinks.from_settings(open_server).signed
-    keyed = Settings(_env_file=None, api_keys=["a", "b"])  # type: ignore[call-arg]
-    same_keys = Settings(_env_file=None, api_keys=["b", "a"])  # type: ignore[call-arg]
-    other_keys = Settings(_env_file=None, api_keys=["a"])  # type: ignore[call-arg]
-    secret = Settings(_env_file=None, api_keys=["a"], link_secret="s")  # type: ignore[call-arg]
-    key = DocumentLinks.from_settings(keyed).key
+    open_server = Settings(_env_file=None)
+    assert not DocumentLinks.from_settings(open_server.server).signed
+    keyed = Settings(_env_file=None, server={"api_keys": ["a", "b"]})
+    same_keys = Settings(_env_file=None, server={"api_keys": ["b", "a"]})
+    other_keys = Settings(_env_file=None, server={"api_keys": ["a"]})
+    secret = Settings(_env_file=None, server={"api_keys": ["a"], "link_secret": "s"})
+    key = DocumentLinks.from_settings(keyed.server).key
     assert key is not None and key not in (b"a", b"b")  # derived, not a raw API key
-    assert DocumentLinks.from_settings(same_keys).key == key  # stable across restarts
-    assert DocumentLinks.from_settings(other_keys).key != key  # rotating keys revokes links
-    assert DocumentLinks.from_settings(secret).key == b"s"
+    assert DocumentLinks.from_settings(same_keys.server).key == key  # stable across restarts
+    assert DocumentLinks.from_settings(other_keys.server).key != key  # rotating keys revokes links
+    assert DocumentLinks.from_settings(secret.server).key == b"s"
 
 
 def test_links_that_never_expire() -> None:

@@ -29,6 +29,7 @@ from citeflow.providers.openai_stream import (
 from citeflow.settings import Settings
 from citeflow.testing.llm import ScriptedLLM
 from citeflow.testing.openai_server import FakeOpenAIServer, Reply
+from tests.settings_helpers import settings_of
 
 USER = [ChatMessage(role="user", content="What did the author work on before college?")]
 ANSWER = "Before college the author wrote short stories [1]. He also programmed an IBM 1401 [2]."
@@ -48,7 +49,7 @@ def _settings(server: FakeOpenAIServer, provider: str = "openai") -> Settings:
         values.update(
             azure_endpoint=server.azure_endpoint, azure_api_key="k", azure_api_version="2024-06-01"
         )
-    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+    return settings_of(**values)
 
 
 def _view(response: ChatResponse) -> tuple[Any, ...]:

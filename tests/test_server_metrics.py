@@ -65,7 +65,7 @@ async def test_answers_streams_and_requests_are_counted(kb: KnowledgeBase) -> No
 
 async def test_no_label_holds_user_text_keys_or_names(kb: KnowledgeBase) -> None:
     engine = make_engine(kb, ScriptedLLM([ANSWER]))
-    engine.settings.api_keys = [SecretStr("a-long-secret-key")]
+    engine.settings.server.api_keys = [SecretStr("a-long-secret-key")]
     secrets = ("zebra-question", "private-plan.pdf", "a-long-secret-key", "wrong-key-xyz")
     good = {"Authorization": "Bearer a-long-secret-key"}
     async with asgi_client(engine) as client:
@@ -96,12 +96,12 @@ async def test_no_label_holds_user_text_keys_or_names(kb: KnowledgeBase) -> None
 
 async def test_metrics_need_the_key_and_can_be_turned_off(kb: KnowledgeBase) -> None:
     engine = make_engine(kb, ScriptedLLM([ANSWER]))
-    engine.settings.api_keys = [SecretStr("a-long-secret-key")]
+    engine.settings.server.api_keys = [SecretStr("a-long-secret-key")]
     async with asgi_client(engine) as client:
         assert (await client.get("/metrics")).status_code == 401
         ok = await client.get("/metrics", headers={"Authorization": "Bearer a-long-secret-key"})
         assert ok.status_code == 200 and "citeflow_http_requests_total" in ok.text
-    engine.settings.metrics = False
+    engine.settings.server.metrics = False
     async with asgi_client(engine) as client:
         off = await client.get("/metrics", headers={"Authorization": "Bearer a-long-secret-key"})
         assert off.status_code == 404
@@ -109,8 +109,8 @@ async def test_metrics_need_the_key_and_can_be_turned_off(kb: KnowledgeBase) -> 
 
 async def test_rate_limits_are_counted_by_reason(kb: KnowledgeBase) -> None:
     engine = make_engine(kb, ScriptedLLM([ANSWER]), chats_per_minute=1)
-    engine.settings.api_keys = [SecretStr("a-long-secret-key")]
-    engine.settings.auth_max_failures = 1
+    engine.settings.server.api_keys = [SecretStr("a-long-secret-key")]
+    engine.settings.server.auth_max_failures = 1
     good = {"Authorization": "Bearer a-long-secret-key"}
     async with asgi_client(engine) as client:
         assert (

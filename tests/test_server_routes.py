@@ -85,7 +85,7 @@ async def test_models_list_one_model_per_collection(
 
 async def test_health_needs_no_key(kb: KnowledgeBase, llm: ScriptedLLM) -> None:
     engine = make_engine(kb, llm)
-    engine.settings.api_keys = [SecretStr("k1")]
+    engine.settings.server.api_keys = [SecretStr("k1")]
     async with await _client(engine) as c:
         assert (await c.get("/health")).json() == {"status": "ok"}
         ready = await c.get("/health/ready")
@@ -315,7 +315,7 @@ async def test_empty_collection_is_a_clear_error(
 
 async def test_bearer_keys(kb: KnowledgeBase, llm: ScriptedLLM) -> None:
     engine = make_engine(kb, llm)
-    engine.settings.api_keys = [SecretStr("first-key"), SecretStr("second-key")]
+    engine.settings.server.api_keys = [SecretStr("first-key"), SecretStr("second-key")]
     async with await _client(engine) as c:
         missing = await c.get("/v1/models")
         assert_error(missing, 401, "authentication_error", "Authorization: Bearer")

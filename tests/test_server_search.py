@@ -16,7 +16,6 @@ from llama_index.core.schema import Document
 from pydantic import PrivateAttr, SecretStr
 
 from citeflow.api.engine import Engine
-from citeflow.api.options import ServerOptions
 from citeflow.errors import UpstreamError
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.testing.llm import ScriptedLLM
@@ -60,15 +59,15 @@ class SlowLLM(ScriptedLLM):
 
 
 def _engine(
-    kb: KnowledgeBase, llm: ScriptedLLM, options: dict[str, Any] | None = None, **settings: Any
+    kb: KnowledgeBase, llm: ScriptedLLM, server: dict[str, Any] | None = None, **retrieval: Any
 ) -> Engine:
-    """An engine over the test knowledge base; ``settings`` override the knowledge base's."""
+    """An engine over the test knowledge base; ``server`` and ``retrieval`` change fields of
+    the knowledge base's settings."""
     return Engine(
-        kb.settings.model_copy(update=settings),
+        kb.settings.updated(server=server or {}, retrieval=retrieval),
         store=kb.store,
         embed_model=kb.embed_model,
         llm=llm,
-        options=ServerOptions(**(options or {})),
     )
 
 
@@ -387,7 +386,7 @@ async def test_within_the_budget_nothing_is_cut(kb: KnowledgeBase) -> None:
 # --- auth ----------------------------------------------------------------------------------------
 async def test_bearer_key_required(kb: KnowledgeBase, llm: ScriptedLLM) -> None:
     engine = _engine(kb, llm)
-    engine.settings.api_keys = [SecretStr("the-key")]
+    engine.settings.server.api_keys = [SecretStr("the-key")]
     body = {"queries": ["Who bought Viaweb?"]}
     async with asgi_client(engine) as c:
         for path in ("/search", "/v1/search"):
@@ -496,7 +495,14 @@ async def test_sizes_over_the_limits_are_413(kb: KnowledgeBase, llm: ScriptedLLM
 
 
 async def test_a_missing_default_knowledge_base_is_404(kb: KnowledgeBase, llm: ScriptedLLM) -> None:
-    async with asgi_client(_engine(kb, llm, collection="handbook")) as c:
+    async with asgi_client(
+        Engine(
+            kb.settings.updated(store={"collection": "handbook"}),
+            store=kb.store,
+            embed_model=kb.embed_model,
+            llm=llm,
+        )
+    ) as c:
         response = await c.post("/search", json={"queries": ["ducks"]})
     assert_error(
         response, 404, "not_found_error", "'handbook'", "collection_names", "GET /v1/models"

@@ -18,7 +18,6 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from pydantic import Field, SecretStr
 
 from citeflow.api.engine import Engine
-from citeflow.api.options import ServerOptions
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.providers.embeddings import build_embed_model
 from citeflow.providers.llm import DEFAULT_RETRY_AFTER
@@ -27,6 +26,7 @@ from citeflow.testing.embedding import HashEmbedding, RecordingEmbedding
 from citeflow.testing.llm import ScriptedLLM
 from citeflow.testing.openai_server import FakeOpenAIServer, fake_embedding
 from tests.server_helpers import asgi_client
+from tests.settings_helpers import settings_of
 
 URL = "/v1/skills/embeddings"
 AZURE_KEY = "azure-key-abcdef"
@@ -41,11 +41,10 @@ def records(texts: list[Any]) -> dict[str, Any]:
 
 def engine_with(kb: KnowledgeBase, embed_model: BaseEmbedding, **options: Any) -> Engine:
     return Engine(
-        kb.settings,
+        kb.settings.updated(server=options),
         store=kb.store,
         embed_model=embed_model,
         llm=ScriptedLLM(),
-        options=ServerOptions(**options),
     )
 
 
@@ -65,10 +64,8 @@ def azure() -> Iterator[FakeOpenAIServer]:
 
 def azure_embedder(server: FakeOpenAIServer, **values: Any) -> BaseEmbedding:
     """The Azure OpenAI embedder as ``citeflow serve`` builds it (no retries), behind APIM."""
-    from citeflow.settings import Settings
 
-    settings = Settings(
-        _env_file=None,  # type: ignore[call-arg]
+    settings = settings_of(
         embed_provider="azure",
         azure_embed_deployment="embed-deployment",
         azure_endpoint=server.azure_endpoint,
@@ -255,7 +252,7 @@ async def test_a_body_over_the_limit_is_413(kb: KnowledgeBase) -> None:
 
 async def test_the_key_is_required(kb: KnowledgeBase) -> None:
     engine = engine_with(kb, HashEmbedding())
-    engine.settings.api_keys = [SecretStr("k1")]
+    engine.settings.server.api_keys = [SecretStr("k1")]
     async with asgi_client(engine) as client:
         missing = await client.post(URL, json=records(["x"]))
         wrong = await client.post(URL, json=records(["x"]), headers={"Authorization": "Bearer k2"})

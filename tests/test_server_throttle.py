@@ -88,8 +88,8 @@ def test_addresses_whose_failures_expired_are_forgotten_first() -> None:
 @pytest.fixture
 def engine(kb: KnowledgeBase) -> Engine:
     engine = make_engine(kb, ScriptedLLM(["An answer [1]."]))
-    engine.settings.api_keys = [SecretStr("right-key")]
-    engine.settings.auth_max_failures = 3
+    engine.settings.server.api_keys = [SecretStr("right-key")]
+    engine.settings.server.auth_max_failures = 3
     return engine
 
 
@@ -131,7 +131,7 @@ async def test_right_keys_never_count(engine: Engine) -> None:
 
 
 async def test_the_limit_is_a_setting(engine: Engine) -> None:
-    engine.settings.auth_max_failures = 0
+    engine.settings.server.auth_max_failures = 0
     app = create_app(engine)
     async with _client(app) as c:
         for _ in range(30):

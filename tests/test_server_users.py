@@ -41,9 +41,9 @@ def signed(user_id: str, *, secret: str = SECRET, expires_in: int = 300) -> dict
 
 def engine_for(kb: KnowledgeBase, **settings: object):  # type: ignore[no-untyped-def]
     engine = make_engine(kb, ScriptedLLM([ANSWER]), chats_per_minute=1)
-    engine.settings.api_keys = [SecretStr("a-long-secret-key")]
+    engine.settings.server.api_keys = [SecretStr("a-long-secret-key")]
     for name, value in settings.items():
-        setattr(engine.settings, name, value)
+        setattr(engine.settings.server, name, value)
     return engine
 
 

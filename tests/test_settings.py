@@ -2,21 +2,48 @@
 
 from __future__ import annotations
 
+import logging
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 
 from citeflow.errors import ConfigError
-from citeflow.settings import Settings, env_example, load_settings
+from citeflow.settings import (
+    LLMSettings,
+    RetrievalSettings,
+    Settings,
+    env_example,
+    load_settings,
+    settings_groups,
+)
 
 REPO = Path(__file__).resolve().parents[1]
+#: the last commit whose settings were flat: its .env.example lists every old variable
+OLD_EXAMPLE = "8ecf730"
 
 
 def test_defaults_are_fully_local() -> None:
-    s = Settings(_env_file=None)  # type: ignore[call-arg]
-    assert (s.llm_provider, s.embed_provider, s.qdrant_url) == ("local", "local", None)
-    assert s.qdrant_path == s.data_dir / "qdrant"
-    assert s.gguf_path == s.model_dir / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+    s = Settings(_env_file=None)
+    assert (s.llm.provider, s.embeddings.provider, s.store.qdrant_url) == ("local", "local", None)
+    assert s.store.qdrant_path == s.store.data_dir / "qdrant"
+    assert s.local.gguf_path == s.local.model_dir / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+
+
+def test_groups_are_given_as_instances_or_dicts_over_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CITEFLOW_LLM_MODEL", "from-env")
+    s = Settings(_env_file=None, llm={"provider": "openai"}, retrieval=RetrievalSettings(top_k=3))
+    assert (s.llm.provider, s.llm.model, s.retrieval.top_k) == ("openai", "from-env", 3)
+    assert Settings(_env_file=None, llm=LLMSettings(provider="azure")).llm.provider == "azure"
+    assert RetrievalSettings.defaults().top_k == 6  # the environment is not read
+    changed = s.updated(llm={"model": "other"})
+    assert (changed.llm.model, changed.llm.provider, s.llm.model) == ("other", "openai", "from-env")
+    with pytest.raises(TypeError, match="llm_provider"):
+        Settings(_env_file=None, llm_provider="openai")
 
 
 def test_environment_prefix_and_json_values(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -24,19 +51,19 @@ def test_environment_prefix_and_json_values(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("CITEFLOW_AZURE_HEADERS", '{"Ocp-Apim-Subscription-Key": "k"}')
     monkeypatch.setenv("CITEFLOW_API_KEYS", '["a", "b"]')
     monkeypatch.setenv("CITEFLOW_TOP_K", "9")
-    s = Settings(_env_file=None)  # type: ignore[call-arg]
-    assert s.llm_provider == "azure"
-    assert s.azure_headers == {"Ocp-Apim-Subscription-Key": "k"}
-    assert [k.get_secret_value() for k in s.api_keys] == ["a", "b"]
-    assert s.top_k == 9
+    s = Settings(_env_file=None)
+    assert s.llm.provider == "azure"
+    assert s.azure.headers == {"Ocp-Apim-Subscription-Key": "k"}
+    assert [k.get_secret_value() for k in s.server.api_keys] == ["a", "b"]
+    assert s.retrieval.top_k == 9
 
 
 def test_dotenv_file_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / ".env").write_text("CITEFLOW_COLLECTION=handbook\nCITEFLOW_DATA_DIR=~/cf\n")
     monkeypatch.chdir(tmp_path)
     s = load_settings()
-    assert s.collection == "handbook"
-    assert s.data_dir == Path.home() / "cf"
+    assert s.store.collection == "handbook"
+    assert s.store.data_dir == Path.home() / "cf"
 
 
 def test_bad_values_are_one_clear_line(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -46,25 +73,163 @@ def test_bad_values_are_one_clear_line(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "CITEFLOW_TOP_K" in str(info.value) and "\n" not in str(info.value)
     monkeypatch.delenv("CITEFLOW_TOP_K")
     with pytest.raises(ConfigError, match="CITEFLOW_COLLECTION") as info:
-        load_settings(_env_file=None, collection="no spaces/allowed")
+        load_settings(_env_file=None, store={"collection": "no spaces/allowed"})
     assert str(info.value) == (
         "CITEFLOW_COLLECTION: collection name 'no spaces/allowed' is not valid: use 1-64 "
         "letters, digits, '-' or '_', starting with a letter or digit"
     )
     for bad in ("...", "_x", "a" * 65, "naïve", "a.b"):
         with pytest.raises(ConfigError, match="is not valid"):
-            load_settings(_env_file=None, collection=bad)
+            load_settings(_env_file=None, store={"collection": bad})
     for good in ("a", "Kb_2", "0-docs", "a" * 64):
-        assert load_settings(_env_file=None, collection=good).collection == good
+        assert load_settings(_env_file=None, store={"collection": good}).store.collection == good
     with pytest.raises(ConfigError, match="CHUNK_OVERLAP"):
-        load_settings(_env_file=None, chunk_size=64, chunk_overlap=64)
+        load_settings(_env_file=None, chunking={"size": 64, "overlap": 64})
+    monkeypatch.setenv("CITEFLOW_RETRIEVAL", "semantic")  # a field whose variable is its alias
+    with pytest.raises(ConfigError, match=r"^CITEFLOW_RETRIEVAL: Input should be"):
+        load_settings(_env_file=None)
 
 
 def test_env_example_documents_every_setting() -> None:
     text = (REPO / ".env.example").read_text()
-    assert text == env_example(), "run `make env-example`"
-    for name in Settings.model_fields:
-        assert f"CITEFLOW_{name.upper()}=" in text
+    assert text == env_example(), ".env.example is stale: run `make env-example`"
+    for group in settings_groups().values():
+        for name in group.model_fields:
+            assert f"# {group.env_name(name)}=" in text
+
+
+#: every variable of the flat settings before the groups, a value for it, and where it lands
+OLD_VARIABLES: dict[str, tuple[str, str, str, object]] = {
+    "CITEFLOW_DATA_DIR": ("/srv/cf", "store", "data_dir", Path("/srv/cf")),
+    "CITEFLOW_MODEL_DIR": ("/srv/models", "local", "model_dir", Path("/srv/models")),
+    "CITEFLOW_COLLECTION": ("handbook", "store", "collection", "handbook"),
+    "CITEFLOW_LLM_PROVIDER": ("azure", "llm", "provider", "azure"),
+    "CITEFLOW_LLM_MODEL": ("gpt-x", "llm", "model", "gpt-x"),
+    "CITEFLOW_LLM_TEMPERATURE": ("0.3", "llm", "temperature", 0.3),
+    "CITEFLOW_LLM_MAX_TOKENS": ("400", "llm", "max_tokens", 400),
+    "CITEFLOW_LLM_TIMEOUT": ("33", "llm", "timeout", 33.0),
+    "CITEFLOW_LOCAL_MODEL_PATH": ("/m.gguf", "local", "model_path", Path("/m.gguf")),
+    "CITEFLOW_LOCAL_CONTEXT_WINDOW": ("2048", "local", "context_window", 2048),
+    "CITEFLOW_LOCAL_THREADS": ("3", "local", "threads", 3),
+    "CITEFLOW_EMBED_PROVIDER": ("openai", "embeddings", "provider", "openai"),
+    "CITEFLOW_EMBED_MODEL": ("e-model", "embeddings", "model", "e-model"),
+    "CITEFLOW_EMBED_BATCH_SIZE": ("12", "embeddings", "batch_size", 12),
+    "CITEFLOW_EMBED_BACKEND": ("torch", "embeddings", "backend", "torch"),
+    "CITEFLOW_OPENAI_API_KEY": ("sk-1", "openai", "api_key", "sk-1"),
+    "CITEFLOW_OPENAI_BASE_URL": ("http://h/v1", "openai", "base_url", "http://h/v1"),
+    "CITEFLOW_AZURE_ENDPOINT": ("https://a", "azure", "endpoint", "https://a"),
+    "CITEFLOW_AZURE_API_KEY": ("ak", "azure", "api_key", "ak"),
+    "CITEFLOW_AZURE_AD_TOKEN": ("tok", "azure", "ad_token", "tok"),
+    "CITEFLOW_AZURE_USE_ENTRA_ID": ("true", "azure", "use_entra_id", True),
+    "CITEFLOW_AZURE_API_VERSION": ("2025-01-01", "azure", "api_version", "2025-01-01"),
+    "CITEFLOW_AZURE_EMBED_DEPLOYMENT": ("emb", "azure", "embed_deployment", "emb"),
+    "CITEFLOW_AZURE_HEADERS": ('{"h": "v"}', "azure", "headers", {"h": "v"}),
+    "CITEFLOW_QDRANT_URL": ("http://q:6333", "store", "qdrant_url", "http://q:6333"),
+    "CITEFLOW_QDRANT_API_KEY": ("qk", "store", "qdrant_api_key", "qk"),
+    "CITEFLOW_CHUNK_SIZE": ("256", "chunking", "size", 256),
+    "CITEFLOW_CHUNK_OVERLAP": ("32", "chunking", "overlap", 32),
+    "CITEFLOW_TOP_K": ("9", "retrieval", "top_k", 9),
+    "CITEFLOW_RETRIEVAL": ("keyword", "retrieval", "mode", "keyword"),
+    "CITEFLOW_FUSION": ("rrf", "retrieval", "fusion", "rrf"),
+    "CITEFLOW_DENSE_WEIGHT": ("0.7", "retrieval", "dense_weight", 0.7),
+    "CITEFLOW_RRF_K": ("30", "retrieval", "rrf_k", 30),
+    "CITEFLOW_HYBRID_CANDIDATES": ("50", "retrieval", "candidates", 50),
+    "CITEFLOW_FEEDBACK_CHUNKS": ("2", "retrieval", "feedback_chunks", 2),
+    "CITEFLOW_FEEDBACK_WEIGHT": ("0.4", "retrieval", "feedback_weight", 0.4),
+    "CITEFLOW_GRADER": ("llm", "retrieval", "grader", "llm"),
+    "CITEFLOW_RELEVANCE_THRESHOLD": ("0.3", "retrieval", "relevance_threshold", 0.3),
+    "CITEFLOW_RELEVANCE_COVERAGE": ("0.5", "retrieval", "relevance_coverage", 0.5),
+    "CITEFLOW_MAX_ROUNDS": ("2", "retrieval", "max_rounds", 2),
+    "CITEFLOW_ON_NO_RELEVANT": ("refuse", "retrieval", "on_no_relevant", "refuse"),
+    "CITEFLOW_CITATION_CHUNK_SIZE": ("200", "citations", "chunk_size", 200),
+    "CITEFLOW_CITATION_CHUNK_OVERLAP": ("20", "citations", "chunk_overlap", 20),
+    "CITEFLOW_MAX_SOURCES": ("5", "citations", "max_sources", 5),
+    "CITEFLOW_CONTEXT_BUDGET": ("1000", "citations", "context_budget", 1000),
+    "CITEFLOW_REPAIR_CITATIONS": ("false", "citations", "repair", False),
+    "CITEFLOW_SUPPORT_KEEP": ("0.25", "citations", "support_keep", 0.25),
+    "CITEFLOW_SUPPORT_THRESHOLD": ("0.6", "citations", "support_threshold", 0.6),
+    "CITEFLOW_CITATION_MODE": ("evidence", "citations", "mode", "evidence"),
+    "CITEFLOW_CITATION_JUDGE": ("off", "citations", "judge", "off"),
+    "CITEFLOW_CITATION_JUDGE_CUT": ("0.4", "citations", "judge_cut", 0.4),
+    "CITEFLOW_WORKFLOW_TIMEOUT": ("60", "retrieval", "workflow_timeout", 60.0),
+    "CITEFLOW_HOST": ("0.0.0.0", "server", "host", "0.0.0.0"),
+    "CITEFLOW_PORT": ("9000", "server", "port", 9000),
+    "CITEFLOW_API_KEYS": ("k1,k2", "server", "api_keys", ["k1", "k2"]),
+    "CITEFLOW_API_KEYS_FILE": ("", "server", "api_keys_file", None),
+    "CITEFLOW_AUTH_MAX_FAILURES": ("5", "server", "auth_max_failures", 5),
+    "CITEFLOW_AUTH_FAILURE_WINDOW": ("30", "server", "auth_failure_window", 30),
+    "CITEFLOW_API_DOCS": ("off", "server", "api_docs", "off"),
+    "CITEFLOW_OPENWEBUI_JWT_SECRET": ("jwt", "server", "openwebui_jwt_secret", "jwt"),
+    "CITEFLOW_TRACE_CONTENT": ("true", "tracing", "content", True),
+    "CITEFLOW_ANNOTATIONS": ("on", "server", "annotations", "on"),
+    "CITEFLOW_CORS_ORIGINS": (
+        "https://a.example/",
+        "server",
+        "cors_origins",
+        ["https://a.example"],
+    ),
+    "CITEFLOW_METRICS": ("false", "server", "metrics", False),
+    "CITEFLOW_PUBLIC_URL": ("https://cf.example", "server", "public_url", "https://cf.example"),
+    "CITEFLOW_LINK_SECRET": ("ls", "server", "link_secret", "ls"),
+    "CITEFLOW_LINK_TTL": ("60", "server", "link_ttl", 60),
+    "CITEFLOW_MAX_CONCURRENT_CHATS": ("8", "server", "max_concurrent_chats", 8),
+    "CITEFLOW_CHATS_PER_MINUTE": ("6", "server", "chats_per_minute", 6),
+    "CITEFLOW_SEARCH_TIMEOUT": ("5", "server", "search_timeout", 5.0),
+    "CITEFLOW_SERVE_EMBED_THREADS": ("2", "embeddings", "serve_threads", 2),
+}
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, SecretStr):
+        return value.get_secret_value()
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _old_names_land_in_their_fields(settings: Settings) -> None:
+    for name, (_, group, field, expected) in OLD_VARIABLES.items():
+        assert _plain(getattr(getattr(settings, group), field)) == expected, name
+
+
+def test_every_old_variable_lands_in_its_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    old = subprocess.run(
+        ["git", "show", f"{OLD_EXAMPLE}:.env.example"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    if old.returncode == 0:  # the list above is the old .env.example's, no more, no less
+        assert set(OLD_VARIABLES) == set(re.findall(r"^# (CITEFLOW_\w+)=", old.stdout, re.M))
+    for name, (value, *_) in OLD_VARIABLES.items():
+        if value:
+            monkeypatch.setenv(name, value)
+    _old_names_land_in_their_fields(load_settings(_env_file=None))
+
+
+def test_every_old_variable_lands_in_its_group_from_a_dotenv_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lines = [f"{name}={value}" for name, (value, *_) in OLD_VARIABLES.items() if value]
+    (tmp_path / ".env").write_text("\n".join(lines) + "\n")
+    monkeypatch.chdir(tmp_path)
+    _old_names_land_in_their_fields(load_settings())
+
+
+def test_a_renamed_variable_is_one_deprecation_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("CITEFLOW_MODEL_DIR", "/from/env")
+    (tmp_path / ".env").write_text("CITEFLOW_MODEL_DIR=/from/file\n")
+    monkeypatch.chdir(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="citeflow.settings"):
+        settings = load_settings()
+    assert settings.local.model_dir == Path("/from/env")  # the environment before .env
+    lines = [r.getMessage() for r in caplog.records if "CITEFLOW_MODEL_DIR" in r.getMessage()]
+    assert lines == ["CITEFLOW_MODEL_DIR is deprecated; use CITEFLOW_LOCAL_MODEL_DIR"]
+    caplog.clear()
+    monkeypatch.setenv("CITEFLOW_LOCAL_MODEL_DIR", "/new")
+    assert load_settings().local.model_dir == Path("/new")  # the new name wins
 
 
 def test_retired_settings_are_named_with_what_to_do(
@@ -81,7 +246,7 @@ def test_retired_settings_are_named_with_what_to_do(
 
 
 def _keys(settings: Settings) -> list[str]:
-    return [key.get_secret_value() for key in settings.api_keys]
+    return [key.get_secret_value() for key in settings.server.api_keys]
 
 
 @pytest.mark.parametrize(

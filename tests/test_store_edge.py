@@ -305,9 +305,9 @@ async def test_the_server_never_builds_an_index_while_serving(
         raise AssertionError("an index build on a request path")
 
     monkeypatch.setattr(EdgeEngine, "optimize", refuse)
-    settings = Settings(data_dir=tmp_path / "data", grader="none")
+    settings = Settings(store={"data_dir": tmp_path / "data"}, retrieval={"grader": "none"})
     kb = KnowledgeBase(
-        settings, store=Store.open(settings), embed_model=HashEmbedding(), collection="kb"
+        settings, store=Store.open(settings.store), embed_model=HashEmbedding(), collection="kb"
     )
     engine = make_engine(kb, ScriptedLLM(["Ducks live near ponds [1]."]))
     async with asgi_client(engine) as client:

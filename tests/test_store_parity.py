@@ -30,7 +30,8 @@ from llama_index.core.schema import (
 
 from citeflow.bm25 import BM25Encoder
 from citeflow.ingestion.pipeline import Ingestor
-from citeflow.query.retrieval import Retriever, SearchOptions
+from citeflow.query.retrieval import Retriever
+from citeflow.settings import RetrievalSettings
 from citeflow.store import Candidate, Store
 from citeflow.testing.embedding import HashEmbedding
 from tests.conftest import stored_points
@@ -219,7 +220,11 @@ async def test_hybrid_retrieval_gives_the_same_chunks_and_relevance(
         store = open_store(engine, tmp_path)
         Ingestor(store, embed, collection="c", progress=False).ingest_documents(docs)
         retriever = Retriever(
-            store, embed, collection="c", top_k=5, options=SearchOptions(mode="hybrid")
+            store,
+            embed,
+            collection="c",
+            top_k=5,
+            settings=RetrievalSettings.defaults(mode="hybrid"),
         )
         found = []
         for query in ("ducks on ponds", "geese migrate south", "owls nests eggs", "fish"):

@@ -33,6 +33,7 @@ from citeflow.providers.openai_stream import stream_text, supports_response_form
 from citeflow.settings import Settings
 from citeflow.testing.llm import ScriptedLLM
 from citeflow.testing.openai_server import FakeOpenAIServer
+from tests.settings_helpers import settings_of
 
 Provider = Literal["openai", "azure"]
 USER = [ChatMessage(role="user", content="What is the capital of France?")]
@@ -292,9 +293,7 @@ def _settings(server: FakeOpenAIServer, provider: Provider, **values: Any) -> Se
     else:
         values.update(azure_endpoint=server.azure_endpoint, azure_api_key="k")
         values.setdefault("azure_api_version", "2024-10-21")
-    return Settings(  # type: ignore[call-arg]
-        _env_file=None, llm_provider=provider, llm_model="chat-model", **values
-    )
+    return settings_of(llm_provider=provider, llm_model="chat-model", **values)
 
 
 def test_which_llms_support_response_format(server: FakeOpenAIServer) -> None:

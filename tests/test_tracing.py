@@ -81,7 +81,7 @@ async def test_a_streamed_answer_is_one_trace_request_answer_steps(
 async def test_document_text_only_when_a_debug_setting_asks(
     kb: KnowledgeBase, spans: InMemorySpanExporter
 ) -> None:
-    kb.settings.trace_content = True
+    kb.settings.tracing.content = True
     engine = make_engine(kb, ScriptedLLM([ANSWER]))
     async with asgi_client(engine) as client:
         assert (await client.post("/v1/chat/completions", json=chat_request())).is_success

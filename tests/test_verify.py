@@ -22,6 +22,7 @@ from citeflow.citations.repair import CitationPolicy, check_text
 from citeflow.citations.verify import JudgeVerifier, LexicalVerifier
 from citeflow.errors import ConfigError
 from citeflow.settings import Settings
+from tests.settings_helpers import settings_of
 
 
 class ScriptedLogprobs:
@@ -100,7 +101,7 @@ class ScriptedJudge:
 
 
 def _judged(judge: ScriptedJudge, **policy: float) -> CitationPolicy:
-    return CitationPolicy(judge=judge, **policy)  # type: ignore[arg-type]
+    return CitationPolicy(judge=judge).with_(**policy)
 
 
 async def test_the_judge_moves_a_marker_to_the_source_it_finds_supporting() -> None:
@@ -150,7 +151,7 @@ async def test_a_failing_silent_or_slow_judge_falls_back_to_word_support(
 
 def test_the_policy_picks_the_verifier() -> None:
     assert isinstance(CitationPolicy().verifier(SOURCES), LexicalVerifier)
-    judged = CitationPolicy(judge=ScriptedJudge({}), judge_cut=0.7).verifier(SOURCES)
+    judged = CitationPolicy(judge=ScriptedJudge({})).with_(judge_cut=0.7).verifier(SOURCES)
     assert isinstance(judged, JudgeVerifier) and judged.keep == judged.add == 0.7
 
 
@@ -158,7 +159,7 @@ def test_the_judge_verifies_by_default_for_hosted_llms_only() -> None:
     llm = ScriptedLogprobs({"Yes": 0.0})
 
     def settings(**values: object) -> Settings:
-        return Settings(_env_file=None, **values)  # type: ignore[call-arg, arg-type]
+        return settings_of(**values)
 
     for provider in ("openai", "azure"):
         assert judge_on(settings(llm_provider=provider))

@@ -10,6 +10,7 @@ from llama_index.core.llms import ChatMessage
 from llama_index.core.schema import NodeWithScore
 
 from citeflow.citations.markers import cited_numbers
+from citeflow.citations.repair import CitationPolicy
 from citeflow.errors import (
     CollectionNotFoundError,
     EmptyCollectionError,
@@ -22,8 +23,9 @@ from citeflow.prompts import NOT_COVERED_ANSWER
 from citeflow.query.grading import KeepAllGrader, ScoreGrader
 from citeflow.query.rewriting import QUERY_MAX_TOKENS
 from citeflow.result import CitedResponse
+from citeflow.settings import CitationSettings, RetrievalSettings
 from citeflow.testing.llm import ScriptedLLM
-from citeflow.workflows.citation_query import CitationQueryWorkflow, QueryOptions
+from citeflow.workflows.citation_query import CitationQueryWorkflow
 
 
 class ScriptedGrader:
@@ -41,11 +43,11 @@ class ScriptedGrader:
 
 
 def _workflow(kb: KnowledgeBase, llm: ScriptedLLM, **kw: object) -> CitationQueryWorkflow:
-    options = kw.pop("options", QueryOptions(relevance_threshold=0.2))
+    retrieval = kw.pop("retrieval", RetrievalSettings.defaults(relevance_threshold=0.2))
     return CitationQueryWorkflow(
         retriever=kb.retriever(top_k=3),
         llm=llm,
-        options=options,  # type: ignore[arg-type]
+        retrieval=retrieval,  # type: ignore[arg-type]
         **kw,  # type: ignore[arg-type]
     )
 
@@ -111,8 +113,8 @@ async def test_document_footnotes_are_not_citations(kb: KnowledgeBase) -> None:
 async def test_retry_rewrites_query_and_searches_again(kb: KnowledgeBase) -> None:
     grader = ScriptedGrader(reject=1)
     llm = ScriptedLLM(["Viaweb online store software Yahoo", "Viaweb made store software [1]."])
-    options = QueryOptions(max_rounds=2, relevance_threshold=0.2)
-    handler = _workflow(kb, llm, grader=grader, options=options).run(
+    retrieval = RetrievalSettings.defaults(max_rounds=2, relevance_threshold=0.2)
+    handler = _workflow(kb, llm, grader=grader, retrieval=retrieval).run(
         query="Which startup did he found?"
     )
     stages = [e.stage async for e in handler.stream_events() if isinstance(e, StatusEvent)]
@@ -129,8 +131,8 @@ async def test_retry_rewrites_query_and_searches_again(kb: KnowledgeBase) -> Non
 async def test_all_rounds_fail_answers_from_best_hits(kb: KnowledgeBase) -> None:
     grader = ScriptedGrader(reject=10)
     llm = ScriptedLLM(["ducks ponds", "Ducks live near ponds [1]."])
-    options = QueryOptions(max_rounds=2, relevance_threshold=0.2)
-    workflow = _workflow(kb, llm, grader=grader, options=options)
+    retrieval = RetrievalSettings.defaults(max_rounds=2, relevance_threshold=0.2)
+    workflow = _workflow(kb, llm, grader=grader, retrieval=retrieval)
     result = await workflow.run(query="Where do ducks live?")
     assert result.rounds == 2
     assert not result.grounded
@@ -139,8 +141,8 @@ async def test_all_rounds_fail_answers_from_best_hits(kb: KnowledgeBase) -> None
 
 async def test_all_rounds_fail_can_refuse(kb: KnowledgeBase) -> None:
     llm = ScriptedLLM(["unused keywords"])
-    options = QueryOptions(max_rounds=1, on_no_relevant="refuse")
-    workflow = _workflow(kb, llm, grader=ScriptedGrader(reject=10), options=options)
+    retrieval = RetrievalSettings.defaults(max_rounds=1, on_no_relevant="refuse")
+    workflow = _workflow(kb, llm, grader=ScriptedGrader(reject=10), retrieval=retrieval)
     result = await workflow.run(query="What is the airspeed of a swallow?")
     assert result.response == NOT_COVERED_ANSWER
     assert result.source_nodes == [] and result.cited == []
@@ -223,10 +225,9 @@ async def test_workflow_over_openai_compatible_http(kb: KnowledgeBase) -> None:
 
     with FakeOpenAIServer() as server:
         settings = Settings(
-            _env_file=None,  # type: ignore[call-arg]
-            llm_provider="openai",
-            llm_model="qwen2.5:1.5b",
-            openai_base_url=server.openai_base_url,
+            _env_file=None,
+            llm={"provider": "openai", "model": "qwen2.5:1.5b"},
+            openai={"base_url": server.openai_base_url},
         )
         workflow = _workflow(kb, build_llm(settings, max_retries=0))  # type: ignore[arg-type]
         server.script("Yahoo bought Viaweb in 1998 [1].")
@@ -244,11 +245,11 @@ async def test_workflow_over_openai_compatible_http(kb: KnowledgeBase) -> None:
 async def test_the_options_reach_the_citation_check_and_unsupported_is_reported(
     kb: KnowledgeBase,
 ) -> None:
-    options = QueryOptions(support_keep=0.3, support_threshold=0.6)
+    citations = CitationSettings.defaults(support_keep=0.3, support_threshold=0.6)
     answer = "Yahoo bought Viaweb [1]. Penguins compose symphonies on distant moons [1]."
-    workflow = _workflow(kb, ScriptedLLM([answer]), options=options)
+    workflow = _workflow(kb, ScriptedLLM([answer]), policy=CitationPolicy(citations))
     policy = workflow.synthesizer.policy
-    assert (policy.keep, policy.add) == (0.3, 0.6)
+    assert (policy.settings.support_keep, policy.settings.support_threshold) == (0.3, 0.6)
     result = await workflow.run(query="Who bought Viaweb?")
     assert isinstance(result, CitedResponse)
     assert all(isinstance(node.score, float) for node in result.source_nodes)
@@ -273,15 +274,14 @@ async def test_hosted_judge_verifies_citations_over_http(kb: KnowledgeBase) -> N
     answer = "Yahoo bought Viaweb in 1998 [1]."
     with FakeOpenAIServer() as server:
         settings = Settings(
-            _env_file=None,  # type: ignore[call-arg]
-            llm_provider="openai",
-            llm_model="gpt-4o-mini",
-            openai_base_url=server.openai_base_url,
+            _env_file=None,
+            llm={"provider": "openai", "model": "gpt-4o-mini"},
+            openai={"base_url": server.openai_base_url},
         )
         llm = build_llm(settings, max_retries=0)
         judge = build_judge(settings, llm)
         assert judge is not None  # auto: on for a hosted LLM with log-probabilities
-        workflow = _workflow(kb, llm, judge=judge)  # type: ignore[arg-type]
+        workflow = _workflow(kb, llm, policy=CitationPolicy(judge=judge))  # type: ignore[arg-type]
         for verdict, cited in ((no, False), (yes, True)):
 
             def reply(request: RecordedRequest, verdict: dict[str, float] = verdict) -> Reply:

@@ -4,14 +4,13 @@ from citeflow.errors import CiteflowError
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.result import CitedResponse
 from citeflow.settings import Settings, load_settings
-from citeflow.workflows.citation_query import CitationQueryWorkflow, QueryOptions
+from citeflow.workflows.citation_query import CitationQueryWorkflow
 
 __all__ = [
     "CitationQueryWorkflow",
     "CitedResponse",
     "CiteflowError",
     "KnowledgeBase",
-    "QueryOptions",
     "Settings",
     "load_settings",
 ]

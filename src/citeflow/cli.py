@@ -27,12 +27,12 @@ if TYPE_CHECKING:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    overrides: dict[str, object] = {}
+    store: dict[str, object] = {}
     if getattr(args, "collection", None):
         from citeflow.names import check_collection_name
 
-        overrides["collection"] = check_collection_name(args.collection)
-    return load_settings(**overrides)
+        store["collection"] = check_collection_name(args.collection)
+    return load_settings(store=store)
 
 
 def _say(message: str) -> None:
@@ -54,10 +54,10 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     kb = KnowledgeBase.open(settings=settings)
     try:
         report = kb.ingest(args.paths, prune=args.prune, progress=not args.quiet)
-        _build_index(kb.store, settings.collection, quiet=args.quiet)
+        _build_index(kb.store, settings.store.collection, quiet=args.quiet)
     finally:
         kb.close()
-    print(f"{settings.collection}: {report.summary()}")
+    print(f"{settings.store.collection}: {report.summary()}")
     return 0 if report.files or not report.skipped else 1
 
 
@@ -79,12 +79,12 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     from citeflow.store import Store
 
     settings = load_settings()
-    if settings.qdrant_url:
+    if settings.store.qdrant_url:
         raise CiteflowError(
             "citeflow migrate moves an embedded store; CITEFLOW_QDRANT_URL names a Qdrant "
             "server, which needs no migration"
         )
-    store = Store.open_path(settings.qdrant_path, progress=not args.quiet)
+    store = Store.open_path(settings.store.qdrant_path, progress=not args.quiet)
     try:
         for collection in store.collections():
             _build_index(store, collection, quiet=args.quiet)
@@ -98,11 +98,11 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     from citeflow.store import Store
 
     settings = _settings(args)
-    store = Store.open(settings)
+    store = Store.open(settings.store)
     try:
-        store.require(settings.collection)
-        if not _build_index(store, settings.collection, quiet=False):
-            _say(f"{settings.collection}: nothing to index")
+        store.require(settings.store.collection)
+        if not _build_index(store, settings.store.collection, quiet=False):
+            _say(f"{settings.store.collection}: nothing to index")
     finally:
         store.close()
     return 0
@@ -119,7 +119,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
             removed += kb.prune()
     finally:
         kb.close()
-    print(f"{settings.collection}: {removed} documents removed")
+    print(f"{settings.store.collection}: {removed} documents removed")
     return 0
 
 
@@ -128,12 +128,12 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     from citeflow.store import Store
 
     settings = _settings(args)
-    store = Store.open(settings)
+    store = Store.open(settings.store)
     try:
-        points = store.add_keyword_index(settings.collection, BM25Encoder())
+        points = store.add_keyword_index(settings.store.collection, BM25Encoder())
     finally:
         store.close()
-    print(f"{settings.collection}: {points} chunks with dense and keyword (BM25) vectors")
+    print(f"{settings.store.collection}: {points} chunks with dense and keyword (BM25) vectors")
     return 0
 
 
@@ -141,10 +141,12 @@ def cmd_documents(args: argparse.Namespace) -> int:
     from citeflow.store import Store
 
     settings = _settings(args)
-    store = Store.open(settings)
+    store = Store.open(settings.store)
     try:
-        store.require(settings.collection)
-        for doc in sorted(store.documents(settings.collection).values(), key=lambda d: d.file_path):
+        store.require(settings.store.collection)
+        for doc in sorted(
+            store.documents(settings.store.collection).values(), key=lambda d: d.file_path
+        ):
             line = f"{doc.chunks:5d} chunks  {doc.file_path or doc.doc_id}"
             print(line if doc.complete else f"{line}  {_incomplete(doc, settings)}")
     finally:
@@ -157,14 +159,18 @@ def _incomplete(doc: DocumentRecord, settings: Settings) -> str:
     what = f"INCOMPLETE ({doc.stored} chunks stored, kept out of answers)"
     if not doc.file_path:
         return f"{what}: add the document again"
-    collection = "" if settings.collection == "default" else f" --collection {settings.collection}"
+    collection = (
+        ""
+        if settings.store.collection == "default"
+        else f" --collection {settings.store.collection}"
+    )
     return f"{what}: run `citeflow ingest {shlex.quote(doc.file_path)}{collection}` again"
 
 
 def cmd_collections(args: argparse.Namespace) -> int:
     from citeflow.store import Store
 
-    store = Store.open(_settings(args))
+    store = Store.open(_settings(args).store)
     try:
         for name in store.collections():
             print(f"{name}\t{store.count(name)} chunks")
@@ -203,12 +209,12 @@ async def _ask(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from citeflow.server import serve
 
-    overrides: dict[str, object] = {}
+    server: dict[str, object] = {}
     if args.host:
-        overrides["host"] = args.host
+        server["host"] = args.host
     if args.port:
-        overrides["port"] = args.port
-    settings = load_settings(**overrides)
+        server["port"] = args.port
+    settings = load_settings(server=server)
     _announce(settings)
     serve(settings, insecure_no_auth=args.insecure_no_auth)
     return 0
@@ -225,7 +231,7 @@ def cmd_models_install(args: argparse.Namespace) -> int:
 
 def cmd_models_path(args: argparse.Namespace) -> int:
     settings = load_settings()
-    print(settings.gguf_path)
+    print(settings.local.gguf_path)
     return 0
 
 

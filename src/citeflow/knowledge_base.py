@@ -38,7 +38,7 @@ class KnowledgeBase:
         self.settings = settings
         self.store = store
         self.embed_model = embed_model
-        self.collection = collection or settings.collection
+        self.collection = collection or settings.store.collection
 
     @classmethod
     def open(
@@ -62,7 +62,7 @@ class KnowledgeBase:
         settings = settings or load_settings()
         return cls(
             settings,
-            store=store or Store.open(settings),
+            store=store or Store.open(settings.store),
             embed_model=embed_model or build_embed_model(settings),
             collection=collection,
         )
@@ -87,8 +87,8 @@ class KnowledgeBase:
             self.store,
             self.embed_model,
             collection=self.collection,
-            chunk_size=self.settings.chunk_size,
-            chunk_overlap=self.settings.chunk_overlap,
+            chunk_size=self.settings.chunking.size,
+            chunk_overlap=self.settings.chunking.overlap,
             progress=progress,
         )
 

@@ -30,10 +30,9 @@ from citeflow.api.engine import Engine
 from citeflow.api.exposure import check_bind, docs_enabled
 from citeflow.api.limits import ChatLimits
 from citeflow.api.links import DocumentLinks
-from citeflow.api.options import ServerOptions
 from citeflow.api.throttle import FailedKeys
 from citeflow.errors import ConfigError
-from citeflow.settings import Settings
+from citeflow.settings import EmbeddingSettings, ServerSettings, Settings
 from citeflow.tracing import fastapi_telemetry
 
 log = logging.getLogger("citeflow.server")
@@ -63,12 +62,12 @@ def create_app(engine: Engine) -> FastAPI:
     )
     app.state.engine = engine
     app.state.limits = ChatLimits(
-        engine.options.max_concurrent_chats, engine.options.chats_per_minute
+        engine.settings.server.max_concurrent_chats, engine.settings.server.chats_per_minute
     )
-    app.state.links = DocumentLinks.from_settings(engine.settings)
+    app.state.links = DocumentLinks.from_settings(engine.settings.server)
     app.state.metrics = metrics.Metrics()
     app.state.failed_keys = FailedKeys(
-        engine.settings.auth_max_failures, engine.settings.auth_failure_window
+        engine.settings.server.auth_max_failures, engine.settings.server.auth_failure_window
     )
     errors.install(app)
     docs.install(app)
@@ -78,16 +77,17 @@ def create_app(engine: Engine) -> FastAPI:
     app.include_router(documents.files)
     app.include_router(search.router)
     app.include_router(skills.router)
-    if docs_enabled(engine.settings):
+    if docs_enabled(engine.settings.server):
         app.include_router(docs.router)
-    if engine.settings.metrics:
+    if engine.settings.server.metrics:
         app.include_router(metrics.router)
     app.add_middleware(metrics.MetricsMiddleware, metrics=app.state.metrics)
     app.add_middleware(AccessLog)
-    if engine.settings.cors_origins:  # browsers calling the API: Open WebUI Direct Connections
+    server = engine.settings.server
+    if server.cors_origins:  # browsers calling the API: Open WebUI Direct Connections
         app.add_middleware(
             CORSMiddleware,
-            allow_origins=engine.settings.cors_origins,
+            allow_origins=server.cors_origins,
             allow_methods=["GET", "POST", "DELETE"],
             allow_headers=["Authorization", "Content-Type", "X-Citeflow-Source-List"],
             max_age=600,
@@ -136,7 +136,7 @@ class AccessLog:
             raise
 
 
-def use_embed_threads(settings: Settings) -> None:
+def use_embed_threads(settings: EmbeddingSettings) -> None:
     """Run the local embedder on ``serve_embed_threads`` torch threads (0: torch's default),
     when it runs on torch (ONNX Runtime's threads are set per session, `build_embed_model`).
 
@@ -145,15 +145,11 @@ def use_embed_threads(settings: Settings) -> None:
     question's embedding takes ten times longer. Query embeddings are batched
     (`citeflow.query.batching`), so one thread keeps up.
     """
-    if (
-        settings.embed_provider != "local"
-        or settings.embed_backend != "torch"
-        or not settings.serve_embed_threads
-    ):
+    if settings.provider != "local" or settings.backend != "torch" or not settings.serve_threads:
         return
     import torch
 
-    torch.set_num_threads(settings.serve_embed_threads)
+    torch.set_num_threads(settings.serve_threads)
 
 
 def use_one_blas_thread() -> Any:
@@ -192,7 +188,7 @@ def _installed(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-def loop_and_http(options: ServerOptions) -> tuple[str, str]:
+def loop_and_http(settings: ServerSettings) -> tuple[str, str]:
     """uvicorn's event loop and HTTP implementation: ``auto`` resolved to what is installed.
 
     uvloop and httptools (C) cost a fraction of asyncio's and h11's (pure Python) CPU per
@@ -203,23 +199,23 @@ def loop_and_http(options: ServerOptions) -> tuple[str, str]:
     """
     chosen: list[str] = []
     for asked, fast, slow, field in (
-        (options.loop, "uvloop", "asyncio", "loop"),
-        (options.http, "httptools", "h11", "http"),
+        (settings.uvicorn_loop, "uvloop", "asyncio", "CITEFLOW_UVICORN_LOOP"),
+        (settings.uvicorn_http, "httptools", "h11", "CITEFLOW_UVICORN_HTTP"),
     ):
         if asked == "auto":
             chosen.append(fast if _installed(fast) else slow)
             continue
         if asked == fast and not _installed(fast):
-            raise ConfigError(f"server option {field}={fast!r}, but {fast} is not installed")
+            raise ConfigError(f"{field}={fast}, but {fast} is not installed")
         chosen.append(asked)
     return chosen[0], chosen[1]
 
 
-def uvicorn_config(app: Any, settings: Settings, options: ServerOptions) -> Any:
+def uvicorn_config(app: Any, settings: ServerSettings) -> Any:
     """The `uvicorn.Config` that `serve` runs ``app`` with."""
     import uvicorn
 
-    loop, http = loop_and_http(options)
+    loop, http = loop_and_http(settings)
     return uvicorn.Config(
         app,
         host=settings.host,
@@ -231,10 +227,8 @@ def uvicorn_config(app: Any, settings: Settings, options: ServerOptions) -> Any:
     )
 
 
-def serve(
-    settings: Settings, *, options: ServerOptions | None = None, insecure_no_auth: bool = False
-) -> None:
-    """Build the engine from ``settings`` and serve it on ``settings.host``:``settings.port``.
+def serve(settings: Settings, *, insecure_no_auth: bool = False) -> None:
+    """Build the engine from ``settings`` and serve it on ``CITEFLOW_HOST``:``CITEFLOW_PORT``.
 
     Blocks until the server stops (Ctrl-C); the store is closed on the way out. Without API
     keys, a host other than loopback needs ``insecure_no_auth`` (`citeflow.api.exposure`).
@@ -247,28 +241,28 @@ def serve(
 
     from citeflow.providers.describe import describe_providers
 
-    warning = check_bind(settings, insecure_no_auth=insecure_no_auth)
+    warning = check_bind(settings.server, insecure_no_auth=insecure_no_auth)
     if not logging.getLogger("citeflow").handlers:
         from citeflow import logs
 
         logs.configure("INFO")
     if warning:
         log.warning(warning)
-    use_embed_threads(settings)
+    use_embed_threads(settings.embeddings)
     use_one_blas_thread()
-    engine = Engine.from_settings(settings, options)
+    engine = Engine.from_settings(settings)
     try:
-        config = uvicorn_config(create_app(engine), settings, engine.options)
+        config = uvicorn_config(create_app(engine), settings.server)
         log.info("providers: %s", describe_providers(settings))
         log.info(
             "serving on http://%s:%d/v1 (auth %s; %s, %s)",
-            settings.host,
-            settings.port,
-            f"on, {len(settings.api_keys)} key(s)" if settings.api_keys else "off",
+            settings.server.host,
+            settings.server.port,
+            f"on, {len(settings.server.api_keys)} key(s)" if settings.server.api_keys else "off",
             config.loop,
             config.http,
         )
-        if engine.options.gc_freeze:
+        if settings.server.gc_freeze:
             tune_gc()
         uvicorn.Server(config).run()
     finally:

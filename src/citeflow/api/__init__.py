@@ -3,7 +3,6 @@
 | module | concept |
 | --- | --- |
 | `schemas` | the pydantic models of the OpenAI chat API subset (requests, responses, payloads) |
-| `options` | `ServerOptions`: the server's own limits and defaults |
 | `errors` | the one mapping of errors to OpenAI error bodies and HTTP statuses |
 | `body` | a request's JSON body: parsed, nested at most 64 deep, valid Unicode (else HTTP 400) |
 | `uploads` | uploaded files streamed to disk within the limits, nothing left of a refused one |
@@ -12,7 +11,7 @@
 | `limits` | `ChatLimits`: chat completions in progress and per client per minute (HTTP 429) |
 | `links` | `DocumentLinks`: signed, expiring source links a browser can open without the key |
 | `throttle` | `FailedKeys`: wrong API keys per client address; past a limit, HTTP 429 |
-| `deps` | FastAPI dependencies: the engine, the options, limits, links, bearer-key auth |
+| `deps` | FastAPI dependencies: the engine, its settings, limits, links, bearer-key auth |
 | `exposure` | what may be served where: no keys on a non-loopback host refused; docs on or off |
 | `docs` | the OpenAPI schema (bearer scheme, request bodies) and ``/docs``, ``/redoc`` |
 | `routes` | the endpoints: health, models, chat completions |

@@ -1,4 +1,4 @@
-"""FastAPI dependencies: the engine, its settings and options, limits, links and auth.
+"""FastAPI dependencies: the engine, its settings, limits, links and auth.
 
 Auth is the bearer key (`require_api_key`); wrong keys are counted per client address and
 slowed down past a limit (`citeflow.api.throttle`).
@@ -19,7 +19,6 @@ from citeflow.api.engine import Engine
 from citeflow.api.errors import AuthenticationError
 from citeflow.api.limits import ChatLimits
 from citeflow.api.links import DocumentLinks
-from citeflow.api.options import ServerOptions
 from citeflow.api.throttle import FailedKeys
 from citeflow.settings import Settings
 
@@ -32,10 +31,6 @@ async def get_engine(request: Request) -> Engine:
 
 async def get_settings(engine: Annotated[Engine, Depends(get_engine)]) -> Settings:
     return engine.settings
-
-
-async def get_options(engine: Annotated[Engine, Depends(get_engine)]) -> ServerOptions:
-    return engine.options
 
 
 async def get_limits(request: Request) -> ChatLimits:
@@ -97,7 +92,7 @@ async def require_api_key(
         AuthenticationError: the header is missing, malformed or names no configured key (401).
         AuthThrottledError: a wrong key from an address that sent too many of them (429).
     """
-    if not settings.api_keys:
+    if not settings.server.api_keys:
         return
     token = credentials.credentials if credentials is not None else None
     if token is None:
@@ -105,7 +100,7 @@ async def require_api_key(
             "no API key: send the header 'Authorization: Bearer <key>' with a key from "
             "CITEFLOW_API_KEYS"
         )
-    keys = [key.get_secret_value().encode() for key in settings.api_keys]
+    keys = [key.get_secret_value().encode() for key in settings.server.api_keys]
     if check_key(token, keys):
         return
     client = request.client.host if request.client else "unknown"
@@ -131,7 +126,7 @@ async def require_key_or_link(
         AuthenticationError: no valid key and no signed link (401).
         PermissionDeniedError: a tampered or expired signed link (403).
     """
-    if not settings.api_keys:
+    if not settings.server.api_keys:
         return
     if request.headers.get("authorization") or not sig:
         await require_api_key(request, settings, credentials, failed)
@@ -140,6 +135,5 @@ async def require_key_or_link(
 
 
 EngineDep = Annotated[Engine, Depends(get_engine)]
-OptionsDep = Annotated[ServerOptions, Depends(get_options)]
 LimitsDep = Annotated[ChatLimits, Depends(get_limits)]
 LinksDep = Annotated[DocumentLinks, Depends(get_links)]

@@ -248,7 +248,10 @@ async def upload_documents(name: str, request: Request, engine: EngineDep) -> di
     collection = check_collection_name(name)
     folder = engine.upload_dir(collection)
     received = await receive_files(
-        request, folder, max_file_bytes=engine.options.max_upload_bytes, check_name=_safe_name
+        request,
+        folder,
+        max_file_bytes=engine.settings.server.max_upload_bytes,
+        check_name=_safe_name,
     )
     kept = await asyncio.to_thread(_keep, received, folder)
     names = [item.name for item in received]

@@ -30,7 +30,6 @@ from workflows.events import Event, StopEvent
 from workflows.handler import WorkflowHandler
 
 from citeflow.api.errors import ModelNotFoundError, NotReadyError
-from citeflow.api.options import MODEL_PREFIX, ServerOptions
 from citeflow.errors import CiteflowError, CollectionNotFoundError, EmptyCollectionError
 from citeflow.ingestion.pipeline import IngestReport
 from citeflow.knowledge_base import KnowledgeBase
@@ -40,6 +39,9 @@ from citeflow.store import DocumentRecord, Store
 from citeflow.workflows.citation_query import CitationQueryWorkflow
 
 log = logging.getLogger("citeflow.server")
+
+#: Model ids are ``citeflow-<collection>``.
+MODEL_PREFIX = "citeflow-"
 
 #: Seconds a collection found to hold documents is trusted without asking the store again.
 OPEN_TTL = 5.0
@@ -55,13 +57,11 @@ class Engine:
         store: Store,
         embed_model: BaseEmbedding,
         llm: LLM,
-        options: ServerOptions | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
         self.embed_model = embed_model
         self.llm = llm
-        self.options = options or ServerOptions.from_settings(settings)
         self.started = int(time.time())
         self._workflows: dict[str, CitationQueryWorkflow] = {}
         self._opened: dict[str, tuple[str, float]] = {}  # model -> (collection, checked at)
@@ -69,7 +69,7 @@ class Engine:
         self._ingest_lock = asyncio.Lock()
 
     @classmethod
-    def from_settings(cls, settings: Settings, options: ServerOptions | None = None) -> Engine:
+    def from_settings(cls, settings: Settings) -> Engine:
         """Open the store and build the embedder and the LLM the settings name (blocking).
 
         Raises:
@@ -80,17 +80,17 @@ class Engine:
         from citeflow.providers.llm import build_llm
         from citeflow.query.batching import batch_queries
 
-        store = Store.open(settings)
+        store = Store.open(settings.store)
         try:
             _warn_unindexed(store)
             embed_model = batch_queries(
-                build_embed_model(settings, threads=settings.serve_embed_threads)
+                build_embed_model(settings, threads=settings.embeddings.serve_threads)
             )
             llm = build_llm(settings, aiohttp=True)
         except BaseException:
             store.close()
             raise
-        return cls(settings, store=store, embed_model=embed_model, llm=llm, options=options)
+        return cls(settings, store=store, embed_model=embed_model, llm=llm)
 
     async def aclose(self) -> None:
         """Close what is bound to the server's event loop: the LLM's async SDK client and its
@@ -218,7 +218,7 @@ class Engine:
         if handler.is_done():
             return
         with anyio.CancelScope(shield=True):
-            await handler.cancel_run(timeout=self.options.cancel_timeout)
+            await handler.cancel_run(timeout=self.settings.server.cancel_timeout)
         log.info("run cancelled", extra={"run_id": handler.run_id})
 
     async def events(
@@ -280,7 +280,7 @@ class Engine:
     # --- documents ---------------------------------------------------------------------------
     def upload_dir(self, collection: str) -> Path:
         """Where uploaded files of a collection are kept (they are the documents' originals)."""
-        return self.settings.data_dir / "uploads" / collection
+        return self.settings.store.data_dir / "uploads" / collection
 
     async def ingest_files(self, collection: str, paths: Sequence[Path]) -> IngestReport:
         """Ingest files into a collection through this engine's store (one ingestion at a time).

@@ -14,7 +14,7 @@ from __future__ import annotations
 import ipaddress
 
 from citeflow.errors import ConfigError
-from citeflow.settings import Settings
+from citeflow.settings import ServerSettings
 
 
 def is_loopback(host: str) -> bool:
@@ -29,7 +29,7 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_bind(settings: Settings, *, insecure_no_auth: bool = False) -> str | None:
+def check_bind(settings: ServerSettings, *, insecure_no_auth: bool = False) -> str | None:
     """Refuse to serve without keys on an address others can reach; the warning to log when
     the operator insists (``insecure_no_auth``), else None.
 
@@ -51,7 +51,7 @@ def check_bind(settings: Settings, *, insecure_no_auth: bool = False) -> str | N
     )
 
 
-def docs_enabled(settings: Settings) -> bool:
+def docs_enabled(settings: ServerSettings) -> bool:
     """Whether to serve the API docs: ``CITEFLOW_API_DOCS`` on, off, or auto (loopback only)."""
     if settings.api_docs == "auto":
         return is_loopback(settings.host)

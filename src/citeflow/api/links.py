@@ -25,7 +25,7 @@ from urllib.parse import quote, urlencode
 from itsdangerous import Signer
 
 from citeflow.api.errors import AuthenticationError, PermissionDeniedError
-from citeflow.settings import Settings
+from citeflow.settings import ServerSettings
 
 _DERIVE = b"citeflow source links v1"
 
@@ -64,7 +64,7 @@ class DocumentLinks:
         self.clock = clock
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> DocumentLinks:
+    def from_settings(cls, settings: ServerSettings) -> DocumentLinks:
         """Signed links when the server has API keys, with the configured or a derived key."""
         key: bytes | None = None
         if settings.link_secret is not None and settings.link_secret.get_secret_value():

@@ -34,7 +34,6 @@ from citeflow.api.errors import NotReadyError, PayloadTooLargeError
 from citeflow.api.limits import Slot, client_id
 from citeflow.api.links import DocumentLinks
 from citeflow.api.metrics import Metrics
-from citeflow.api.options import ServerOptions
 from citeflow.api.schemas import (
     ChatCompletion,
     ChatCompletionRequest,
@@ -44,6 +43,7 @@ from citeflow.api.schemas import (
     ModelList,
 )
 from citeflow.api.users import forwarded_user
+from citeflow.settings import ServerSettings
 
 log = logging.getLogger("citeflow.server")
 
@@ -125,7 +125,7 @@ async def read_json(request: Request, limit: int, *, check_strings: bool = True)
 
 
 def wants_source_list(
-    request: Request, chat: ChatCompletionRequest, options: ServerOptions
+    request: Request, chat: ChatCompletionRequest, options: ServerSettings
 ) -> bool:
     """The request field, else the ``X-Citeflow-Source-List`` header, else the server default."""
     if chat.citeflow is not None and chat.citeflow.source_list is not None:
@@ -136,7 +136,7 @@ def wants_source_list(
     return options.source_list
 
 
-def wants_annotations(request: Request, options: ServerOptions) -> bool:
+def wants_annotations(request: Request, options: ServerSettings) -> bool:
     """``url_citation`` annotations: always, never, or (auto) for a browser's request, which
     carries an ``Origin`` header (an Open WebUI Direct Connection: Open WebUI ignores its source
     events but reads annotations)."""
@@ -211,7 +211,7 @@ async def chat_completions(
     HTTP 429 with ``Retry-After``.
     """
     address = request.client.host if request.client else None
-    secret = engine.settings.openwebui_jwt_secret
+    secret = engine.settings.server.openwebui_jwt_secret
     user = forwarded_user(request, secret.get_secret_value() if secret else None)
     if user is not None:
         request.state.user = user.id  # the access log's ``user``
@@ -230,7 +230,7 @@ async def chat_completions(
 
 
 async def _chat(request: Request, engine: Engine, links: DocumentLinks, slot: Slot) -> Response:
-    options = engine.options
+    options = engine.settings.server
     chat = ChatCompletionRequest.model_validate(await read_json(request, options.max_body_bytes))
     conversation = Conversation.from_request(chat, max_chars=options.max_message_chars)
     if conversation.task:

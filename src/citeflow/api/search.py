@@ -19,7 +19,7 @@ the query embedded once and every knowledge base searched with it (`Retriever`, 
 default), the hits of all knowledge bases merged with one chunk text counted once, then graded
 (the workflow's `Grader`); when grading keeps nothing and ``CITEFLOW_MAX_ROUNDS`` allows,
 `reformulate` and search again; when no round keeps anything, the workflow's fallback
-(`QueryOptions.fallback`: the best hits of all rounds, or none with
+(`citeflow.workflows.citation_query.fallback_hits`: the best hits of all rounds, or none with
 ``CITEFLOW_ON_NO_RELEVANT=refuse``). Within a query's list a chunk text appears once (the same
 chunk in two knowledge bases, or found by two rounds); results are sorted by their distance.
 
@@ -29,7 +29,7 @@ Each list is sorted by it: hybrid fusion chooses each knowledge base's k chunks,
 orders the merged list (a fused score is relative to its own search, so it does not compare
 across knowledge bases), and Open WebUI sorts the results it merges by distance anyway.
 
-The budget (``CITEFLOW_SEARCH_TIMEOUT``, `ServerOptions.search_timeout`) bounds the work that
+The budget (``CITEFLOW_SEARCH_TIMEOUT``, `ServerSettings.search_timeout`) bounds the work that
 waits: the rewrite (out of time: the last user message as it is), grading by the LLM, the
 retry rounds. The first search of each query always runs (without it there is nothing to
 answer with). Out of time, a query's answer is the fallback over the hits found so far: a
@@ -58,7 +58,7 @@ from citeflow.api.schemas import Conversation, SearchMetadata, SearchRequest, Se
 from citeflow.api.source_events import source_payload
 from citeflow.citations.sources import Source
 from citeflow.query.rewriting import condense, reformulate
-from citeflow.workflows.citation_query import CitationQueryWorkflow, upstream
+from citeflow.workflows.citation_query import CitationQueryWorkflow, fallback_hits, upstream
 
 log = logging.getLogger("citeflow.server")
 
@@ -100,7 +100,7 @@ async def resolve_collections(engine: Engine, body: SearchRequest) -> list[str]:
         BadRequestError: ``collection_names`` is empty (400).
         UnknownCollectionError: a name (or the default) is no knowledge base (404).
     """
-    default = engine.settings.collection
+    default = engine.settings.store.collection
     names = _names(body, default)
     found = await engine.find_collections(names)
     for index, (name, collection) in enumerate(zip(names, found, strict=True)):
@@ -266,10 +266,10 @@ class Search:
         """One query's rounds (the workflow's retrieve → grade → reformulate), then its answer:
         the relevant hits of the round that found some, else the fallback over all rounds."""
         workflow = self.first
-        options = workflow.options
+        retrieval = workflow.retrieval
         pool: dict[str, Found] = {}
         current = query
-        for round_ in range(1, options.max_rounds + 1):
+        for round_ in range(1, retrieval.max_rounds + 1):
             if round_ > 1:
                 if self._out_of_time():
                     break
@@ -295,7 +295,7 @@ class Search:
                 kept = [by_id[n.node.node_id] for n in relevant if n.node.node_id in by_id]
                 return _best_first(kept)[: self.plan.k]
         by_id = {f.hit.node.node_id: f for f in pool.values()}
-        best = options.fallback(f.hit for f in pool.values())
+        best = fallback_hits((f.hit for f in pool.values()), retrieval)
         return [by_id[n.node.node_id] for n in best][: self.plan.k]
 
 
@@ -365,7 +365,7 @@ def search_response(
 async def search(request: Request, engine: EngineDep, links: LinksDep) -> Any:
     """Chunks of the knowledge bases for each query, graded and best first (see the module
     doc of `citeflow.api.search`)."""
-    options = engine.options
+    options = engine.settings.server
     loop = asyncio.get_running_loop()
     deadline = loop.time() + options.search_timeout
     body = SearchRequest.model_validate(await read_json(request, options.max_body_bytes))

@@ -14,12 +14,12 @@ The embedder is the engine's, the one ingestion and retrieval use: the local mod
 Azure OpenAI (through API Management with its headers, `citeflow.providers.embeddings`).
 
 A bad record is that record's error and the others are embedded: no ``recordId``, no ``data``,
-a ``text`` that is missing, not a string, empty, over `ServerOptions.max_skill_text_chars`
+a ``text`` that is missing, not a string, empty, over `ServerSettings.max_skill_text_chars`
 (32,000 characters) or not valid Unicode, or a text the provider refuses (HTTP 400: e.g. over
 its token limit; the batch is then sent again record by record). It gets ``"data": {}`` and
 ``"errors": [{"message": ...}]``. The whole call is refused (`citeflow.api.errors`) when the body
 is not a JSON object or has no ``values`` list (400), holds more than
-`ServerOptions.max_skill_records` records or bytes than `ServerOptions.max_skill_body_bytes`
+`ServerSettings.max_skill_records` records or bytes than `ServerSettings.max_skill_body_bytes`
 (413), and when the provider fails: its HTTP 429 is passed on as 429 with ``Retry-After``, any
 other failure is a 502 (Azure's indexer retries both).
 
@@ -52,13 +52,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from citeflow.api.deps import EngineDep, require_api_key
 from citeflow.api.docs import json_body
 from citeflow.api.errors import BadRequestError, PayloadTooLargeError
-from citeflow.api.options import ServerOptions
 from citeflow.api.routes import read_json, unless_disconnected
 from citeflow.api.schemas import ErrorResponse
 from citeflow.errors import CiteflowError, UpstreamError, UpstreamRateLimitError
 from citeflow.providers.embeddings import embeds_remotely
 from citeflow.providers.llm import as_upstream_error
 from citeflow.query.batching import is_async_native
+from citeflow.settings import ServerSettings
 
 log = logging.getLogger("citeflow.server")
 
@@ -214,7 +214,7 @@ def read_record(value: Any, max_chars: int) -> Record:
     return Record(record_id, data["text"])
 
 
-def read_records(body: dict[str, Any], options: ServerOptions) -> list[Record]:
+def read_records(body: dict[str, Any], options: ServerSettings) -> list[Record]:
     """The records of a call, each checked.
 
     Raises:
@@ -480,7 +480,7 @@ async def skill_embeddings(
     embedded; over 1,000 records is HTTP 413; the provider's rate limit is HTTP 429 with
     ``Retry-After``.
     """
-    options = engine.options
+    options = engine.settings.server
     try:
         body = await read_json(request, options.max_skill_body_bytes, check_strings=False)
     except PayloadTooLargeError as exc:

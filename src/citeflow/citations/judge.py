@@ -36,7 +36,6 @@ if TYPE_CHECKING:
     from citeflow.settings import Settings
 
 __all__ = [
-    "DEFAULT_CUT",
     "Judge",
     "LLMJudge",
     "TokenLogprobs",
@@ -47,9 +46,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-#: the P(Yes) under which the judge takes a citation away (``CITEFLOW_CITATION_JUDGE_CUT``)
-DEFAULT_CUT = 0.5
 
 
 @runtime_checkable
@@ -119,9 +115,9 @@ class Judge(Protocol):
 def judge_on(settings: Settings) -> bool:
     """Whether the settings ask for the citation judge (``CITEFLOW_CITATION_JUDGE`` on, or auto
     on a hosted LLM; never without the repair)."""
-    if settings.citation_judge == "off" or not settings.repair_citations:
+    if settings.citations.judge == "off" or not settings.citations.repair:
         return False
-    return settings.citation_judge == "on" or settings.llm_provider != "local"
+    return settings.citations.judge == "on" or settings.llm.provider != "local"
 
 
 def build_judge(settings: Settings, llm: object) -> LLMJudge | None:
@@ -134,7 +130,7 @@ def build_judge(settings: Settings, llm: object) -> LLMJudge | None:
     if not judge_on(settings):
         return None
     if not isinstance(llm, TokenLogprobs):
-        if settings.citation_judge == "on":
+        if settings.citations.judge == "on":
             from citeflow.errors import ConfigError
 
             raise ConfigError(

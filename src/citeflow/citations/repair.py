@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
 from citeflow.citations.markers import find_markers, render, renumber, strip_markers
@@ -33,6 +33,7 @@ from citeflow.citations.stream import SentenceStream
 from citeflow.citations.support import LexicalSupport, Support
 from citeflow.citations.text import content_terms, frame_denies, statement_of
 from citeflow.citations.verify import CitationVerifier, JudgeVerifier, LexicalVerifier
+from citeflow.settings import CitationSettings
 
 if TYPE_CHECKING:
     from citeflow.citations.judge import Judge
@@ -81,38 +82,43 @@ def citation_actions(citations: Sequence[Citation], raw_text: str) -> dict[str, 
 
 @dataclass(frozen=True, slots=True)
 class CitationPolicy:
-    """How citations are checked: the settings the workflow and every re-check share.
+    """How citations are checked: the citation settings with what only a run knows, and the
+    measured margins the workflow and every re-check share.
 
-    ``keep`` (``CITEFLOW_SUPPORT_KEEP``) and ``add`` (``CITEFLOW_SUPPORT_THRESHOLD``): the word
-    support at which the model's own marker stays, and at which a marker is moved or added;
-    ``relative``: the share of the best source's support the model's marker needs to stay;
-    ``decision_relative``: the same for a bare decision ("Yes [1].", "The answer is no [2].");
-    ``judge`` with ``judge_cut`` (``CITEFLOW_CITATION_JUDGE``, ``..._CUT``): the LLM judge as the
-    verifier instead of word support; ``enabled`` (``CITEFLOW_REPAIR_CITATIONS``): off, the
-    model's markers are only validated (numbers that name no source are dropped).
+    ``settings``: ``support_keep`` and ``support_threshold``, the word support at which the
+    model's own marker stays and at which a marker is moved or added; ``judge_cut``; ``repair``
+    (off: the model's markers are only validated, numbers that name no source dropped).
+    ``judge``: the LLM judge as the verifier instead of word support, each call given
+    ``judge_timeout`` seconds (``CITEFLOW_LLM_TIMEOUT``). ``relative``: the share of the best
+    source's support the model's marker needs to stay; ``decision_relative``: the same for a
+    bare decision ("Yes [1].", "The answer is no [2].").
     """
 
-    keep: float = 0.2
-    add: float = 0.55
+    settings: CitationSettings = field(default_factory=CitationSettings.defaults)
+    judge: Judge | None = None
+    judge_timeout: float = 30.0
     relative: float = 0.8
     decision_relative: float = 0.65
-    enabled: bool = True
-    judge: Judge | None = None
-    judge_cut: float = 0.5
-    judge_timeout: float = 30.0
 
     def with_(self, **changes: object) -> CitationPolicy:
-        """The same policy with some settings changed (a sweep, a re-check)."""
-        return replace(self, **changes)  # type: ignore[arg-type]
+        """The same policy with some values changed, the settings' (``support_keep``...) or its
+        own (``relative``...): a sweep, a re-check."""
+        fields = CitationSettings.model_fields
+        settings = {name: value for name, value in changes.items() if name in fields}
+        own = {name: value for name, value in changes.items() if name not in fields}
+        updated = self.settings.model_copy(update=settings)
+        return replace(self, settings=updated, **own)  # type: ignore[arg-type]
 
     def verifier(self, texts: Sequence[str], question: str | None = None) -> CitationVerifier:
         """The verifier of one answer whose sources are ``texts`` (Source 1 first)."""
         support = LexicalSupport(texts, question=question)
         if self.judge is not None:
             return JudgeVerifier(
-                support, self.judge, cut=self.judge_cut, timeout=self.judge_timeout
+                support, self.judge, cut=self.settings.judge_cut, timeout=self.judge_timeout
             )
-        return LexicalVerifier(support, keep=self.keep, add=self.add)
+        return LexicalVerifier(
+            support, keep=self.settings.support_keep, add=self.settings.support_threshold
+        )
 
     def checker(self, texts: Sequence[str], question: str | None = None) -> CitationChecker:
         """The checker of one answer whose sources are ``texts``."""
@@ -121,7 +127,7 @@ class CitationPolicy:
             len(texts),
             relative=self.relative,
             decision_relative=self.decision_relative,
-            enabled=self.enabled,
+            enabled=self.settings.repair,
             question=question,
         )
 

@@ -58,7 +58,6 @@ GENERATION_SETTINGS = (
     "relevance_coverage",
     "max_rounds",
     "on_no_relevant",
-    "fallback_nodes",
     "citation_chunk_size",
     "citation_chunk_overlap",
     "max_sources",
@@ -162,6 +161,7 @@ def generation_facts(settings: Settings, *, index_key: str, llm: str) -> dict[st
     that change what the model sees."""
     from citeflow import prompts
     from citeflow.citations.sources import SELECTION_VERSION
+    from citeflow.settings import RetrievalSettings, values_by_variable
     from citeflow.workflows.citation_query import citation_mode_of
 
     mode = citation_mode_of(settings)
@@ -171,7 +171,11 @@ def generation_facts(settings: Settings, *, index_key: str, llm: str) -> dict[st
         for k, v in sorted(vars(prompts).items())
         if k.isupper() and (structured or not k.startswith("CITATION_JSON_"))
     ]
-    dumped = settings.model_dump(mode="json")
+    dumped = {
+        name.removeprefix("CITEFLOW_").lower(): value
+        for name, value in values_by_variable(settings).items()
+    }
+    fallback = settings.retrieval.fallback_chunks
     return {
         "format": RECORD_FORMAT,
         "index": index_key,
@@ -180,6 +184,11 @@ def generation_facts(settings: Settings, *, index_key: str, llm: str) -> dict[st
         "prompts": hashlib.sha256("\0".join(texts).encode()).hexdigest()[:16],
         "settings": {k: dumped[k] for k in GENERATION_SETTINGS if k in dumped},
         **({"citation_mode": mode} if mode != "markers" else {}),
+        **(
+            {"fallback_chunks": fallback}
+            if fallback != RetrievalSettings.model_fields["fallback_chunks"].default
+            else {}
+        ),
     }
 
 
@@ -252,10 +261,10 @@ def answers_section(
     import asyncio
 
     from citeflow.citations.judge import build_judge, judge_on
+    from citeflow.citations.repair import CitationPolicy
     from citeflow.evaluation.runner import corpus_index, index_key_of
     from citeflow.evaluation.scoring import score_all, table
     from citeflow.providers.llm import build_llm, describe_llm
-    from citeflow.workflows.citation_query import QueryOptions
 
     settings = context.settings
     name = describe_llm(settings) if llm is None else type(llm).__name__
@@ -285,7 +294,7 @@ def answers_section(
             answer_all(dataset, ids, cache, workflow, template=template, progress=context.progress)
         )
         judge = build_judge(settings, model()) if judge_on(settings) else None
-        policy = QueryOptions.from_settings(settings).citation_policy(judge)
+        policy = CitationPolicy(settings.citations, judge=judge, judge_timeout=settings.llm.timeout)
         rechecked = asyncio.run(recheck_all(records, policy))
     finally:
         for built in owned:

@@ -190,8 +190,8 @@ def _run(
     from citeflow.evaluation.dense import default_cache_dir
     from citeflow.evaluation.runner import RETRIEVERS, EvalContext, evaluate_retrieval
 
-    size = args.chunk_size or settings.chunk_size
-    overlap = args.chunk_overlap if args.chunk_overlap is not None else settings.chunk_overlap
+    size = args.chunk_size or settings.chunking.size
+    overlap = args.chunk_overlap if args.chunk_overlap is not None else settings.chunking.overlap
     if not 0 <= overlap < size:
         raise InvalidRequestError(
             f"--chunk-overlap ({overlap}) must be at least 0 and below --chunk-size ({size})"

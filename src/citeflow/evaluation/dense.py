@@ -24,7 +24,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,7 @@ from citeflow.errors import StoreLockedError
 from citeflow.evaluation.dataset import BeirDataset
 from citeflow.ingestion.pipeline import file_hash
 from citeflow.knowledge_base import KnowledgeBase
-from citeflow.query.retrieval import Retriever, SearchOptions
+from citeflow.query.retrieval import Retriever
 from citeflow.settings import RetrievalMode, Settings
 from citeflow.store import Store
 
@@ -160,10 +160,10 @@ class DenseIndex:
             StoreLockedError: another process has this index open.
         """
         started = time.perf_counter()
-        base = settings or Settings(_env_file=None)  # type: ignore[call-arg]
-        size = chunk_size if chunk_size is not None else base.chunk_size
-        overlap = chunk_overlap if chunk_overlap is not None else base.chunk_overlap
-        settings = base.model_copy(update={"chunk_size": size, "chunk_overlap": overlap})
+        base = settings or Settings(_env_file=None)
+        size = chunk_size if chunk_size is not None else base.chunking.size
+        overlap = chunk_overlap if chunk_overlap is not None else base.chunking.overlap
+        settings = base.updated(chunking={"size": size, "overlap": overlap})
         key, facts = index_key(dataset, embedder=embedder, chunk_size=size, chunk_overlap=overlap)
         directory = Path(cache_dir).expanduser() / f"{dataset.name}-{key}"
         directory.mkdir(parents=True, exist_ok=True)
@@ -226,13 +226,9 @@ class DenseIndex:
         ``feedback_chunks``, ``feedback_weight``), with at least as many candidates per side as
         chunks fetched.
         """
-        options = replace(SearchOptions.from_settings(self.kb.settings), mode=mode)
+        options = self.kb.settings.retrieval.model_copy(update={"mode": mode})
         retriever = Retriever(
-            self.kb.store,
-            self.kb.embed_model,
-            collection=COLLECTION,
-            top_k=self.kb.settings.top_k,
-            options=options,
+            self.kb.store, self.kb.embed_model, collection=COLLECTION, settings=options
         )
         info = {**asdict(self.info), "mode": mode}
         if mode == "hybrid":

@@ -324,8 +324,10 @@ def index_key_of(dataset: BeirDataset, context: EvalContext) -> str:
         from citeflow.providers.embeddings import describe_embeddings
 
         name = describe_embeddings(settings)
-    size = context.chunk_size or settings.chunk_size
-    overlap = context.chunk_overlap if context.chunk_overlap is not None else settings.chunk_overlap
+    size = context.chunk_size or settings.chunking.size
+    overlap = (
+        context.chunk_overlap if context.chunk_overlap is not None else settings.chunking.overlap
+    )
     key, _ = index_key(dataset, embedder=name, chunk_size=size, chunk_overlap=overlap)
     return key
 

@@ -19,10 +19,10 @@ def describe_providers(settings: Settings) -> str:
     Example: ``LLM: local llama.cpp qwen2.5-coder-1.5b-instruct-q4_k_m.gguf · embeddings: local
     all-MiniLM-L6-v2 · store: embedded Qdrant at /home/me/.local/share/citeflow/qdrant``.
     """
-    if settings.qdrant_url and settings.qdrant_url.strip():
-        store = f"Qdrant server at {safe_url(settings.qdrant_url.strip())}"
+    if settings.store.qdrant_url and settings.store.qdrant_url.strip():
+        store = f"Qdrant server at {safe_url(settings.store.qdrant_url.strip())}"
     else:
-        store = f"embedded Qdrant at {settings.qdrant_path}"
+        store = f"embedded Qdrant at {settings.store.qdrant_path}"
     return (
         f"LLM: {describe_llm(settings)} · embeddings: {describe_embeddings(settings)}"
         f" · store: {store}"

@@ -69,9 +69,13 @@ REMOTE_EMBED_BATCH_SIZE = 64
 def embed_batch_size(settings: Settings) -> int:
     """Texts per embed call: the setting, else 16 for the local embedder (faster on CPU than 64:
     1.2x on SciFact's first 600 abstracts, see `Settings.embed_batch_size`), 64 for an API."""
-    if settings.embed_batch_size is not None:
-        return settings.embed_batch_size
-    return LOCAL_EMBED_BATCH_SIZE if settings.embed_provider == "local" else REMOTE_EMBED_BATCH_SIZE
+    if settings.embeddings.batch_size is not None:
+        return settings.embeddings.batch_size
+    return (
+        LOCAL_EMBED_BATCH_SIZE
+        if settings.embeddings.provider == "local"
+        else REMOTE_EMBED_BATCH_SIZE
+    )
 
 
 def _no_retry(func: _F) -> _F:
@@ -124,20 +128,20 @@ class CompatAzureOpenAIEmbedding(AzureOpenAIEmbedding):
 def build_embed_model(
     settings: Settings, *, max_retries: int = DEFAULT_MAX_RETRIES, threads: int = 0
 ) -> BaseEmbedding:
-    """Build the embedding model for ``settings.embed_provider``.
+    """Build the embedding model for ``settings.embeddings.provider``.
 
     Args:
         settings: the settings.
         max_retries: retries of a failed request (openai/azure only); tests use 0.
         threads: CPU threads of the local embedder on ONNX Runtime (0: one per core); the
-            server uses ``CITEFLOW_SERVE_EMBED_THREADS``. (torch's threads are process-wide:
+            server uses ``CITEFLOW_EMBED_SERVE_THREADS``. (torch's threads are process-wide:
             `citeflow.server.use_embed_threads` sets them.)
 
     Raises:
         ConfigError: a setting is missing or invalid (the message names the variable).
         ModelError: the local model is not installed or cannot be loaded.
     """
-    provider = settings.embed_provider
+    provider = settings.embeddings.provider
     if provider == "local":
         return _build_local(settings, threads)
     if provider == "openai":
@@ -149,7 +153,7 @@ def build_embed_model(
 
 def _local_model_path(settings: Settings) -> Path:
     """Directory of the local sentence-transformers model."""
-    name = settings.embed_model.strip()
+    name = settings.embeddings.model.strip()
     if name.lower() not in _LOCAL_ALIASES:
         path = Path(name).expanduser()
         if (path / "config.json").is_file():
@@ -179,12 +183,12 @@ def _build_local(settings: Settings, threads: int) -> BaseEmbedding:
     # Read by huggingface_hub / transformers at import: set before anything imports them.
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
-    if settings.embed_backend == "onnx":
+    if settings.embeddings.backend == "onnx":
         from citeflow.providers.onnx_embedding import OnnxEmbedding
 
         return OnnxEmbedding(
             model_dir=path,
-            cache_dir=settings.model_dir / "onnx",
+            cache_dir=settings.local.model_dir / "onnx",
             threads=threads,
             embed_batch_size=embed_batch_size(settings),
         )
@@ -213,7 +217,7 @@ def _build_local(settings: Settings, threads: int) -> BaseEmbedding:
 
 
 def _build_openai(settings: Settings, max_retries: int) -> BaseEmbedding:
-    model = settings.embed_model.strip() or DEFAULT_OPENAI_EMBED_MODEL
+    model = settings.embeddings.model.strip() or DEFAULT_OPENAI_EMBED_MODEL
     base_url, key = openai_connection(settings, "CITEFLOW_EMBED_PROVIDER")
     try:
         embed: BaseEmbedding = CompatOpenAIEmbedding(
@@ -223,7 +227,7 @@ def _build_openai(settings: Settings, max_retries: int) -> BaseEmbedding:
             api_key=key,
             api_base=base_url or "https://api.openai.com/v1",
             max_retries=max_retries,
-            timeout=settings.llm_timeout,
+            timeout=settings.llm.timeout,
         )
     except ValueError as exc:
         raise ConfigError(f"CITEFLOW_EMBED_MODEL={model!r}: {first_line(exc)}") from None
@@ -231,7 +235,7 @@ def _build_openai(settings: Settings, max_retries: int) -> BaseEmbedding:
 
 
 def _azure_embed_deployment(settings: Settings) -> str:
-    deployment = settings.azure_embed_deployment.strip() or settings.embed_model.strip()
+    deployment = settings.azure.embed_deployment.strip() or settings.embeddings.model.strip()
     if not deployment:
         raise ConfigError(
             "CITEFLOW_EMBED_PROVIDER=azure needs CITEFLOW_AZURE_EMBED_DEPLOYMENT set to the "
@@ -253,10 +257,10 @@ def _build_azure(settings: Settings, max_retries: int) -> BaseEmbedding:
             api_key=auth.api_key or "",  # replaced by the token when use_azure_ad
             use_azure_ad=auth.use_azure_ad,
             azure_ad_token_provider=auth.token_provider,
-            default_headers=dict(settings.azure_headers) or None,
+            default_headers=dict(settings.azure.headers) or None,
             embed_batch_size=embed_batch_size(settings),
             max_retries=max_retries,
-            timeout=settings.llm_timeout,
+            timeout=settings.llm.timeout,
         )
     except ValueError as exc:
         raise ConfigError(f"Azure OpenAI embeddings: {first_line(exc)}") from None
@@ -271,20 +275,22 @@ def embeds_remotely(model: BaseEmbedding) -> bool:
 
 def describe_embeddings(settings: Settings) -> str:
     """Which embedding model is in use, e.g. ``local all-MiniLM-L6-v2``; no secrets."""
-    provider = settings.embed_provider
+    provider = settings.embeddings.provider
     if provider == "local":
-        name = settings.embed_model.strip()
+        name = settings.embeddings.model.strip()
         if name.lower() in _LOCAL_ALIASES:
             return f"local {LOCAL_EMBED_MODEL}"
         return f"local {Path(name).name}"
     if provider == "openai":
-        model = settings.embed_model.strip() or DEFAULT_OPENAI_EMBED_MODEL
-        if settings.openai_base_url and settings.openai_base_url.strip():
-            return f"openai-compatible {model} at {safe_url(settings.openai_base_url.strip())}"
+        model = settings.embeddings.model.strip() or DEFAULT_OPENAI_EMBED_MODEL
+        if settings.openai.base_url and settings.openai.base_url.strip():
+            return f"openai-compatible {model} at {safe_url(settings.openai.base_url.strip())}"
         return f"openai {model}"
     deployment = (
-        settings.azure_embed_deployment.strip() or settings.embed_model.strip() or "<no deployment>"
+        settings.azure.embed_deployment.strip()
+        or settings.embeddings.model.strip()
+        or "<no deployment>"
     )
-    endpoint = (settings.azure_endpoint or "").strip()
+    endpoint = (settings.azure.endpoint or "").strip()
     where = f" at {safe_url(endpoint)}" if endpoint else ""
     return f"azure deployment {deployment}{where}"

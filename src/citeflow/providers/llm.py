@@ -152,7 +152,7 @@ def azure_auth(settings: Settings, *, purpose: str) -> AzureAuth:
     Raises:
         ConfigError: no credentials, or Entra ID asked for without azure-identity installed.
     """
-    if settings.azure_use_entra_id:
+    if settings.azure.use_entra_id:
         try:
             from azure.identity import DefaultAzureCredential, get_bearer_token_provider
         except ImportError:
@@ -162,13 +162,13 @@ def azure_auth(settings: Settings, *, purpose: str) -> AzureAuth:
             ) from None
         provider = get_bearer_token_provider(DefaultAzureCredential(), AZURE_AD_SCOPE)
         return AzureAuth(None, provider, "Entra ID (DefaultAzureCredential)")
-    token = secret_value(settings.azure_ad_token)
+    token = secret_value(settings.azure.ad_token)
     if token:
         return AzureAuth(None, lambda: token, "Entra ID token")
-    key = secret_value(settings.azure_api_key)
+    key = secret_value(settings.azure.api_key)
     if key:
         return AzureAuth(key, None, "API key")
-    header_names = {name.lower() for name in settings.azure_headers}
+    header_names = {name.lower() for name in settings.azure.headers}
     if header_names & {"api-key", "authorization"}:
         # The SDK sends no auth header of its own for this sentinel; the configured one is used.
         return AzureAuth(API_KEY_SENTINEL, None, "CITEFLOW_AZURE_HEADERS")
@@ -433,7 +433,7 @@ class CompatAzureOpenAI(LeanStreamingMixin, AzureOpenAI):
 def build_llm(
     settings: Settings, *, max_retries: int = DEFAULT_MAX_RETRIES, aiohttp: bool = False
 ) -> LLM:
-    """Build the LLM for ``settings.llm_provider``.
+    """Build the LLM for ``settings.llm.provider``.
 
     Args:
         settings: the settings.
@@ -446,7 +446,7 @@ def build_llm(
     Raises:
         ConfigError: a setting is missing or invalid (the message names the variable).
     """
-    provider = settings.llm_provider
+    provider = settings.llm.provider
     if provider == "local":
         from citeflow.providers.local_llm import LocalLlamaCppLLM
 
@@ -465,10 +465,10 @@ def openai_connection(settings: Settings, provider_var: str) -> tuple[str, str]:
 
     A server given by URL may need no key; OpenAI itself does.
     """
-    base_url = settings.openai_base_url.strip() if settings.openai_base_url else ""
+    base_url = settings.openai.base_url.strip() if settings.openai.base_url else ""
     if base_url:
         base_url = require_http_url(base_url, "CITEFLOW_OPENAI_BASE_URL")
-    key = secret_value(settings.openai_api_key)
+    key = secret_value(settings.openai.api_key)
     if not key:
         if not base_url:
             raise ConfigError(
@@ -482,7 +482,7 @@ def openai_connection(settings: Settings, provider_var: str) -> tuple[str, str]:
 def _async_http_client(settings: Settings) -> httpx.AsyncClient:
     from citeflow.providers.aiohttp_transport import aiohttp_client
 
-    return aiohttp_client(settings.llm_timeout)
+    return aiohttp_client(settings.llm.timeout)
 
 
 def _http_kwargs(http_client: httpx.AsyncClient | None) -> dict[str, Any]:
@@ -494,16 +494,16 @@ def _http_kwargs(http_client: httpx.AsyncClient | None) -> dict[str, Any]:
 def _build_openai(
     settings: Settings, max_retries: int, http_client: httpx.AsyncClient | None = None
 ) -> LLM:
-    model = settings.llm_model.strip() or DEFAULT_OPENAI_MODEL
+    model = settings.llm.model.strip() or DEFAULT_OPENAI_MODEL
     base_url, key = openai_connection(settings, "CITEFLOW_LLM_PROVIDER")
     try:
         return CompatOpenAI(
             model=model,
-            temperature=settings.llm_temperature,
-            max_tokens=settings.llm_max_tokens,
+            temperature=settings.llm.temperature,
+            max_tokens=settings.llm.max_tokens,
             api_key=key,
             api_base=base_url or "https://api.openai.com/v1",
-            timeout=settings.llm_timeout,
+            timeout=settings.llm.timeout,
             max_retries=0,  # llama-index's tenacity layer; the SDK retries instead
             client_max_retries=max_retries,
             **_http_kwargs(http_client),
@@ -516,7 +516,7 @@ def _build_azure(
     settings: Settings, max_retries: int, http_client: httpx.AsyncClient | None = None
 ) -> LLM:
     endpoint = require_azure_endpoint(settings, purpose="the LLM")
-    deployment = settings.llm_model.strip()
+    deployment = settings.llm.model.strip()
     if not deployment:
         raise ConfigError(
             "CITEFLOW_LLM_PROVIDER=azure needs CITEFLOW_LLM_MODEL set to the Azure OpenAI "
@@ -527,15 +527,15 @@ def _build_azure(
         llm: LLM = CompatAzureOpenAI(
             model=deployment,
             engine=deployment,
-            temperature=settings.llm_temperature,
-            max_tokens=settings.llm_max_tokens,
+            temperature=settings.llm.temperature,
+            max_tokens=settings.llm.max_tokens,
             azure_endpoint=endpoint,
             api_version=require_azure_api_version(settings),
             api_key=auth.api_key,
             use_azure_ad=auth.use_azure_ad,
             azure_ad_token_provider=auth.token_provider,
-            default_headers=dict(settings.azure_headers) or None,
-            timeout=settings.llm_timeout,
+            default_headers=dict(settings.azure.headers) or None,
+            timeout=settings.llm.timeout,
             max_retries=0,
             client_max_retries=max_retries,
             **_http_kwargs(http_client),
@@ -547,7 +547,7 @@ def _build_azure(
 
 def require_azure_endpoint(settings: Settings, *, purpose: str) -> str:
     """``CITEFLOW_AZURE_ENDPOINT``, checked."""
-    endpoint = (settings.azure_endpoint or "").strip()
+    endpoint = (settings.azure.endpoint or "").strip()
     if not endpoint:
         raise ConfigError(
             f"Azure OpenAI for {purpose} needs CITEFLOW_AZURE_ENDPOINT "
@@ -558,7 +558,7 @@ def require_azure_endpoint(settings: Settings, *, purpose: str) -> str:
 
 def require_azure_api_version(settings: Settings) -> str:
     """``CITEFLOW_AZURE_API_VERSION``, checked."""
-    version = settings.azure_api_version.strip()
+    version = settings.azure.api_version.strip()
     if not version:
         raise ConfigError("CITEFLOW_AZURE_API_VERSION must not be empty (e.g. 2024-10-21)")
     return version
@@ -569,19 +569,19 @@ def require_azure_api_version(settings: Settings) -> str:
 
 def describe_llm(settings: Settings) -> str:
     """Which LLM is in use, e.g. ``openai gpt-4o-mini at http://localhost:11434/v1``; no secrets."""
-    provider = settings.llm_provider
+    provider = settings.llm.provider
     if provider == "local":
-        return f"local llama.cpp {settings.gguf_path.name}"
+        return f"local llama.cpp {settings.local.gguf_path.name}"
     if provider == "openai":
-        model = settings.llm_model.strip() or DEFAULT_OPENAI_MODEL
-        if settings.openai_base_url and settings.openai_base_url.strip():
-            return f"openai-compatible {model} at {safe_url(settings.openai_base_url.strip())}"
+        model = settings.llm.model.strip() or DEFAULT_OPENAI_MODEL
+        if settings.openai.base_url and settings.openai.base_url.strip():
+            return f"openai-compatible {model} at {safe_url(settings.openai.base_url.strip())}"
         return f"openai {model}"
-    deployment = settings.llm_model.strip() or "<no deployment>"
+    deployment = settings.llm.model.strip() or "<no deployment>"
     return f"azure deployment {deployment}{_describe_azure_endpoint(settings)}"
 
 
 def _describe_azure_endpoint(settings: Settings) -> str:
-    endpoint = (settings.azure_endpoint or "").strip()
+    endpoint = (settings.azure.endpoint or "").strip()
     where = f" at {safe_url(endpoint)}" if endpoint else ""
-    return f"{where} (api-version {settings.azure_api_version})"
+    return f"{where} (api-version {settings.azure.api_version})"

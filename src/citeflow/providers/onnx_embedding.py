@@ -4,7 +4,7 @@ torch spends most of a short question's embedding on per-operator overhead: all-
 takes ~10 ms for one question on one CPU thread, ONNX Runtime ~3.5 ms for the same vector, and
 long passages encode ~2.5x faster (``bench/ingest_throughput.py``). The model directory is the
 same sentence-transformers directory the torch backend reads; it is exported to ONNX once (with
-torch, on first use, about a second) into ``CITEFLOW_MODEL_DIR/onnx/`` and reused after that.
+torch, on first use, about a second) into ``CITEFLOW_LOCAL_MODEL_DIR/onnx/`` and reused after that.
 
 Only the shape of all-MiniLM-L6-v2 is supported, which covers the common sentence-transformers
 models: a BERT-like transformer, mean pooling, and optionally L2 normalisation (``modules.json``).

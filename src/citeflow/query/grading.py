@@ -19,7 +19,7 @@ from llama_index.core.schema import MetadataMode, NodeWithScore
 from citeflow.citations.support import QuestionCoverage
 from citeflow.citations.text import term_set
 from citeflow.prompts import GRADE_PROMPT
-from citeflow.settings import Settings
+from citeflow.settings import RetrievalSettings, Settings
 
 #: output cap of a grading call: the reply is a short JSON list of passage numbers
 GRADE_MAX_TOKENS = 96
@@ -63,8 +63,9 @@ class ScoreGrader:
         self.coverage = coverage
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> ScoreGrader:
-        return cls(settings.relevance_threshold, settings.relevance_coverage)
+    def of(cls, retrieval: RetrievalSettings) -> ScoreGrader:
+        """The score grader under ``CITEFLOW_RELEVANCE_THRESHOLD`` and ``..._COVERAGE``."""
+        return cls(retrieval.relevance_threshold, retrieval.relevance_coverage)
 
     async def grade(self, query: str, nodes: Sequence[NodeWithScore]) -> list[NodeWithScore]:
         similar = [(n.score or 0.0) >= self.threshold for n in nodes]
@@ -139,11 +140,11 @@ def parse_relevant(reply: str, count: int) -> list[int]:
 
 def build_grader(settings: Settings, llm: LLM) -> Grader:
     """The grader the settings ask for; ``auto`` is the score grader for the local model."""
-    kind = settings.grader
+    kind = settings.retrieval.grader
     if kind == "auto":
-        kind = "score" if settings.llm_provider == "local" else "llm"
+        kind = "score" if settings.llm.provider == "local" else "llm"
     if kind == "llm":
         return LLMGrader(llm)
     if kind == "score":
-        return ScoreGrader.from_settings(settings)
+        return ScoreGrader.of(settings.retrieval)
     return KeepAllGrader()

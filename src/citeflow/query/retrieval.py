@@ -20,8 +20,8 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import NodeWithScore
 
 from citeflow.bm25 import BM25Encoder
-from citeflow.query.fusion import FusionMode, fuse
-from citeflow.settings import RetrievalMode, Settings
+from citeflow.query.fusion import fuse
+from citeflow.settings import RetrievalMode, RetrievalSettings, Settings
 from citeflow.store import Hits, Store, Vector
 
 
@@ -31,34 +31,6 @@ def _async_native(embed_model: BaseEmbedding) -> bool:
         return True
     names = {cls.__name__ for cls in type(embed_model).__mro__}
     return "OpenAIEmbedding" in names
-
-
-@dataclass(frozen=True, slots=True)
-class SearchOptions:
-    """How to search: which sides, how to fuse them, how many candidates per side."""
-
-    mode: RetrievalMode = "hybrid"
-    fusion: FusionMode = "relative"
-    dense_weight: float = 0.5
-    rrf_k: int = 60
-    candidates: int = 100
-    """chunks fetched per side before fusion (at least top_k)"""
-    feedback_chunks: int = 3
-    """hybrid: fused top chunks whose mean embedding is added to the query's (0: no feedback)"""
-    feedback_weight: float = 0.5
-    """hybrid: weight of that mean embedding (the query's: 1)"""
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> SearchOptions:
-        return cls(
-            mode=settings.retrieval,
-            fusion=settings.fusion,
-            dense_weight=settings.dense_weight,
-            rrf_k=settings.rrf_k,
-            candidates=settings.hybrid_candidates,
-            feedback_chunks=settings.feedback_chunks,
-            feedback_weight=settings.feedback_weight,
-        )
 
 
 @dataclass(slots=True)
@@ -111,15 +83,17 @@ class Retriever:
         embed_model: BaseEmbedding,
         *,
         collection: str,
-        top_k: int,
-        options: SearchOptions | None = None,
+        settings: RetrievalSettings | None = None,
+        top_k: int | None = None,
         encoder: BM25Encoder | None = None,
     ) -> None:
+        """``settings``: how to search (the defaults when omitted); ``top_k``: chunks per
+        search, instead of ``settings.top_k``."""
         self.store = store
         self.embed_model = embed_model
         self.collection = collection
-        self.top_k = top_k
-        self.options = options or SearchOptions()
+        self.settings = settings or RetrievalSettings.defaults()
+        self.top_k = top_k or self.settings.top_k
         self.encoder = encoder or BM25Encoder()
         self._native = _async_native(embed_model)
 
@@ -138,14 +112,14 @@ class Retriever:
         return cls(
             store,
             embed_model,
-            collection=collection or settings.collection,
-            top_k=top_k or settings.top_k,
-            options=SearchOptions.from_settings(settings),
+            collection=collection or settings.store.collection,
+            settings=settings.retrieval,
+            top_k=top_k,
         )
 
     @property
     def mode(self) -> RetrievalMode:
-        return self.options.mode
+        return self.settings.mode
 
     async def embed_query(self, query: str) -> list[float]:
         if self._native:
@@ -154,7 +128,7 @@ class Retriever:
 
     def _fetch(self, top_k: int) -> int:
         if self.mode == "hybrid":
-            return max(top_k, self.options.candidates)
+            return max(top_k, self.settings.candidates)
         return top_k
 
     def _search(self, embedding: list[float] | None, query: str, top_k: int) -> Ranking:
@@ -177,20 +151,20 @@ class Retriever:
         return fuse(
             hits.dense,
             hits.sparse,
-            mode=self.options.fusion,
+            mode=self.settings.fusion,
             top_k=top_k,
-            dense_weight=self.options.dense_weight,
-            rrf_k=self.options.rrf_k,
+            dense_weight=self.settings.dense_weight,
+            rrf_k=self.settings.rrf_k,
         )
 
     def _feeds_back(self, hits: Hits) -> bool:
         """Feedback only from a fused ranking: both sides found something (from the dense
         ranking alone it lowered dense retrieval on SciFact, see `_feedback`)."""
-        options = self.options
+        settings = self.settings
         return (
             self.mode == "hybrid"
-            and options.feedback_chunks > 0
-            and options.feedback_weight > 0
+            and settings.feedback_chunks > 0
+            and settings.feedback_weight > 0
             and bool(hits.dense)
             and bool(hits.sparse)
         )
@@ -209,13 +183,13 @@ class Retriever:
         a ``retrieve`` of the top chunks' vectors (keyword candidates' come with the search) and
         one of the vectors of chosen chunks only the second search found (for their relevance).
         """
-        top = [key for key, _ in self._fuse(hits, self.options.feedback_chunks)]
+        top = [key for key, _ in self._fuse(hits, self.settings.feedback_chunks)]
         vectors = dict(hits.vectors)
         vectors.update(self.store.vectors(self.collection, [k for k in top if k not in vectors]))
         chosen = [vectors[key] for key in top if key in vectors]
         if not chosen:
             return hits
-        moved = _moved_query(embedding, chosen, self.options.feedback_weight)
+        moved = _moved_query(embedding, chosen, self.settings.feedback_weight)
         again = self.store.search(self.collection, dense=moved, limit=fetch)
         return Hits(dense=again.dense, sparse=hits.sparse, vectors=vectors)
 

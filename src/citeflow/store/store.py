@@ -25,7 +25,7 @@ from llama_index.core.vector_stores.utils import node_to_metadata_dict
 
 from citeflow.bm25 import BM25Encoder, SparseVector
 from citeflow.errors import CollectionNotFoundError, EmptyCollectionError
-from citeflow.settings import Settings
+from citeflow.settings import StoreSettings
 from citeflow.store.client import ClientEngine
 from citeflow.store.copying import COPY_BATCH, copy_points, pages
 from citeflow.store.directory import (
@@ -66,7 +66,7 @@ class Store:
         self._warned: set[str] = set()
 
     @classmethod
-    def open(cls, settings: Settings) -> Store:
+    def open(cls, settings: StoreSettings) -> Store:
         """Connect to the configured Qdrant (server by URL, else embedded on disk)."""
         if settings.qdrant_url:
             key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None

@@ -10,8 +10,8 @@ It serves, on a random free port:
 Usage::
 
     with FakeOpenAIServer(replies=["Paris is the capital [1].", Reply.error(500)]) as server:
-        settings = Settings(_env_file=None, llm_provider="openai",
-                            openai_base_url=server.openai_base_url)      # or server.azure_endpoint
+        settings = Settings(_env_file=None, llm={"provider": "openai"},
+                            openai={"base_url": server.openai_base_url})  # or azure_endpoint
         ...
         assert server.requests[-1].headers["authorization"] == "Bearer ..."
 

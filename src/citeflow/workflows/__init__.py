@@ -1,5 +1,5 @@
 """citeflow's workflows."""
 
-from citeflow.workflows.citation_query import CitationQueryWorkflow, QueryOptions
+from citeflow.workflows.citation_query import CitationQueryWorkflow
 
-__all__ = ["CitationQueryWorkflow", "QueryOptions"]
+__all__ = ["CitationQueryWorkflow"]

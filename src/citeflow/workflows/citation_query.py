@@ -25,7 +25,7 @@ from workflows import Context, Workflow, step
 from workflows.events import StopEvent
 from workflows.handler import WorkflowHandler
 
-from citeflow.citations.judge import Judge, build_judge
+from citeflow.citations.judge import build_judge
 from citeflow.citations.repair import CitationPolicy, citation_actions
 from citeflow.citations.sources import make_sources
 from citeflow.errors import CiteflowError, EmptyQueryError
@@ -49,70 +49,9 @@ from citeflow.query.retrieval import Retriever
 from citeflow.query.rewriting import condense, reformulate
 from citeflow.query.synthesis import CitationMode, CitationSynthesizer
 from citeflow.result import CitedResponse
-from citeflow.settings import Settings
+from citeflow.settings import RetrievalSettings, Settings
 from citeflow.store import Store
 from citeflow.tracing import annotate, failed, span, tracer
-
-
-@dataclass(frozen=True)
-class QueryOptions:
-    """The knobs of one workflow (see `Settings` for their meaning)."""
-
-    max_rounds: int = 1
-    on_no_relevant: str = "best"
-    fallback_nodes: int = 3
-    relevance_threshold: float = 0.25
-    relevance_coverage: float = 0.6
-    citation_chunk_size: int = 160
-    citation_chunk_overlap: int = 16
-    max_sources: int = 4
-    context_budget: int = 900
-    support_keep: float = 0.2  # Settings.support_keep
-    support_threshold: float = 0.55  # Settings.support_threshold
-    repair_citations: bool = True
-    citation_mode: CitationMode = "markers"  # Settings.citation_mode, resolved per provider
-    judge_cut: float = 0.5  # Settings.citation_judge_cut
-    judge_timeout: float = 30.0  # Settings.llm_timeout
-    trace_content: bool = False  # Settings.trace_content
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> QueryOptions:
-        return cls(
-            max_rounds=settings.max_rounds,
-            on_no_relevant=settings.on_no_relevant,
-            relevance_threshold=settings.relevance_threshold,
-            relevance_coverage=settings.relevance_coverage,
-            citation_chunk_size=settings.citation_chunk_size,
-            citation_chunk_overlap=settings.citation_chunk_overlap,
-            max_sources=settings.max_sources,
-            context_budget=settings.context_budget,
-            support_keep=settings.support_keep,
-            support_threshold=settings.support_threshold,
-            repair_citations=settings.repair_citations,
-            citation_mode=citation_mode_of(settings),
-            judge_cut=settings.citation_judge_cut,
-            judge_timeout=settings.llm_timeout,
-            trace_content=settings.trace_content,
-        )
-
-    def fallback(self, pool: Iterable[NodeWithScore]) -> list[NodeWithScore]:
-        """What is kept when no round found a relevant hit: the ``fallback_nodes`` best of
-        ``pool`` (``on_no_relevant`` ``best``), or nothing (``refuse``)."""
-        if self.on_no_relevant == "refuse":
-            return []
-        return sorted(pool, key=lambda n: -(n.score or 0.0))[: self.fallback_nodes]
-
-    def citation_policy(self, judge: Judge | None = None) -> CitationPolicy:
-        """How citations are checked under these knobs (``judge``: the LLM judge verifies)."""
-        return CitationPolicy(
-            keep=self.support_keep,
-            add=self.support_threshold,
-            enabled=self.repair_citations,
-            judge=judge,
-            judge_cut=self.judge_cut,
-            judge_timeout=self.judge_timeout,
-        )
-
 
 #: ``CITEFLOW_CITATION_MODE=auto`` per provider. The local model: markers measured best
 #: (structured JSON made it copy sources sentence by sentence until its token limit; evidence
@@ -127,9 +66,19 @@ AUTO_CITATION_MODE: dict[str, CitationMode] = {
 
 def citation_mode_of(settings: Settings) -> CitationMode:
     """The citation mode the settings ask for, ``auto`` resolved for the LLM provider."""
-    if settings.citation_mode == "auto":
-        return AUTO_CITATION_MODE[settings.llm_provider]
-    return settings.citation_mode
+    if settings.citations.mode == "auto":
+        return AUTO_CITATION_MODE[settings.llm.provider]
+    return settings.citations.mode
+
+
+def fallback_hits(
+    pool: Iterable[NodeWithScore], retrieval: RetrievalSettings
+) -> list[NodeWithScore]:
+    """What is kept when no round found a relevant hit: the ``fallback_chunks`` best of ``pool``
+    (``on_no_relevant`` ``best``), or nothing (``refuse``)."""
+    if retrieval.on_no_relevant == "refuse":
+        return []
+    return sorted(pool, key=lambda n: -(n.score or 0.0))[: retrieval.fallback_chunks]
 
 
 @contextmanager
@@ -167,23 +116,29 @@ class CitationQueryWorkflow(Workflow):
         retriever: Retriever,
         llm: LLM,
         grader: Grader | None = None,
-        options: QueryOptions | None = None,
-        judge: Judge | None = None,
+        retrieval: RetrievalSettings | None = None,
+        policy: CitationPolicy | None = None,
+        citation_mode: CitationMode = "markers",
+        trace_content: bool = False,
         timeout: float | None = 600.0,
         **kwargs: Any,
     ) -> None:
+        """``retrieval``: the rounds, grading and fallback (the defaults when omitted);
+        ``policy``: how sources are given and citations checked (its `CitationSettings` and
+        judge); ``citation_mode``: resolved, see `citation_mode_of`; ``trace_content``: spans
+        carry the sources' text and the answer (``CITEFLOW_TRACE_CONTENT``)."""
         super().__init__(timeout=timeout, **kwargs)
         self.retriever = retriever
         self.llm = llm
-        self.options = options or QueryOptions()
-        self.grader = grader or ScoreGrader(
-            self.options.relevance_threshold, self.options.relevance_coverage
-        )
+        self.retrieval = retrieval or RetrievalSettings.defaults()
+        self.policy = policy or CitationPolicy()
+        self.trace_content = trace_content
+        self.grader = grader or ScoreGrader.of(self.retrieval)
         self.synthesizer = CitationSynthesizer(
             llm,
-            context_budget=self.options.context_budget,
-            policy=self.options.citation_policy(judge),
-            mode=self.options.citation_mode,
+            context_budget=self.policy.settings.context_budget,
+            policy=self.policy,
+            mode=citation_mode,
         )
 
     @classmethod
@@ -206,7 +161,7 @@ class CitationQueryWorkflow(Workflow):
             check_collection_name(collection)
         retriever = Retriever.from_settings(
             settings,
-            store or Store.open(settings),
+            store or Store.open(settings.store),
             embed_model or build_embed_model(settings),
             collection=collection,
         )
@@ -216,16 +171,23 @@ class CitationQueryWorkflow(Workflow):
     def from_retriever(
         cls, retriever: Retriever, settings: Settings, llm: LLM | None = None, **kwargs: Any
     ) -> CitationQueryWorkflow:
-        """The workflow over ``retriever``, its LLM (unless given), grader, citation judge,
-        options and timeout from ``settings``."""
+        """The workflow over ``retriever``, its LLM (unless given), grader, citation policy and
+        timeout from ``settings``."""
         llm = llm or build_llm(settings)
+        policy = CitationPolicy(
+            settings.citations,
+            judge=build_judge(settings, llm),
+            judge_timeout=settings.llm.timeout,
+        )
         return cls(
             retriever=retriever,
             llm=llm,
             grader=build_grader(settings, llm),
-            options=QueryOptions.from_settings(settings),
-            judge=build_judge(settings, llm),
-            timeout=settings.workflow_timeout,
+            retrieval=settings.retrieval,
+            policy=policy,
+            citation_mode=citation_mode_of(settings),
+            trace_content=settings.tracing.content,
+            timeout=settings.retrieval.workflow_timeout,
             **kwargs,
         )
 
@@ -319,9 +281,9 @@ class CitationQueryWorkflow(Workflow):
         trace.timed("grade", started)
         if relevant:
             return RelevantNodesEvent(query=query, nodes=relevant, graded_relevant=True)
-        if ev.round < self.options.max_rounds:
+        if ev.round < self.retrieval.max_rounds:
             return RetryEvent(original_query=query, failed_query=ev.query, round=ev.round + 1)
-        best = self.options.fallback(pool.values())
+        best = fallback_hits(pool.values(), self.retrieval)
         return RelevantNodesEvent(query=query, nodes=best, graded_relevant=False)
 
     @step
@@ -346,9 +308,9 @@ class CitationQueryWorkflow(Workflow):
             sources = make_sources(
                 ev.nodes,
                 ev.query,
-                chunk_tokens=self.options.citation_chunk_size,
-                overlap_tokens=self.options.citation_chunk_overlap,
-                max_sources=self.options.max_sources,
+                chunk_tokens=self.policy.settings.chunk_size,
+                overlap_tokens=self.policy.settings.chunk_overlap,
+                max_sources=self.policy.settings.max_sources,
             )
             annotate(current, sources=len(sources))
         trace = await self._trace(ctx)
@@ -389,7 +351,7 @@ class CitationQueryWorkflow(Workflow):
                         ).items()
                     },
                 )
-                if self.options.trace_content:
+                if self.trace_content:
                     annotate(
                         current,
                         answer=synthesis.text,
