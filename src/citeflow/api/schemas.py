@@ -335,7 +335,7 @@ class SearchResponse(BaseModel):
     )
 
 
-# --- Open WebUI event payloads (streamed as plain dicts by `citeflow.api.wire`) -------------------
+# --- Open WebUI event payloads (streamed by `citeflow.api.chat_stream`) -------------------
 class SourceRef(TypedDict, total=False):
     id: str
     name: str
@@ -358,9 +358,3 @@ class SourceData(TypedDict):
     metadata: list[SourceMetadata]
     distances: list[float]
 
-
-class StatusData(TypedDict):
-    """``event.data`` of a ``status`` event."""
-
-    description: str
-    done: bool

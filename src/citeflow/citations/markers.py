@@ -62,18 +62,8 @@ _FUNCTION = (
     "|this|these|it|its|be|been|being|such|also"
 )
 _AFTER_FUNCTION = re.compile(rf"\b(?:{_FUNCTION}|between)[ \t]*$", re.I)  # "(1) or (2)."
-_TIDY = (
-    (re.compile(r"\[[ \t]*[,;]?[ \t]*\]|\([ \t]*[,;]?[ \t]*\)|【[ \t]*】"), ""),  # emptied brackets
-    (re.compile(r"[ \t]+([.,;:!?])"), r"\1"),  # no space before punctuation
-    # a clause of function words left at a sentence's end: "1971, which is." -> "1971."
-    (re.compile(rf",(?:[ \t]+(?:{_FUNCTION}))+[ \t]*(?=[.!?](?:\s|$))", re.I), ""),
-    (re.compile(r"[,;:]+(?=[.!?](?:\s|$))"), ""),  # "first,." -> "first."
-    (re.compile(r"([.!?][\"'”’)\]])[.]"), r"\1"),  # 'photography."' + '.' -> 'photography."'
-    (re.compile(r"(?<![.])\.\.(?![.])"), "."),  # doubled full stop (an ellipsis stays)
-    (re.compile(r"([,;])[,;]+"), r"\1"),
-    (re.compile(r"[ \t]+(?=\n)"), ""),  # trailing spaces before a line break
-    (re.compile(r"(?<=\S)[ \t]{2,}"), " "),  # double spaces (indentation stays)
-)
+_SPACE_BEFORE_PUNCTUATION = re.compile(r"[ \t]+([.,;:!?])")
+_DOUBLE_SPACE = re.compile(r"(?<=\S)[ \t]{2,}")  # indentation stays
 # where a marker was removed: the text before it (``left``) and after it
 _DANGLING = re.compile(rf"[ \t]*[,;:]+(?:[ \t]+(?:{_FUNCTION}))*[ \t]*\Z", re.I)
 _STOPPED = re.compile(r"[.!?][\"'”’)\]]*\Z")
@@ -138,14 +128,6 @@ def cited_numbers(text: str) -> list[int]:
         for n in marker.numbers:
             seen.setdefault(n, None)
     return list(seen)
-
-
-def tidy(text: str) -> str:
-    """Fix, anywhere in ``text``, what removed markers typically leave behind (the rewriting
-    functions make these fixes only where they removed a marker)."""
-    for pattern, replacement in _TIDY:
-        text = pattern.sub(replacement, text)
-    return text
 
 
 def render(numbers: Iterable[int]) -> str:
@@ -229,5 +211,5 @@ def renumber(text: str, mapping: dict[int, int]) -> str:
 def strip_footnotes(text: str) -> str:
     """Remove bracketed numbers that belong to a document (footnotes) before prompting; only
     the spacing they leave is fixed (a document's own wording is not touched)."""
-    text = _TIDY[1][0].sub(_TIDY[1][1], _FOOTNOTE_RE.sub("", text))
-    return _TIDY[-1][0].sub(_TIDY[-1][1], text)
+    text = _SPACE_BEFORE_PUNCTUATION.sub(r"\1", _FOOTNOTE_RE.sub("", text))
+    return _DOUBLE_SPACE.sub(" ", text)

@@ -12,7 +12,6 @@ thread so the event loop never blocks.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -115,10 +114,6 @@ class Store:
         """Run one store operation under the store's lock."""
         with self._lock:
             return fn(*args, **kwargs)
-
-    async def acall(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run one store operation in a worker thread."""
-        return await asyncio.to_thread(self.call, fn, *args, **kwargs)
 
     # --- collections -------------------------------------------------------------------------
     def layout(self, collection: str) -> Layout:
