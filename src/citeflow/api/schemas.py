@@ -357,4 +357,3 @@ class SourceData(TypedDict):
     document: list[str]
     metadata: list[SourceMetadata]
     distances: list[float]
-

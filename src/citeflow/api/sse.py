@@ -165,7 +165,7 @@ async def ready_batches(
 
 
 #: how long a status may wait to share a socket write with the next events: each write is a
-#: system call and a wake-up of the client (9% of the server's GIL time at 64 streams, before)
+#: system call and a wake-up of the client (9% of the server's GIL time at 64 streams)
 STATUS_LINGER = 0.02
 
 

@@ -4,10 +4,9 @@ Word support (`citeflow.citations.support`) cannot tell a gold sentence worded u
 from a sentence that shares its words without stating it. An LLM can, even a small one, when it
 is asked one short yes/no question and its answer is read as a probability instead of a word:
 the first reply token's log-probabilities give ``P(Yes) / (P(Yes) + P(No))``
-(`CITATION_JUDGE_PROMPT`). Measured on SciFact's calibration claims with the local 1.5B model,
-this separates correct quotes from the rest far better than word support (ROC AUC 0.83 against
-0.61 over the (claim, source) pairs the word support considers at all), and it also says "No"
-to a quote that contradicts the sentence (see ``bench/citation_judge.py``).
+(`CITATION_JUDGE_PROMPT`). This separates correct quotes from the rest far better than word
+support (`bench/citation_judge.py`: ROC AUC 0.83 against 0.61 with the local 1.5B model), and
+it says "No" to a quote that contradicts the sentence.
 
 The LLM must expose its first token's log-probabilities (`TokenLogprobs`): the in-process
 llama.cpp model does (`LocalLlamaCppLLM.afirst_token_logprobs`), and so do the OpenAI and Azure

@@ -10,16 +10,14 @@ answer, and the next run writes it again instead of taking it as unchanged (each
 records how many chunks its document has, ``chunk_count``). Chunk ids derive from the document and
 its content, so writing it again overwrites what was stored: no duplicate, no chunk lost.
 
-Writing, measured on SciFact with the local embedder (`bench/ingest_throughput.py`):
+Writing (`bench/ingest_throughput.py`):
 
 * chunks are embedded in pools of ``pool`` chunks sorted by length, so that each batch the
-  embedder pads to its longest text holds texts of about one length (ingestion measures 1.02 of
-  the embedder's raw encode of the same texts in their own order);
+  embedder pads to its longest text holds texts of about one length;
 * with a remote embedder (OpenAI, Azure) the previous batch's BM25 vectors and upsert run on a
   writer thread while the next batch's request is out. With the local one they run between
-  batches on the calling thread: the embedder (torch, or ONNX Runtime) already keeps every core
-  busy, and a writer thread holding the GIL made it wait (at batch 64, paired on 2,000
-  abstracts: 0.968 of raw overlapped, 0.971 in series; 0.977 in series with sorted pools).
+  batches on the calling thread: the embedder already keeps every core busy, and a writer
+  thread holding the GIL would make it wait.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ milliseconds, most of it fixed cost per call; a batch of 64 costs little more th
 calls. Under load, one call per request on worker threads also fights the event loop for the GIL
 and the cores. `QueryBatcher` runs the encoder on one thread of its own and hands it every query
 that is waiting: whatever arrived while the previous batch ran is the next batch, so a lone query
-is encoded at once, alone (exactly as before), and a burst of queries is encoded in a few calls.
+is encoded at once, alone, and a burst of queries is encoded in a few calls.
 
 `BatchedQueryEmbedding` wraps an embedding model so that its query embeddings, sync or async, go
 through a batcher; text embeddings (ingestion) go straight to the wrapped model. Its async API
@@ -49,10 +49,8 @@ class QueryBatcher:
 
     Args:
         embed_batch: embeds a list of queries (one vector per query, in order).
-        max_batch: the most queries per call. MiniLM on one CPU thread costs ~13 ms for one
-            question on torch, ~3.6 ms per question in a batch of 16 and no less in a batch of
-            64 (ONNX Runtime: ~3.5 ms alone, ~2.4 ms each in a batch of 16): past 16, bigger
-            batches only make their first questions wait for the last.
+        max_batch: the most queries per call. Past 16, MiniLM on one CPU thread costs no
+            less per question, so bigger batches only make their first questions wait.
         name: the worker thread's name.
 
     The thread starts with the first query and stops at `close`. A failed batch is retried query

@@ -6,13 +6,11 @@
   sum (LlamaIndex's "relative score" fusion). Keeps how much better the best hits are.
 
 ``dense_weight`` in [0, 1] weighs the dense side; the keyword side gets ``1 - dense_weight``.
-A candidate found by one side only gets nothing from the other. (Scoring keyword-only
-candidates by their real cosine instead changes nothing in relative fusion: not being among the
-dense candidates, their cosine is below the lowest dense candidate's, i.e. 0 once normalised.)
+A candidate found by one side only gets nothing from the other (in relative fusion its real
+cosine would be below the lowest dense candidate's, i.e. 0 once normalised, anyway).
 
-Measured on SciFact's 809 train claims (MiniLM + BM25, per side 100 candidates), nDCG@10:
-relative 0.736 at dense_weight 0.4-0.5 vs. RRF 0.722-0.727 (k 10-60); hence the defaults
-(relative, 0.5). Dense alone 0.671, BM25 alone 0.701.
+The defaults (relative, 0.5) rank best on SciFact's train claims (nDCG@10 0.736 against
+RRF's 0.727 at most).
 """
 
 from __future__ import annotations

@@ -176,10 +176,8 @@ class Retriever:
         The unit query embedding plus ``feedback_weight`` × the mean of the top
         ``feedback_chunks`` chunks' unit vectors. The top of the fused ranking is mostly
         relevant, and chunks near it that the query's wording misses come into the dense
-        candidates. SciFact's 809 train claims (MiniLM + BM25, relative fusion): Recall@100
-        0.956 → 0.963, nDCG@10 0.736 → 0.736 with 3 chunks at weight 0.5 (3-5 chunks at 0.4-0.6:
-        0.961-0.964); feedback from the dense ranking alone lowered dense retrieval (nDCG@10
-        0.671 → 0.665), hence hybrid only. Costs a second dense search; on a Qdrant server also
+        candidates (SciFact: Recall@100 0.956 → 0.963). Hybrid only: feedback from the dense
+        ranking alone lowered dense retrieval. Costs a second dense search; on a Qdrant server also
         a ``retrieve`` of the top chunks' vectors (keyword candidates' come with the search) and
         one of the vectors of chosen chunks only the second search found (for their relevance).
         """

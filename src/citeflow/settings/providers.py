@@ -81,9 +81,8 @@ class EmbeddingSettings(SettingsGroup):
         default="local", description="Embeddings: local (all-MiniLM-L6-v2) | openai | azure."
     )
     model: str = Field(default="", description="Embedding model or deployment name.")
-    # The local embedder encoded SciFact's chunks faster in batches of 16 than of 64 on the 2-core
-    # development machine (1.2x on the first 600 abstracts; less padding, smaller activations);
-    # an API wants fewer calls.
+    # The local embedder is faster in batches of 16 than of 64 (less padding, smaller
+    # activations); an API wants fewer calls.
     batch_size: int | None = Field(
         default=None,
         ge=1,

@@ -167,10 +167,7 @@ class CitationSettings(SettingsGroup):
         validation_alias="CITEFLOW_REPAIR_CITATIONS",
         description="Check [N] against sources; move, drop or add markers.",
     )
-    # Chosen on HotpotQA alone by bench/citation_settings.py's fixed rule (among the settings
-    # meeting the perfect-model targets, the highest min(answers cited, document precision) of
-    # the local model's first 40 answers), reported on PubMedQA, SciFact and the essay in the
-    # same run: README "Citations: measured", docs/citations.md.
+    # Chosen on HotpotQA by bench/citation_settings.py (docs/citations.md).
     support_keep: float = Field(
         default=0.2,
         ge=0.0,
