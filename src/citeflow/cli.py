@@ -13,6 +13,7 @@ import os
 import shlex
 import sys
 from collections.abc import AsyncIterator, Sequence
+from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -51,12 +52,9 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     _announce(settings)
-    kb = KnowledgeBase.open(settings=settings)
-    try:
+    with closing(KnowledgeBase.open(settings=settings)) as kb:
         report = kb.ingest(args.paths, prune=args.prune, progress=not args.quiet)
         _build_index(kb.store, settings.store.collection, quiet=args.quiet)
-    finally:
-        kb.close()
     print(f"{settings.store.collection}: {report.summary()}")
     return 0 if report.files or not report.skipped else 1
 
@@ -84,13 +82,10 @@ def cmd_migrate(args: argparse.Namespace) -> int:
             "citeflow migrate moves an embedded store; CITEFLOW_QDRANT_URL names a Qdrant "
             "server, which needs no migration"
         )
-    store = Store.open_path(settings.store.qdrant_path, progress=not args.quiet)
-    try:
+    with closing(Store.open_path(settings.store.qdrant_path, progress=not args.quiet)) as store:
         for collection in store.collections():
             _build_index(store, collection, quiet=args.quiet)
             print(f"{collection}: {store.count(collection)} chunks, embedded engine")
-    finally:
-        store.close()
     return 0
 
 
@@ -98,13 +93,10 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     from citeflow.store import Store
 
     settings = _settings(args)
-    store = Store.open(settings.store)
-    try:
+    with closing(Store.open(settings.store)) as store:
         store.require(settings.store.collection)
         if not _build_index(store, settings.store.collection, quiet=False):
             _say(f"{settings.store.collection}: nothing to index")
-    finally:
-        store.close()
     return 0
 
 
@@ -112,13 +104,10 @@ def cmd_delete(args: argparse.Namespace) -> int:
     from citeflow.knowledge_base import KnowledgeBase
 
     settings = _settings(args)
-    kb = KnowledgeBase.open(settings=settings)
-    try:
+    with closing(KnowledgeBase.open(settings=settings)) as kb:
         removed = kb.delete(args.paths) if args.paths else 0
         if args.prune:
             removed += kb.prune()
-    finally:
-        kb.close()
     print(f"{settings.store.collection}: {removed} documents removed")
     return 0
 
@@ -128,11 +117,8 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     from citeflow.store import Store
 
     settings = _settings(args)
-    store = Store.open(settings.store)
-    try:
+    with closing(Store.open(settings.store)) as store:
         points = store.add_keyword_index(settings.store.collection, BM25Encoder())
-    finally:
-        store.close()
     print(f"{settings.store.collection}: {points} chunks with dense and keyword (BM25) vectors")
     return 0
 
@@ -141,16 +127,13 @@ def cmd_documents(args: argparse.Namespace) -> int:
     from citeflow.store import Store
 
     settings = _settings(args)
-    store = Store.open(settings.store)
-    try:
+    with closing(Store.open(settings.store)) as store:
         store.require(settings.store.collection)
         for doc in sorted(
             store.documents(settings.store.collection).values(), key=lambda d: d.file_path
         ):
             line = f"{doc.chunks:5d} chunks  {doc.file_path or doc.doc_id}"
             print(line if doc.complete else f"{line}  {_incomplete(doc, settings)}")
-    finally:
-        store.close()
     return 0
 
 
@@ -170,12 +153,9 @@ def _incomplete(doc: DocumentRecord, settings: Settings) -> str:
 def cmd_collections(args: argparse.Namespace) -> int:
     from citeflow.store import Store
 
-    store = Store.open(_settings(args).store)
-    try:
+    with closing(Store.open(_settings(args).store)) as store:
         for name in store.collections():
             print(f"{name}\t{store.count(name)} chunks")
-    finally:
-        store.close()
     return 0
 
 
