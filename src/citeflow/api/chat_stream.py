@@ -75,11 +75,9 @@ class ChatStream(EventStream[Chunk]):
         include_usage: bool = False,
         prompt_text: str = "",
         annotations: bool = False,
-        completion_id: str | None = None,
-        created: int | None = None,
     ) -> None:
-        self.id = completion_id or f"chatcmpl-{uuid.uuid4().hex}"
-        self.created = created if created is not None else int(time.time())
+        self.id = f"chatcmpl-{uuid.uuid4().hex}"
+        self.created = int(time.time())
         self.model = model
         self.collection = collection
         self.base_url = base_url
@@ -254,13 +252,11 @@ class ChatStream(EventStream[Chunk]):
         return body.model_dump(exclude_unset=True)
 
 
-def plain_completion(
-    text: str, *, model: str, prompt_text: str, completion_id: str | None = None
-) -> dict[str, Any]:
+def plain_completion(text: str, *, model: str, prompt_text: str) -> dict[str, Any]:
     """A ``chat.completion`` body with no sources (Open WebUI task answers)."""
     prompt, completion = count_tokens(prompt_text), count_tokens(text) if text else 0
     body = ChatCompletion(
-        id=completion_id or f"chatcmpl-{uuid.uuid4().hex}",
+        id=f"chatcmpl-{uuid.uuid4().hex}",
         object="chat.completion",
         created=int(time.time()),
         model=model,

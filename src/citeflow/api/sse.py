@@ -178,11 +178,10 @@ async def sse_stream(
     stream: ChatStream,
     *,
     keepalive: float,
-    status_linger: float = STATUS_LINGER,
 ) -> AsyncGenerator[str, None]:
     """The SSE lines of a run: chunks, keep-alives, an error line on failure, ``[DONE]`` last.
 
-    Events other than answer text (statuses, sources) wait up to ``status_linger`` seconds to
+    Events other than answer text (statuses, sources) wait up to `STATUS_LINGER` seconds to
     share a write with the events after them (`ready_batches`); answer text never waits.
 
     ``items`` yields the run's stream events, then its `CitedResponse`; an exception from it
@@ -192,7 +191,7 @@ async def sse_stream(
     """
     lines = sse_lines(stream.before_stream())
     try:
-        batched = ready_batches(items, keepalive, hold=_may_wait, linger=status_linger)
+        batched = ready_batches(items, keepalive, hold=_may_wait, linger=STATUS_LINGER)
         async with contextlib.aclosing(batched) as batches:
             async for batch in batches:
                 if batch is None:

@@ -1,12 +1,12 @@
 """Attribute first: the source sentences that bear on the question, chosen before the answer.
 
 Given the numbered sources, `select_evidence` keeps the sentences that cover the question best
-(`QuestionCoverage`, IDF-weighted over all the sources' sentences), at most ``per_source`` from
-one source and ``limit`` in all. The model is then shown only this
-evidence, under each sentence's source number, so every sentence it writes is drawn from
-evidence whose source is known before the sentence is written, and it cannot copy a source's
-passages that are beside the question. The source numbers and the checked citations still refer
-to the whole numbered sources.
+(`QuestionCoverage`, IDF-weighted over all the sources' sentences), at most
+`EVIDENCE_PER_SOURCE` from one source and `EVIDENCE_LIMIT` in all, each with the sentence that
+follows it. The model is then shown only this evidence, under each sentence's source number, so
+every sentence it writes is drawn from evidence whose source is known before the sentence is
+written, and it cannot copy a source's passages that are beside the question. The source
+numbers and the checked citations still refer to the whole numbered sources.
 """
 
 from __future__ import annotations
@@ -33,14 +33,7 @@ class Evidence:
         return " ".join(source[s:e] for s, e in self.spans)
 
 
-def select_evidence(
-    texts: Sequence[str],
-    question: str,
-    *,
-    limit: int = EVIDENCE_LIMIT,
-    per_source: int = EVIDENCE_PER_SOURCE,
-    following: bool = True,
-) -> list[Evidence]:
+def select_evidence(texts: Sequence[str], question: str) -> list[Evidence]:
     """The evidence of each source that has some, in source order (see the module)."""
     candidates: list[tuple[int, int, tuple[int, int], frozenset[str]]] = []
     for number, text in enumerate(texts, start=1):
@@ -53,21 +46,20 @@ def select_evidence(
     chosen: dict[int, list[tuple[int, int]]] = {}
     taken = 0
     for number, _, span, terms in ranked:
-        if taken >= limit:
+        if taken >= EVIDENCE_LIMIT:
             break
-        if coverage(terms) <= 0 or len(chosen.get(number, [])) >= per_source:
+        if coverage(terms) <= 0 or len(chosen.get(number, [])) >= EVIDENCE_PER_SOURCE:
             continue
         chosen.setdefault(number, []).append(span)
         taken += 1
     if not chosen:  # the question shares no word with any source: show each source's opening
         chosen = {n: [sentence_spans(t)[0]] for n, t in enumerate(texts, start=1) if t.strip()}
-    if following:
-        for number, spans in chosen.items():
-            all_spans = sentence_spans(texts[number - 1])
-            for span in list(spans):
-                i = all_spans.index(span)
-                if i + 1 < len(all_spans) and all_spans[i + 1] not in spans:
-                    spans.append(all_spans[i + 1])
+    for number, spans in chosen.items():
+        all_spans = sentence_spans(texts[number - 1])
+        for span in list(spans):
+            i = all_spans.index(span)
+            if i + 1 < len(all_spans) and all_spans[i + 1] not in spans:
+                spans.append(all_spans[i + 1])
     return [Evidence(n, tuple(sorted(spans))) for n, spans in sorted(chosen.items())]
 
 
