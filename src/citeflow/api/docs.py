@@ -34,12 +34,12 @@ _BODIES: dict[str, type[BaseModel]] = {}
 router = APIRouter(include_in_schema=False, dependencies=[Depends(require_api_key)])
 
 
-def json_body(model: type[BaseModel], *, required: bool = True) -> dict[str, Any]:
+def json_body(model: type[BaseModel]) -> dict[str, Any]:
     """A route's ``openapi_extra`` declaring a JSON request body of ``model`` (documentation
     only: the route still reads and validates the body itself)."""
     _BODIES[model.__name__] = model
     ref = {"$ref": _REF.format(model=model.__name__)}
-    return {"requestBody": {"required": required, "content": {"application/json": {"schema": ref}}}}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": ref}}}}
 
 
 def _add_bodies(schema: dict[str, Any]) -> None:

@@ -194,13 +194,13 @@ class LexicalSupport:
     def texts(self) -> list[str]:
         return list(self._texts)
 
-    def score(self, statement: str, number: int, *, denied: bool = False) -> Support:
-        """Support of ``statement`` by source ``number`` (1-based), with its quote; ``denied``:
-        the statement is what an answer denies ("No, it is not true that X")."""
-        return self._score(self._weighed(statement, denied), number)
+    def score(self, statement: str, number: int) -> Support:
+        """Support of ``statement`` by source ``number`` (1-based), with its quote."""
+        return self._score(self._weighed(statement), number)
 
     def rank(self, statement: str, *, denied: bool = False) -> list[Support]:
-        """Support of ``statement`` by every source, best first (``denied``: see `score`)."""
+        """Support of ``statement`` by every source, best first; ``denied``: the statement is
+        what an answer denies ("No, it is not true that X")."""
         weighed = self._weighed(statement, denied)
         scored = [self._score(weighed, n) for n in range(1, len(self._texts) + 1)]
         return sorted(scored, key=lambda s: (-s.score, s.number))

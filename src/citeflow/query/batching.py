@@ -250,7 +250,7 @@ class BatchedQueryEmbedding(BaseEmbedding):
         return await self._inner.aget_text_embedding_batch(texts)
 
 
-def batch_queries(embed_model: BaseEmbedding, *, max_batch: int = 16) -> BaseEmbedding:
+def batch_queries(embed_model: BaseEmbedding) -> BaseEmbedding:
     """``embed_model`` with batched query embeddings, if it runs in this process.
 
     HTTP embedders (OpenAI, Azure) are returned as they are: their requests already run
@@ -258,4 +258,4 @@ def batch_queries(embed_model: BaseEmbedding, *, max_batch: int = 16) -> BaseEmb
     """
     if is_async_native(embed_model):
         return embed_model
-    return BatchedQueryEmbedding(embed_model, max_batch=max_batch)
+    return BatchedQueryEmbedding(embed_model)

@@ -264,11 +264,9 @@ class Retriever:
         ranking = await self.asearch(query, top_k, embedding=embedding)
         return ranking.scored_by_relevance()
 
-    async def aretrieve_timed(
-        self, query: str, top_k: int | None = None
-    ) -> tuple[list[NodeWithScore], float]:
+    async def aretrieve_timed(self, query: str) -> tuple[list[NodeWithScore], float]:
         """`aretrieve`, plus the seconds spent in the embedder."""
-        ranking = await self.asearch(query, top_k)
+        ranking = await self.asearch(query)
         return ranking.scored_by_relevance(), ranking.embed_seconds
 
     async def check(self) -> int:

@@ -20,12 +20,12 @@ from citeflow.store.records import to_node
 COPY_BATCH = 256
 
 
-def pages(engine: Engine, collection: str, *, page: int = COPY_BATCH) -> Iterator[list[Record]]:
-    """Every point of ``collection`` with its payload and vectors, ``page`` points at a time."""
+def pages(engine: Engine, collection: str) -> Iterator[list[Record]]:
+    """Every point of ``collection`` with its payload and vectors, `COPY_BATCH` at a time."""
     batch: list[Record] = []
-    for record in engine.scroll(collection, None, True, vectors=True, page=page):
+    for record in engine.scroll(collection, None, True, vectors=True, page=COPY_BATCH):
         batch.append(record)
-        if len(batch) == page:
+        if len(batch) == COPY_BATCH:
             yield batch
             batch = []
     if batch:

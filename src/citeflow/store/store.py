@@ -26,7 +26,7 @@ from citeflow.bm25 import BM25Encoder, SparseVector
 from citeflow.errors import CollectionNotFoundError, EmptyCollectionError
 from citeflow.settings import StoreSettings
 from citeflow.store.client import ClientEngine
-from citeflow.store.copying import COPY_BATCH, copy_points, pages
+from citeflow.store.copying import copy_points, pages
 from citeflow.store.directory import (
     DirectoryLock,
     full_disk_guard,
@@ -269,10 +269,10 @@ class Store:
         found = self.call(self.engine.retrieve, collection, ids, payload=True, dense=False)
         return {r.id: to_node(r.id, r.payload) for r in found}
 
-    def points(self, collection: str, *, page: int = COPY_BATCH) -> Iterator[list[Record]]:
+    def points(self, collection: str) -> Iterator[list[Record]]:
         """Every point with its payload and vectors, a page at a time (for copies)."""
         with self._lock:
-            yield from pages(self.engine, collection, page=page)
+            yield from pages(self.engine, collection)
 
     def add_keyword_index(self, collection: str, encoder: BM25Encoder) -> int:
         """Give a collection written without BM25 vectors its keyword side; points re-written.
@@ -299,22 +299,11 @@ class Store:
             return self.count(collection)
 
     def copy(
-        self,
-        source: str,
-        target_store: Store,
-        target: str,
-        encoder: BM25Encoder | None,
-        *,
-        on_batch: Callable[[int], None] | None = None,
+        self, source: str, target_store: Store, target: str, encoder: BM25Encoder | None
     ) -> None:
-        """Copy every point of ``source`` into ``target`` of ``target_store`` (hybrid layout,
-        created on the first batch), nothing re-embedded; BM25 vectors computed from the text by
-        ``encoder`` where a point has none. ``on_batch`` hears how many points each batch held.
-        """
+        """`copy_points` from ``source`` into ``target`` of ``target_store``, under both locks."""
         with self._lock, target_store._lock, target_store._disk():
-            copy_points(
-                self.engine, source, target_store.engine, target, encoder, on_batch=on_batch
-            )
+            copy_points(self.engine, source, target_store.engine, target, encoder)
 
     def delete_document(self, collection: str, doc_id: str) -> None:
         """Delete every chunk of one document."""
