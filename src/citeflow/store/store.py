@@ -16,7 +16,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -99,6 +99,13 @@ class Store:
     def _disk(self) -> AbstractContextManager[None]:
         """Around each write: a full disk becomes one clear `StorageFullError`."""
         return full_disk_guard(self.location)
+
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        """Hold this store for a write another store drives (`copy`): its lock, and a full
+        disk turned into `StorageFullError`."""
+        with self._lock, self._disk():
+            yield
 
     @property
     def embedded(self) -> bool:
@@ -316,7 +323,7 @@ class Store:
         created on the first batch), nothing re-embedded; BM25 vectors computed from the text by
         ``encoder`` where a point has none. ``on_batch`` hears how many points each batch held.
         """
-        with self._lock, target_store._lock, target_store._disk():
+        with self._lock, target_store.writing():
             copy_points(
                 self.engine, source, target_store.engine, target, encoder, on_batch=on_batch
             )
