@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -98,6 +98,13 @@ class Store:
     def _disk(self) -> AbstractContextManager[None]:
         """Around each write: a full disk becomes one clear `StorageFullError`."""
         return full_disk_guard(self.location)
+
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        """Hold this store for a write another store drives (`copy`): its lock, and a full
+        disk turned into `StorageFullError`."""
+        with self._lock, self._disk():
+            yield
 
     @property
     def embedded(self) -> bool:
@@ -301,8 +308,9 @@ class Store:
     def copy(
         self, source: str, target_store: Store, target: str, encoder: BM25Encoder | None
     ) -> None:
-        """`copy_points` from ``source`` into ``target`` of ``target_store``, under both locks."""
-        with self._lock, target_store._lock, target_store._disk():
+        """`copy_points` from ``source`` into ``target`` of ``target_store``, under both stores'
+        locks."""
+        with self._lock, target_store.writing():
             copy_points(self.engine, source, target_store.engine, target, encoder)
 
     def delete_document(self, collection: str, doc_id: str) -> None:

@@ -48,4 +48,4 @@ class RecordingEmbedding(HashEmbedding):
         if self.fail_on_batch is not None and len(self.batches) == self.fail_on_batch:
             raise RuntimeError("embedder died")
         self.batches.append(list(texts))
-        return super()._get_text_embeddings(texts)
+        return [self._vector(t) for t in texts]
