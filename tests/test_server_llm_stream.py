@@ -18,7 +18,8 @@ from llama_index.core.llms import ChatMessage, ChatResponse
 from pydantic import Field
 
 from citeflow.errors import UpstreamError
-from citeflow.providers.llm import CompatAzureOpenAI, CompatOpenAI, as_upstream_error, build_llm
+from citeflow.providers.llm import build_llm
+from citeflow.providers.openai_llms import CompatAzureOpenAI, CompatOpenAI
 from citeflow.providers.openai_stream import (
     chat_responses,
     observed,
@@ -26,6 +27,7 @@ from citeflow.providers.openai_stream import (
     stream_text,
     text_deltas,
 )
+from citeflow.providers.upstream_errors import as_upstream_error
 from citeflow.settings import Settings
 from citeflow.testing.llm import ScriptedLLM
 from citeflow.testing.openai_server import FakeOpenAIServer, Reply

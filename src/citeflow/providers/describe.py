@@ -6,8 +6,9 @@ them together with the store's, and shows no secrets.
 
 from __future__ import annotations
 
+from citeflow.providers.connections import safe_url
 from citeflow.providers.embeddings import describe_embeddings
-from citeflow.providers.llm import describe_llm, safe_url
+from citeflow.providers.llm import describe_llm
 from citeflow.settings import Settings
 
 __all__ = ["describe_providers"]

@@ -25,13 +25,14 @@ from llama_index.embeddings.azure_openai import AzureOpenAIEmbedding
 from llama_index.embeddings.openai import OpenAIEmbedding
 
 from citeflow.errors import ConfigError, ModelError, first_line
-from citeflow.providers.llm import (
+from citeflow.providers.connections import (
     DEFAULT_MAX_RETRIES,
     azure_auth,
+    azure_location,
+    describe_openai_model,
     openai_connection,
     require_azure_api_version,
     require_azure_endpoint,
-    safe_url,
 )
 from citeflow.settings import Settings
 
@@ -283,14 +284,10 @@ def describe_embeddings(settings: Settings) -> str:
         return f"local {Path(name).name}"
     if provider == "openai":
         model = settings.embeddings.model.strip() or DEFAULT_OPENAI_EMBED_MODEL
-        if settings.openai.base_url and settings.openai.base_url.strip():
-            return f"openai-compatible {model} at {safe_url(settings.openai.base_url.strip())}"
-        return f"openai {model}"
+        return describe_openai_model(settings, model)
     deployment = (
         settings.azure.embed_deployment.strip()
         or settings.embeddings.model.strip()
         or "<no deployment>"
     )
-    endpoint = (settings.azure.endpoint or "").strip()
-    where = f" at {safe_url(endpoint)}" if endpoint else ""
-    return f"azure deployment {deployment}{where}"
+    return f"azure deployment {deployment}{azure_location(settings)}"
