@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from citeflow.errors import ModelError
-from citeflow.providers import models
+from citeflow.providers import checksums, models
 from citeflow.settings import DEFAULT_LOCAL_MODEL_FILE, Settings
 
 
@@ -92,18 +92,18 @@ def test_existing_dest_is_verified_cheaply(tmp_path: Path, monkeypatch: pytest.M
     def no_hashing(*args: object, **kw: object) -> str:
         raise AssertionError("re-hashed a file whose sidecar matches")
 
-    monkeypatch.setattr(models, "_hash_file", no_hashing)
+    monkeypatch.setattr(checksums, "hash_file", no_hashing)
     assert models.assemble(parts, dest, **kwargs) == dest
     monkeypatch.undo()
 
     hashed: list[Path] = []
-    real_hash = models._hash_file
+    real_hash = checksums.hash_file
 
     def counting(path: Path, **kw: Any) -> str:
         hashed.append(path)
         return real_hash(path, **kw)
 
-    monkeypatch.setattr(models, "_hash_file", counting)
+    monkeypatch.setattr(checksums, "hash_file", counting)
     assert models.assemble(parts, dest, verify=True, **kwargs) == dest
     assert hashed == [dest]
 
