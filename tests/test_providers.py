@@ -24,8 +24,7 @@ from citeflow.errors import ConfigError, UpstreamError
 from citeflow.providers.connections import NO_KEY_PLACEHOLDER
 from citeflow.providers.describe import describe_providers
 from citeflow.providers.embeddings import build_embed_model, describe_embeddings
-from citeflow.providers.llm import DEFAULT_OPENAI_MODEL, build_llm
-from citeflow.providers.openai_llms import DEFAULT_COMPAT_CONTEXT_WINDOW
+from citeflow.providers.llm import DEFAULT_COMPAT_CONTEXT_WINDOW, DEFAULT_OPENAI_MODEL, build_llm
 from citeflow.providers.upstream_errors import as_upstream_error
 from citeflow.settings import Settings
 from citeflow.testing.openai_server import FakeOpenAIServer, Reply, default_reply, fake_embedding

@@ -18,8 +18,7 @@ from llama_index.core.llms import ChatMessage, ChatResponse
 from pydantic import Field
 
 from citeflow.errors import UpstreamError
-from citeflow.providers.llm import build_llm
-from citeflow.providers.openai_llms import CompatAzureOpenAI, CompatOpenAI
+from citeflow.providers.llm import CompatAzureOpenAI, CompatOpenAI, build_llm
 from citeflow.providers.openai_stream import observed, stream_text
 from citeflow.providers.openai_stream_parsing import chat_responses, server_sent_events, text_deltas
 from citeflow.providers.upstream_errors import as_upstream_error

@@ -27,9 +27,8 @@ from citeflow.citations.structured import (
     response_format,
 )
 from citeflow.errors import ModelError
-from citeflow.providers.llm import build_llm
+from citeflow.providers.llm import CompatAzureOpenAI, CompatOpenAI, build_llm
 from citeflow.providers.local_llm import LocalLlamaCppLLM
-from citeflow.providers.openai_llms import CompatAzureOpenAI, CompatOpenAI
 from citeflow.providers.openai_stream import stream_text, supports_response_format
 from citeflow.settings import Settings
 from citeflow.testing.llm import ScriptedLLM

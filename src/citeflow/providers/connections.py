@@ -99,7 +99,6 @@ class AzureAuth:
 
     api_key: str | None
     token_provider: Callable[[], str] | None
-    label: str
 
     @property
     def use_azure_ad(self) -> bool:
@@ -130,17 +129,17 @@ def azure_auth(settings: Settings, *, purpose: str) -> AzureAuth:
                 "pip install azure-identity"
             ) from None
         provider = get_bearer_token_provider(DefaultAzureCredential(), AZURE_AD_SCOPE)
-        return AzureAuth(None, provider, "Entra ID (DefaultAzureCredential)")
+        return AzureAuth(None, provider)
     token = secret_value(settings.azure.ad_token)
     if token:
-        return AzureAuth(None, lambda: token, "Entra ID token")
+        return AzureAuth(None, lambda: token)
     key = secret_value(settings.azure.api_key)
     if key:
-        return AzureAuth(key, None, "API key")
+        return AzureAuth(key, None)
     header_names = {name.lower() for name in settings.azure.headers}
     if header_names & {"api-key", "authorization"}:
         # The SDK sends no auth header of its own for this sentinel; the configured one is used.
-        return AzureAuth(API_KEY_SENTINEL, None, "CITEFLOW_AZURE_HEADERS")
+        return AzureAuth(API_KEY_SENTINEL, None)
     raise ConfigError(
         f"Azure OpenAI for {purpose} needs credentials: set CITEFLOW_AZURE_API_KEY, "
         "CITEFLOW_AZURE_AD_TOKEN or CITEFLOW_AZURE_USE_ENTRA_ID=true "

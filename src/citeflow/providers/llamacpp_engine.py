@@ -50,9 +50,7 @@ class Generation:
     """What one generation produced."""
 
     text: str = ""
-    finish_reason: str | None = None
     raw: dict[str, Any] = field(default_factory=dict)
-    cancelled: bool = False
     logprobs: list[dict[str, Any]] = field(default_factory=list)
     """per generated token, its log-probability and its top alternatives (when asked for)"""
 
@@ -99,7 +97,6 @@ class _Collector:
 
     def _feed(self, chunk: Any) -> bool:
         if self.stop.is_set():
-            self.outcome.cancelled = True
             return True
         if not isinstance(chunk, dict):
             self.error = f"unexpected response from llama.cpp: {str(chunk)[:200]}"
@@ -120,14 +117,54 @@ class _Collector:
             logprobs = choice.get("logprobs")
             if isinstance(logprobs, dict):
                 self.outcome.logprobs.extend(logprobs.get("content") or ())
-            if choice.get("finish_reason"):
-                self.outcome.finish_reason = choice["finish_reason"]
         if "timings" in chunk or "usage" in chunk:
             self.outcome.raw.update({k: v for k, v in chunk.items() if k != "choices"})
-        if self.stop.is_set():
-            self.outcome.cancelled = True
-            return True
-        return False
+        return self.stop.is_set()
+
+
+def _load(
+    model_path: Path, context_window: int, n_batch: int, threads: int, temperature: float
+) -> Any:
+    """A running ``xllamacpp.Server`` with ``model_path`` loaded."""
+    try:
+        import xllamacpp
+    except ImportError:
+        raise ModelError(
+            "the local LLM needs xllamacpp; install it with: pip install 'citeflow[local]'"
+        ) from None
+    params = xllamacpp.CommonParams()
+    params.model.path = str(model_path)
+    params.n_ctx = context_window
+    params.n_parallel = 1  # one slot gets the whole context; the lock serializes anyway
+    params.n_batch = n_batch
+    params.n_ubatch = n_batch
+    params.cpuparams.n_threads = threads
+    params.cpuparams_batch.n_threads = threads
+    params.sampling.temp = temperature
+    params.cache_ram_mib = 1024
+    params.verbosity = 1  # llama.cpp's own stderr log: errors only
+    # The engine also listens on a random 127.0.0.1 port: lock it with a random key.
+    params.api_keys = [secrets.token_urlsafe(32)]
+    params.ui = False
+    params.endpoint_slots = False
+    params.endpoint_metrics = False
+    params.n_threads_http = 1
+    start = time.perf_counter()
+    try:
+        server = xllamacpp.Server(params)
+    except Exception as exc:
+        raise ModelError(
+            f"llama.cpp cannot load {model_path} ({exc}); the file may be corrupt or "
+            "not an LLM GGUF, or memory may be short"
+        ) from None
+    log.info(
+        "loaded %s in %.1f s (n_ctx %d, %d threads)",
+        model_path.name,
+        time.perf_counter() - start,
+        context_window,
+        threads,
+    )
+    return server
 
 
 class LlamaCppEngine:
@@ -149,56 +186,11 @@ class LlamaCppEngine:
         Raises:
             ModelError: xllamacpp is missing or llama.cpp cannot load the file.
         """
-        self.model_path = model_path
-        self.context_window = context_window
-        self.n_batch = n_batch
-        self.threads = threads
         self.name = name
         self.last_stats: dict[str, Any] = {}
         """llama.cpp's timings of the last generation (``prompt_n``, ``prompt_ms``, ...)"""
         self._lock = threading.Lock()
-        self._server: Any = self._load(temperature)
-
-    def _load(self, temperature: float) -> Any:
-        try:
-            import xllamacpp
-        except ImportError:
-            raise ModelError(
-                "the local LLM needs xllamacpp; install it with: pip install 'citeflow[local]'"
-            ) from None
-        params = xllamacpp.CommonParams()
-        params.model.path = str(self.model_path)
-        params.n_ctx = self.context_window
-        params.n_parallel = 1  # one slot gets the whole context; the lock serializes anyway
-        params.n_batch = self.n_batch
-        params.n_ubatch = self.n_batch
-        params.cpuparams.n_threads = self.threads
-        params.cpuparams_batch.n_threads = self.threads
-        params.sampling.temp = temperature
-        params.cache_ram_mib = 1024
-        params.verbosity = 1  # llama.cpp's own stderr log: errors only
-        # The engine also listens on a random 127.0.0.1 port: lock it with a random key.
-        params.api_keys = [secrets.token_urlsafe(32)]
-        params.ui = False
-        params.endpoint_slots = False
-        params.endpoint_metrics = False
-        params.n_threads_http = 1
-        start = time.perf_counter()
-        try:
-            server = xllamacpp.Server(params)
-        except Exception as exc:
-            raise ModelError(
-                f"llama.cpp cannot load {self.model_path} ({exc}); the file may be corrupt or "
-                "not an LLM GGUF, or memory may be short"
-            ) from None
-        log.info(
-            "loaded %s in %.1f s (n_ctx %d, %d threads)",
-            self.model_path.name,
-            time.perf_counter() - start,
-            self.context_window,
-            self.threads,
-        )
-        return server
+        self._server: Any = _load(model_path, context_window, n_batch, threads, temperature)
 
     def close(self) -> None:
         """Free the model; later calls fail with `ModelError`."""
@@ -217,10 +209,10 @@ class LlamaCppEngine:
         stop = stop if stop is not None else threading.Event()
         while not self._lock.acquire(timeout=_LOCK_POLL):
             if stop.is_set():
-                return Generation(cancelled=True)
+                return Generation()
         try:
             if stop.is_set():
-                return Generation(cancelled=True)
+                return Generation()
             server = self._server
             if server is None:
                 raise ModelError(f"the local LLM {self.name} is closed")

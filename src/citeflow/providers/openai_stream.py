@@ -59,16 +59,19 @@ class LeanStreamingMixin:
     """Lean streaming (and `afirst_token_logprobs`) for llama-index's `OpenAI` and `AzureOpenAI`.
 
     Put it first among the bases: ``class CompatOpenAI(LeanStreamingMixin, OpenAI)``. The class
-    provides `sdk_client`: the OpenAI SDK client it also hands llama-index
-    (``async_openai_client``), so both paths share one connection pool, auth and retry policy.
+    sets ``_sdk_client`` (a pydantic private attribute) to the OpenAI SDK client it also hands
+    llama-index (``async_openai_client``), so both paths share one connection pool, auth and
+    retry policy.
     Whatever the lean path does not cover (a listener attached, legacy completions, audio) goes
     to llama-index unchanged.
     """
 
+    _sdk_client: AsyncOpenAI
+
     @property
     def sdk_client(self) -> AsyncOpenAI:
-        """The SDK client the lean requests go through."""
-        raise NotImplementedError
+        """The SDK client the lean requests go through (shared with llama-index)."""
+        return self._sdk_client
 
     async def aclose(self) -> None:
         """Close `sdk_client` (and the HTTP client it was given)."""
