@@ -7,11 +7,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 from tqdm import tqdm
 
-__all__ = ["CHUNK", "hash_file", "progress_bar", "record_checksum", "verified"]
+__all__ = ["hash_files", "progress_bar", "record_checksum", "verified"]
 
 log = logging.getLogger("citeflow.models")
 
@@ -56,14 +58,24 @@ def record_checksum(path: Path, sha256: str) -> None:
         log.warning("cannot record the checksum of %s: %s", path, exc)
 
 
-def hash_file(path: Path, *, progress: bool, desc: str) -> str:
-    """The hex sha256 of ``path``."""
+def hash_files(
+    paths: Sequence[Path], *, progress: bool, desc: str, out: BinaryIO | None = None
+) -> tuple[str, int]:
+    """The hex sha256 and the size of ``paths`` joined in order, written to ``out`` as read."""
     digest = hashlib.sha256()
-    with path.open("rb") as src, progress_bar(path.stat().st_size, desc, progress) as bar:
-        while block := src.read(CHUNK):
-            digest.update(block)
-            bar.update(len(block))
-    return digest.hexdigest()
+    written = 0
+    buffer = bytearray(CHUNK)
+    view = memoryview(buffer)
+    with progress_bar(sum(p.stat().st_size for p in paths), desc, progress) as bar:
+        for path in paths:
+            with path.open("rb") as src:
+                while n := src.readinto(buffer):
+                    digest.update(view[:n])
+                    if out is not None:
+                        out.write(view[:n])
+                    written += n
+                    bar.update(n)
+    return digest.hexdigest(), written
 
 
 def verified(
@@ -79,7 +91,7 @@ def verified(
     if not verify and _recorded_ok(path, expected_sha256, expected_size):
         return True
     log.info("verifying %s", path)
-    digest = hash_file(path, progress=progress, desc=f"verifying {path.name}")
+    digest, _ = hash_files([path], progress=progress, desc=f"verifying {path.name}")
     if digest != expected_sha256.lower():
         return False
     record_checksum(path, digest)

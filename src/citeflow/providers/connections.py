@@ -15,7 +15,6 @@ from citeflow.errors import ConfigError
 from citeflow.settings import Settings
 
 __all__ = [
-    "AZURE_AD_SCOPE",
     "DEFAULT_MAX_RETRIES",
     "NO_KEY_PLACEHOLDER",
     "AzureAuth",
@@ -25,9 +24,7 @@ __all__ = [
     "openai_connection",
     "require_azure_api_version",
     "require_azure_endpoint",
-    "require_http_url",
     "safe_url",
-    "secret_value",
 ]
 
 #: Retries of one request by the OpenAI SDK (so at most three requests per call).
@@ -35,7 +32,7 @@ DEFAULT_MAX_RETRIES = 2
 #: API key sent to an OpenAI-compatible server when none is configured (most ignore it).
 NO_KEY_PLACEHOLDER = "sk-no-key-required"
 #: OAuth scope of Azure OpenAI for Entra ID tokens.
-AZURE_AD_SCOPE = "https://cognitiveservices.azure.com/.default"
+_AZURE_AD_SCOPE = "https://cognitiveservices.azure.com/.default"
 
 
 def safe_url(url: str) -> str:
@@ -54,7 +51,7 @@ def safe_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
 
 
-def require_http_url(value: str, env_var: str) -> str:
+def _require_http_url(value: str, env_var: str) -> str:
     """Return `value` stripped if it is an http(s) URL with a host, else raise `ConfigError`."""
     url = value.strip()
     try:
@@ -67,7 +64,7 @@ def require_http_url(value: str, env_var: str) -> str:
     return url
 
 
-def secret_value(secret: Any) -> str:
+def _secret_value(secret: Any) -> str:
     """The stripped value of an optional `SecretStr` ('' when unset)."""
     if secret is None:
         return ""
@@ -81,8 +78,8 @@ def openai_connection(settings: Settings, provider_var: str) -> tuple[str, str]:
     """
     base_url = settings.openai.base_url.strip() if settings.openai.base_url else ""
     if base_url:
-        base_url = require_http_url(base_url, "CITEFLOW_OPENAI_BASE_URL")
-    key = secret_value(settings.openai.api_key)
+        base_url = _require_http_url(base_url, "CITEFLOW_OPENAI_BASE_URL")
+    key = _secret_value(settings.openai.api_key)
     if not key:
         if not base_url:
             raise ConfigError(
@@ -128,12 +125,12 @@ def azure_auth(settings: Settings, *, purpose: str) -> AzureAuth:
                 "CITEFLOW_AZURE_USE_ENTRA_ID=true needs the azure-identity package: "
                 "pip install azure-identity"
             ) from None
-        provider = get_bearer_token_provider(DefaultAzureCredential(), AZURE_AD_SCOPE)
+        provider = get_bearer_token_provider(DefaultAzureCredential(), _AZURE_AD_SCOPE)
         return AzureAuth(None, provider)
-    token = secret_value(settings.azure.ad_token)
+    token = _secret_value(settings.azure.ad_token)
     if token:
         return AzureAuth(None, lambda: token)
-    key = secret_value(settings.azure.api_key)
+    key = _secret_value(settings.azure.api_key)
     if key:
         return AzureAuth(key, None)
     header_names = {name.lower() for name in settings.azure.headers}
@@ -155,7 +152,7 @@ def require_azure_endpoint(settings: Settings, *, purpose: str) -> str:
             f"Azure OpenAI for {purpose} needs CITEFLOW_AZURE_ENDPOINT "
             "(https://<resource>.openai.azure.com, or your API Management gateway URL)"
         )
-    return require_http_url(endpoint, "CITEFLOW_AZURE_ENDPOINT").rstrip("/")
+    return _require_http_url(endpoint, "CITEFLOW_AZURE_ENDPOINT").rstrip("/")
 
 
 def require_azure_api_version(settings: Settings) -> str:

@@ -1,8 +1,5 @@
-"""One line naming every configured provider (LLM, embeddings, store), for logs and the CLI.
-
-Each provider module describes its own (`describe_llm`, `describe_embeddings`); this line puts
-them together with the store's, and shows no secrets.
-"""
+"""One line naming every configured provider (LLM, embeddings, store), for logs and the CLI;
+each provider module describes its own (`describe_llm`, `describe_embeddings`)."""
 
 from __future__ import annotations
 

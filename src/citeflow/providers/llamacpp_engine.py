@@ -181,11 +181,7 @@ class LlamaCppEngine:
         temperature: float,
         name: str,
     ) -> None:
-        """Load ``model_path``.
-
-        Raises:
-            ModelError: xllamacpp is missing or llama.cpp cannot load the file.
-        """
+        """Load ``model_path``; `ModelError` if xllamacpp is missing or cannot load it."""
         self.name = name
         self.last_stats: dict[str, Any] = {}
         """llama.cpp's timings of the last generation (``prompt_n``, ``prompt_ms``, ...)"""

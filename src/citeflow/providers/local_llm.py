@@ -17,7 +17,6 @@ other); CITEFLOW_LOCAL_THREADS=1 is then the safer choice.
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import AsyncGenerator, Callable, Generator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -45,6 +44,7 @@ from citeflow.providers.llamacpp_engine import (
     default_threads,
 )
 from citeflow.providers.models import check_gguf
+from citeflow.providers.openai_stream_parsing import token_alternatives
 
 if TYPE_CHECKING:
     from citeflow.settings import Settings
@@ -322,13 +322,7 @@ class LocalLlamaCppLLM(CustomLLM):
         outcome = await self._agenerate("chat", request)
         if not outcome.logprobs:
             raise ModelError("local LLM returned no log-probabilities")
-        first = outcome.logprobs[0].get("top_logprobs") or [outcome.logprobs[0]]
-        out: dict[str, float] = {}
-        for alternative in first:
-            token, logprob = str(alternative.get("token", "")), alternative.get("logprob")
-            if isinstance(logprob, int | float):
-                out[token] = max(out.get(token, -math.inf), float(logprob))
-        return out
+        return token_alternatives(outcome.logprobs[0])
 
     @llm_chat_callback()
     async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:

