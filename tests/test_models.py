@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from citeflow.errors import ModelError
-from citeflow.providers import models
+from citeflow.providers import checksums, models
 from citeflow.settings import DEFAULT_LOCAL_MODEL_FILE, Settings
 
 
@@ -89,21 +89,21 @@ def test_existing_dest_is_verified_cheaply(tmp_path: Path, monkeypatch: pytest.M
     for part in parts:  # the parts are no longer needed
         part.unlink()
 
-    def no_hashing(*args: object, **kw: object) -> str:
+    def no_hashing(*args: object, **kw: object) -> tuple[str, int]:
         raise AssertionError("re-hashed a file whose sidecar matches")
 
-    monkeypatch.setattr(models, "_hash_file", no_hashing)
+    monkeypatch.setattr(checksums, "hash_files", no_hashing)
     assert models.assemble(parts, dest, **kwargs) == dest
     monkeypatch.undo()
 
     hashed: list[Path] = []
-    real_hash = models._hash_file
+    real_hash = checksums.hash_files
 
-    def counting(path: Path, **kw: Any) -> str:
-        hashed.append(path)
-        return real_hash(path, **kw)
+    def counting(paths: list[Path], **kw: Any) -> tuple[str, int]:
+        hashed.extend(paths)
+        return real_hash(paths, **kw)
 
-    monkeypatch.setattr(models, "_hash_file", counting)
+    monkeypatch.setattr(checksums, "hash_files", counting)
     assert models.assemble(parts, dest, verify=True, **kwargs) == dest
     assert hashed == [dest]
 

@@ -21,15 +21,11 @@ from pydantic import SecretStr
 
 from citeflow.citations.judge import LLMJudge, TokenLogprobs
 from citeflow.errors import ConfigError, UpstreamError
+from citeflow.providers.connections import NO_KEY_PLACEHOLDER
 from citeflow.providers.describe import describe_providers
 from citeflow.providers.embeddings import build_embed_model, describe_embeddings
-from citeflow.providers.llm import (
-    DEFAULT_COMPAT_CONTEXT_WINDOW,
-    DEFAULT_OPENAI_MODEL,
-    NO_KEY_PLACEHOLDER,
-    as_upstream_error,
-    build_llm,
-)
+from citeflow.providers.llm import DEFAULT_COMPAT_CONTEXT_WINDOW, DEFAULT_OPENAI_MODEL, build_llm
+from citeflow.providers.upstream_errors import as_upstream_error
 from citeflow.settings import Settings
 from citeflow.testing.openai_server import FakeOpenAIServer, Reply, default_reply, fake_embedding
 from tests.settings_helpers import settings_of

@@ -14,7 +14,8 @@ import pytest
 from llama_index.core.llms import ChatMessage
 
 from citeflow.providers.aiohttp_transport import AiohttpTransport, aiohttp_client
-from citeflow.providers.llm import as_upstream_error, build_llm
+from citeflow.providers.llm import build_llm
+from citeflow.providers.upstream_errors import as_upstream_error
 from citeflow.settings import Settings
 from citeflow.testing.openai_server import FakeOpenAIServer, Reply
 from tests.settings_helpers import settings_of

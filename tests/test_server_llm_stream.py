@@ -18,14 +18,10 @@ from llama_index.core.llms import ChatMessage, ChatResponse
 from pydantic import Field
 
 from citeflow.errors import UpstreamError
-from citeflow.providers.llm import CompatAzureOpenAI, CompatOpenAI, as_upstream_error, build_llm
-from citeflow.providers.openai_stream import (
-    chat_responses,
-    observed,
-    server_sent_events,
-    stream_text,
-    text_deltas,
-)
+from citeflow.providers.llm import CompatAzureOpenAI, CompatOpenAI, build_llm
+from citeflow.providers.openai_stream import observed, stream_text
+from citeflow.providers.openai_stream_parsing import chat_responses, server_sent_events, text_deltas
+from citeflow.providers.upstream_errors import as_upstream_error
 from citeflow.settings import Settings
 from citeflow.testing.llm import ScriptedLLM
 from citeflow.testing.openai_server import FakeOpenAIServer, Reply

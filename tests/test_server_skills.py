@@ -20,7 +20,7 @@ from pydantic import Field, SecretStr
 from citeflow.api.engine import Engine
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.providers.embeddings import build_embed_model
-from citeflow.providers.llm import DEFAULT_RETRY_AFTER
+from citeflow.providers.upstream_errors import DEFAULT_RETRY_AFTER
 from citeflow.server import create_app
 from citeflow.testing.embedding import HashEmbedding, RecordingEmbedding
 from citeflow.testing.llm import ScriptedLLM

@@ -16,7 +16,7 @@ import pytest
 
 from citeflow.errors import UpstreamError, UpstreamRateLimitError
 from citeflow.knowledge_base import KnowledgeBase
-from citeflow.providers.llm import DEFAULT_RETRY_AFTER, as_upstream_error, retry_after
+from citeflow.providers.upstream_errors import DEFAULT_RETRY_AFTER, as_upstream_error, retry_after
 from citeflow.testing.openai_server import FakeOpenAIServer, Reply
 from tests.server_helpers import asgi_client, chat_request, events_of, parse_sse, upstream_engine
 

@@ -262,7 +262,7 @@ class Engine:
         The task asks for a JSON object; when the reply is not valid JSON but contains one, that
         object is returned.
         """
-        from citeflow.providers.llm import as_upstream_error
+        from citeflow.providers.upstream_errors import as_upstream_error
 
         try:
             reply = await self.llm.achat(list(messages))

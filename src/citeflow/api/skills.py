@@ -56,7 +56,7 @@ from citeflow.api.routes import read_json, unless_disconnected
 from citeflow.api.schemas import ErrorResponse
 from citeflow.errors import CiteflowError, UpstreamError, UpstreamRateLimitError
 from citeflow.providers.embeddings import embeds_remotely
-from citeflow.providers.llm import as_upstream_error
+from citeflow.providers.upstream_errors import as_upstream_error
 from citeflow.query.batching import is_async_native
 from citeflow.settings import ServerSettings
 

@@ -2,8 +2,8 @@
 
 The OpenAI SDK talks to its ``httpx.AsyncClient``; httpx's own transport (httpcore + h11, pure
 Python) parses every chunk of a streamed answer in Python, and a streamed chat completion is
-tens of chunks. aiohttp's HTTP parser is C: reading and parsing the same stream costs about a
-third of the client's CPU less. `AiohttpTransport` plugs aiohttp under the unchanged httpx and
+tens of chunks. aiohttp's HTTP parser is C, so reading and parsing the same stream costs the
+client much less CPU. `AiohttpTransport` plugs aiohttp under the unchanged httpx and
 SDK layers (auth, headers, retries, error mapping, `LeanStreamingMixin`), so only the socket
 work changes hands::
 
@@ -19,11 +19,7 @@ Why not the SDK's ``openai.DefaultAioHttpClient`` (openai 2.54, httpx-aiohttp 0.
 fast, but it reports a refused connection or a DNS failure as ``APITimeoutError`` (its error map
 takes aiohttp's ``ClientConnectorError`` for a ``ConnectTimeout``; acknowledged in
 openai/openai-python#3594), so a wrong ``CITEFLOW_OPENAI_BASE_URL`` would read "timed out"
-instead of "cannot reach"; and it keeps its first event loop's session. Measured (same runs,
-interleaved, median of 3; ``bench/load_streams.py --concurrency 16 --requests-per-level 48``):
-server CPU per answer 56.9 ms here, 58.1 ms with ``DefaultAioHttpClient``, 72.7 ms with httpx's
-own transport; client CPU per streamed answer through ``AsyncOpenAI`` (median of 5): 4.84 ms,
-4.79 ms, 7.19 ms.
+instead of "cannot reach"; and it keeps its first event loop's session.
 """
 
 from __future__ import annotations

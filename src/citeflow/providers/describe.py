@@ -1,13 +1,11 @@
-"""One line naming every configured provider (LLM, embeddings, store), for logs and the CLI.
-
-Each provider module describes its own (`describe_llm`, `describe_embeddings`); this line puts
-them together with the store's, and shows no secrets.
-"""
+"""One line naming every configured provider (LLM, embeddings, store), for logs and the CLI;
+each provider module describes its own (`describe_llm`, `describe_embeddings`)."""
 
 from __future__ import annotations
 
+from citeflow.providers.connections import safe_url
 from citeflow.providers.embeddings import describe_embeddings
-from citeflow.providers.llm import describe_llm, safe_url
+from citeflow.providers.llm import describe_llm
 from citeflow.settings import Settings
 
 __all__ = ["describe_providers"]

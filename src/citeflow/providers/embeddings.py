@@ -25,13 +25,14 @@ from llama_index.embeddings.azure_openai import AzureOpenAIEmbedding
 from llama_index.embeddings.openai import OpenAIEmbedding
 
 from citeflow.errors import ConfigError, ModelError, first_line
-from citeflow.providers.llm import (
+from citeflow.providers.connections import (
     DEFAULT_MAX_RETRIES,
     azure_auth,
+    azure_location,
+    describe_openai_model,
     openai_connection,
     require_azure_api_version,
     require_azure_endpoint,
-    safe_url,
 )
 from citeflow.settings import Settings
 
@@ -67,8 +68,8 @@ REMOTE_EMBED_BATCH_SIZE = 64
 
 
 def embed_batch_size(settings: Settings) -> int:
-    """Texts per embed call: the setting, else 16 for the local embedder (faster on CPU than 64:
-    1.2x on SciFact's first 600 abstracts, see `Settings.embed_batch_size`), 64 for an API."""
+    """Texts per embed call: the setting, else 16 for the local embedder (faster on CPU than 64,
+    see `Settings.embed_batch_size`), 64 for an API."""
     if settings.embeddings.batch_size is not None:
         return settings.embeddings.batch_size
     return (
@@ -199,12 +200,9 @@ def _build_local(settings: Settings, threads: int) -> BaseEmbedding:
             "the local embedder needs llama-index-embeddings-huggingface and torch: "
             "pip install 'citeflow[local]'"
         ) from None
-    try:  # the weight-loading bar of a 90 MB local model is noise in a CLI
-        from transformers.utils import logging as hf_logging
+    from transformers.utils import logging as hf_logging  # came with TorchEmbedding's import
 
-        hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
-    except ImportError:  # pragma: no cover - transformers comes with the local extra
-        pass
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # a CLI needs no bar
     try:
         model: BaseEmbedding = TorchEmbedding(
             model_dir=str(path),
@@ -283,14 +281,10 @@ def describe_embeddings(settings: Settings) -> str:
         return f"local {Path(name).name}"
     if provider == "openai":
         model = settings.embeddings.model.strip() or DEFAULT_OPENAI_EMBED_MODEL
-        if settings.openai.base_url and settings.openai.base_url.strip():
-            return f"openai-compatible {model} at {safe_url(settings.openai.base_url.strip())}"
-        return f"openai {model}"
+        return describe_openai_model(settings, model)
     deployment = (
         settings.azure.embed_deployment.strip()
         or settings.embeddings.model.strip()
         or "<no deployment>"
     )
-    endpoint = (settings.azure.endpoint or "").strip()
-    where = f" at {safe_url(endpoint)}" if endpoint else ""
-    return f"azure deployment {deployment}{where}"
+    return f"azure deployment {deployment}{azure_location(settings)}"

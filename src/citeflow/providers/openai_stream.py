@@ -1,51 +1,36 @@
-"""A lean streaming chat for the OpenAI and Azure OpenAI LLMs: SSE lines parsed with ``json``.
+"""Lean streaming chats for the OpenAI and Azure OpenAI LLMs (`LeanStreamingMixin`), and the
+helpers that stream any LLM's reply as text (`stream_text`) or ask whether it can follow a JSON
+schema (`supports_response_format`).
 
-llama-index's ``astream_chat`` lets the OpenAI SDK turn every streamed token into a typed
-``ChatCompletionChunk`` (a recursive, reflective model construction) before it builds its own
-``ChatResponse``; at tens of tokens per answer and tens of answers at once, that is most of the
-server's CPU. `LeanStreamingMixin` sends the same request through the same SDK client (auth,
-headers, Azure deployments, retries of the request and the mapping of HTTP errors are unchanged),
-takes the raw response, and parses each ``data:`` line with ``json.loads``. The ``ChatResponse``
-objects it yields are those of llama-index (role, text and reasoning blocks, tool calls, token
-counts, ``thinking_delta``), except that ``raw`` is the chunk's JSON object, not an SDK model.
-An ``{"error": ...}`` event raises `openai.APIError`, as the SDK does.
-
-LlamaIndex's ``astream_chat`` also builds and dispatches an ``LLMChatInProgressEvent`` (a pydantic
-model) for every token, which nothing reads unless an instrumentation handler is attached: 5.6% of
-the server's CPU at 64 streams (``bench/load_streams.py --profile``). When no event handler, legacy
-callback handler or rate limiter is set (`observed`), `LeanStreamingMixin.astream_chat` streams
-as above; with one, LlamaIndex's own ``astream_chat`` runs, and every event is sent as before.
-
-Only public APIs: the OpenAI SDK client is the LLM class's own (`LeanStreamingMixin.sdk_client`),
-the request body is built from the LLM's public settings as llama-index builds it.
+`LeanStreamingMixin` sends llama-index's request through the LLM's own OpenAI SDK client (auth,
+headers, Azure deployments, retries and the mapping of HTTP errors are the SDK's), takes the raw
+response and parses it with `citeflow.providers.openai_stream_parsing`, much cheaper per token
+than the SDK's typed chunks. LlamaIndex's ``astream_chat`` also builds and dispatches an
+``LLMChatInProgressEvent`` per token, which nothing reads unless a listener is attached; so when
+no event handler, legacy callback handler or rate limiter is set (`observed`), the lean path
+runs, and otherwise llama-index's own ``astream_chat`` does and every event is sent.
 """
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import httpx
-from llama_index.core.base.llms.types import (
-    ChatMessage,
-    ChatResponse,
-    ChatResponseAsyncGen,
-    ContentBlock,
-    MessageRole,
-    TextBlock,
-    ThinkingBlock,
-    ToolCallBlock,
-)
+from llama_index.core.base.llms.types import ChatMessage, ChatResponseAsyncGen
 from llama_index.core.instrumentation.event_handlers import NullEventHandler
 from llama_index.core.llms.callbacks import dispatcher as llm_dispatcher
 from llama_index.llms.openai import OpenAI
 from llama_index.llms.openai.base import llm_retry_decorator
-from llama_index.llms.openai.utils import O1_MODELS, to_openai_message_dicts, update_tool_calls
-from openai import APIError, AsyncOpenAI, AsyncStream, RequestOptions
+from llama_index.llms.openai.utils import O1_MODELS, to_openai_message_dicts
+from openai import AsyncOpenAI, AsyncStream, RequestOptions
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
-from openai.types.chat.chat_completion_chunk import ChoiceDelta, ChoiceDeltaToolCall
+
+from citeflow.providers.openai_stream_parsing import (
+    chat_responses,
+    text_deltas,
+    token_alternatives,
+)
 
 #: the SDK's per-request options among ``create``'s arguments, and their names in ``post``'s
 _REQUEST_OPTIONS = {
@@ -55,15 +40,7 @@ _REQUEST_OPTIONS = {
     "timeout": "timeout",
 }
 
-__all__ = [
-    "LeanStreamingMixin",
-    "chat_responses",
-    "observed",
-    "server_sent_events",
-    "stream_text",
-    "supports_response_format",
-    "text_deltas",
-]
+__all__ = ["LeanStreamingMixin", "observed", "stream_text", "supports_response_format"]
 
 
 def observed(llm: Any) -> bool:
@@ -81,163 +58,23 @@ def observed(llm: Any) -> bool:
     return getattr(llm, "rate_limiter", None) is not None
 
 
-async def server_sent_events(lines: AsyncIterator[str]) -> AsyncIterator[tuple[str | None, str]]:
-    """``(event, data)`` of each server-sent event in ``lines`` (comments and ids skipped)."""
-    event: str | None = None
-    data: list[str] = []
-    async for line in lines:
-        if not line:
-            if data:
-                yield event, "\n".join(data)
-            event, data = None, []
-            continue
-        if line.startswith(":"):
-            continue
-        name, _, value = line.partition(":")
-        value = value.removeprefix(" ")
-        if name == "data":
-            data.append(value)
-        elif name == "event":
-            event = value
-    if data:
-        yield event, "\n".join(data)
-
-
-def _stream_error(data: Any, request: httpx.Request) -> APIError | None:
-    if not isinstance(data, dict) or not data.get("error"):
-        return None
-    error = data["error"]
-    message = error.get("message") if isinstance(error, dict) else None
-    if not isinstance(message, str) or not message:
-        message = "An error occurred during streaming"
-    return APIError(message=message, request=request, body=error)
-
-
-def _reasoning(delta: dict[str, Any]) -> str:
-    for key in ("reasoning_content", "reasoning"):
-        value = delta.get(key)
-        if isinstance(value, str):
-            return value
-    return ""
-
-
-def _token_counts(chunk: dict[str, Any]) -> dict[str, Any]:
-    usage = chunk.get("usage")
-    if not isinstance(usage, dict):
-        return {}
-    return {
-        "prompt_tokens": usage.get("prompt_tokens", 0),
-        "completion_tokens": usage.get("completion_tokens", 0),
-        "total_tokens": usage.get("total_tokens", 0),
-    }
-
-
-async def _chunks(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
-    """The JSON objects of a streamed chat completion, up to ``[DONE]``; an error event raises."""
-    async for _, text in server_sent_events(response.aiter_lines()):
-        if text.startswith("[DONE]"):
-            return
-        chunk = json.loads(text)
-        if (error := _stream_error(chunk, response.request)) is not None:
-            raise error
-        if isinstance(chunk, dict):
-            yield chunk
-
-
-def _delta(chunk: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
-    """Whether the chunk has choices, and its first choice's delta."""
-    choices = chunk.get("choices") or []
-    return bool(choices), (choices[0].get("delta") or {}) if choices else {}
-
-
-async def text_deltas(response: httpx.Response) -> AsyncIterator[str]:
-    """The answer text of a streamed chat completion, piece by piece; closes it.
-
-    What `chat_responses` yields as ``delta``, without building a ``ChatResponse`` per token: a
-    caller that wants only the text (the citation synthesizer) saves that per-token work.
-    """
-    try:
-        async for chunk in _chunks(response):
-            text = _delta(chunk)[1].get("content")
-            if text:
-                yield text
-    finally:
-        await response.aclose()
-
-
-async def chat_responses(response: httpx.Response) -> ChatResponseAsyncGen:
-    """The ``ChatResponse``s of a streamed chat completion (see the module doc); closes it."""
-    content = ""
-    reasoning_content = ""
-    tool_calls: list[ChoiceDeltaToolCall] = []
-    first = True
-    try:
-        async for chunk in _chunks(response):
-            has_choices, delta = _delta(chunk)
-            if (
-                first
-                and has_choices
-                and delta.get("content") is None
-                and not delta.get("tool_calls")
-            ):
-                first = False  # the role-only opening chunk, skipped as llama-index does
-                continue
-            first = False
-            content_delta = delta.get("content") or ""
-            content += content_delta
-            reasoning_delta = _reasoning(delta)
-            reasoning_content += reasoning_delta
-            blocks: list[ContentBlock] = []
-            if reasoning_content:
-                blocks.append(ThinkingBlock(content=reasoning_content))
-            blocks.append(TextBlock(text=content))
-            message_kwargs: dict[str, Any] = {}
-            if delta.get("tool_calls") or tool_calls:
-                tool_calls = update_tool_calls(
-                    tool_calls, ChoiceDelta.model_validate(delta).tool_calls
-                )
-                if tool_calls:
-                    message_kwargs["tool_calls"] = tool_calls
-                for call in tool_calls:
-                    if call.function:
-                        blocks.append(
-                            ToolCallBlock(
-                                tool_call_id=call.id,
-                                tool_kwargs=call.function.arguments or {},
-                                tool_name=call.function.name or "",
-                            )
-                        )
-            response_kwargs = _token_counts(chunk)
-            if reasoning_delta:
-                response_kwargs["thinking_delta"] = reasoning_delta
-            yield ChatResponse(
-                message=ChatMessage(
-                    role=delta.get("role") or MessageRole.ASSISTANT,
-                    blocks=blocks,
-                    additional_kwargs=message_kwargs,
-                ),
-                delta=content_delta,
-                raw=chunk,
-                additional_kwargs=response_kwargs,
-            )
-    finally:
-        await response.aclose()
-
-
 class LeanStreamingMixin:
     """Lean streaming (and `afirst_token_logprobs`) for llama-index's `OpenAI` and `AzureOpenAI`.
 
     Put it first among the bases: ``class CompatOpenAI(LeanStreamingMixin, OpenAI)``. The class
-    provides `sdk_client`: the OpenAI SDK client it also hands llama-index
-    (``async_openai_client``), so both paths share one connection pool, auth and retry policy.
+    sets ``_sdk_client`` (a pydantic private attribute) to the OpenAI SDK client it also hands
+    llama-index (``async_openai_client``), so both paths share one connection pool, auth and
+    retry policy.
     Whatever the lean path does not cover (a listener attached, legacy completions, audio) goes
     to llama-index unchanged.
     """
 
+    _sdk_client: AsyncOpenAI
+
     @property
     def sdk_client(self) -> AsyncOpenAI:
-        """The SDK client the lean requests go through."""
-        raise NotImplementedError
+        """The SDK client the lean requests go through (shared with llama-index)."""
+        return self._sdk_client
 
     async def aclose(self) -> None:
         """Close `sdk_client` (and the HTTP client it was given)."""
@@ -342,14 +179,7 @@ class LeanStreamingMixin:
         content = choice.logprobs.content if choice and choice.logprobs else None
         if not content:
             return {}
-        first = content[0]
-        alternatives = [(a.token, a.logprob) for a in first.top_logprobs] or [
-            (first.token, first.logprob)
-        ]
-        out: dict[str, float] = {}
-        for token, logprob in alternatives:
-            out[token] = max(out.get(token, -math.inf), logprob)
-        return out
+        return token_alternatives(content[0].model_dump())
 
     async def _post_streaming(
         self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]
@@ -357,9 +187,9 @@ class LeanStreamingMixin:
         """Send the streaming request; the response with its body not yet read.
 
         Through the SDK client's ``post`` (auth, Azure deployment paths, headers, retries and
-        the mapping of HTTP errors are the SDK's) rather than ``chat.completions.create``, which
-        first walks the whole request through its type-driven transform: ~0.3 ms of event-loop
-        time per request that changes nothing in a chat request's plain JSON.
+        the mapping of HTTP errors are the SDK's) rather than ``chat.completions.create``, whose
+        type-driven transform of the request costs event-loop time and changes nothing in a
+        chat request's plain JSON.
         """
         body, options = self._chat_body(messages, {"stream": True, **kwargs})
         stream = await self.sdk_client.post(
@@ -402,11 +232,9 @@ AZURE_STRUCTURED_OUTPUTS_VERSION = "2024-08-01"
 
 
 def supports_response_format(llm: Any) -> bool:
-    """Whether ``llm`` can constrain its reply to a JSON schema with an OpenAI-style
-    ``response_format`` (``{"type": "json_schema", "json_schema": {...}}``) passed to its chat
-    calls (`stream_text`, ``achat``): the in-process llama.cpp LLM (a grammar), and the lean
-    OpenAI / Azure OpenAI chat LLMs (structured outputs; for Azure, from API version
-    2024-08-01). Any other LLM (LlamaIndex's, the test fakes) would ignore it."""
+    """Whether ``llm`` follows an OpenAI-style ``response_format`` JSON schema passed to its chat
+    calls (`stream_text`, ``achat``): the in-process llama.cpp LLM (a grammar) and the lean
+    OpenAI / Azure OpenAI chat LLMs (structured outputs); any other LLM would ignore it."""
     if isinstance(llm, LeanStreamingMixin):
         if not getattr(getattr(llm, "metadata", None), "is_chat_model", False):
             return False  # legacy completions: no response_format

@@ -43,7 +43,8 @@ from citeflow.events import (
 from citeflow.names import check_collection_name
 from citeflow.prompts import NOT_COVERED_ANSWER
 from citeflow.providers.embeddings import build_embed_model
-from citeflow.providers.llm import as_upstream_error, build_llm
+from citeflow.providers.llm import build_llm
+from citeflow.providers.upstream_errors import as_upstream_error
 from citeflow.query.grading import Grader, ScoreGrader, build_grader
 from citeflow.query.retrieval import Retriever
 from citeflow.query.rewriting import condense, reformulate
