@@ -108,7 +108,7 @@ def test_onnx_vectors_equal_sentence_transformers(
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
     from citeflow.providers.embeddings import build_embed_model
 
-    onnx = build_embed_model(settings(model_dir=onnx_cache.parent, embed_backend="onnx"))
+    onnx = build_embed_model(settings(local_model_dir=onnx_cache.parent, embed_backend="onnx"))
     torch = build_embed_model(settings(embed_backend="torch"))
     assert type(onnx).__name__ == "OnnxEmbedding"
     assert type(torch).__name__ == "TorchEmbedding"  # llama-index's HuggingFaceEmbedding

@@ -261,7 +261,7 @@ def _minilm(backend: str) -> BaseEmbedding:
     from citeflow.providers.embeddings import build_embed_model
     from citeflow.settings import Settings
 
-    return build_embed_model(Settings(_env_file=None, embed_backend=backend))  # type: ignore[call-arg]
+    return build_embed_model(Settings(_env_file=None, embeddings={"backend": backend}))
 
 
 @pytest.mark.slow
