@@ -162,7 +162,7 @@ def generation_facts(settings: Settings, *, index_key: str, llm: str) -> dict[st
     from citeflow import prompts
     from citeflow.citations.sources import SELECTION_VERSION
     from citeflow.settings import RetrievalSettings, values_by_variable
-    from citeflow.workflows.citation_query import citation_mode_of
+    from citeflow.query.synthesis import citation_mode_of
 
     mode = citation_mode_of(settings)
     structured = mode == "structured"
