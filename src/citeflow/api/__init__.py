@@ -20,6 +20,8 @@
 | `documents` | the endpoints of documents: upload, list, delete, original files |
 | `search` | ``POST /search``: graded chunks for Open WebUI deployments with external retrieval |
 | `skills` | Azure AI Search's Custom Web API skill and vectorizer over the engine's embedder |
+| `skill_format` | the skill's envelope: records read and checked one by one, answers rendered |
+| `skill_embedding` | a skill call's texts embedded in batches, each vector rendered as it exists |
 
 `citeflow.server` assembles them: ``create_app(engine)`` and ``serve(settings)``.
 """
