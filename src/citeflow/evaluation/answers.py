@@ -161,8 +161,8 @@ def generation_facts(settings: Settings, *, index_key: str, llm: str) -> dict[st
     that change what the model sees."""
     from citeflow import prompts
     from citeflow.citations.sources import SELECTION_VERSION
-    from citeflow.settings import RetrievalSettings, values_by_variable
     from citeflow.query.synthesis import citation_mode_of
+    from citeflow.settings import RetrievalSettings, values_by_variable
 
     mode = citation_mode_of(settings)
     structured = mode == "structured"
