@@ -6,12 +6,11 @@ Built once at start-up (`Engine.from_settings`) or by a test from fakes::
                     llm=ScriptedLLM([...]))
     app = create_app(engine)
 
-Every request path is async: store calls hop to a worker thread, workflow runs are cancelled
-when their client goes away (`citeflow.api.workflow_runs`). `Engine.from_settings` wraps an
-in-process embedder in
-`citeflow.query.batching.BatchedQueryEmbedding`, so that concurrent questions are embedded
-together, in one encoder call, instead of one worker thread each; an OpenAI or Azure LLM sends
-its requests through aiohttp (`citeflow.providers.aiohttp_transport`).
+Every request path is async: store calls hop to a worker thread, workflow runs are cancelled when
+their client goes away (`citeflow.api.workflow_runs`). `Engine.from_settings` wraps an in-process
+embedder in `citeflow.query.batching.BatchedQueryEmbedding`, so that concurrent questions are
+embedded together, in one encoder call, instead of one worker thread each; an OpenAI or Azure LLM
+sends its requests through aiohttp (`citeflow.providers.aiohttp_transport`).
 """
 
 from __future__ import annotations
