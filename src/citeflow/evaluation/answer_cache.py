@@ -20,32 +20,13 @@ if TYPE_CHECKING:
 
 RECORD_FORMAT = 1
 #: the settings that change what the model is shown or how it is asked (not how it is checked)
-GENERATION_SETTINGS = (
-    "llm_provider",
-    "llm_model",
-    "llm_temperature",
-    "llm_max_tokens",
-    "local_model_path",
-    "local_context_window",
-    "top_k",
-    "retrieval",
-    "rrf_k",
-    "hybrid_candidates",
-    "grader",
-    "relevance_threshold",
-    "relevance_coverage",
-    "max_rounds",
-    "on_no_relevant",
-    "citation_chunk_size",
-    "citation_chunk_overlap",
-    "max_sources",
-    "context_budget",
-    "fusion",
-    "dense_weight",
-    "chunk_size",
-    "chunk_overlap",
-    "feedback_chunks",
-    "feedback_weight",
+GENERATION_SETTINGS = tuple(
+    """
+    llm_provider llm_model llm_temperature llm_max_tokens local_model_path local_context_window
+    top_k retrieval rrf_k hybrid_candidates grader relevance_threshold relevance_coverage
+    max_rounds on_no_relevant citation_chunk_size citation_chunk_overlap max_sources
+    context_budget fusion dense_weight chunk_size chunk_overlap feedback_chunks feedback_weight
+    """.split()
 )
 
 

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from citeflow.citations.repair import CitationPolicy
     from citeflow.evaluation.dataset import BeirDataset
     from citeflow.evaluation.runner import EvalContext
+    from citeflow.result import CitedResponse
     from citeflow.workflows.citation_query import CitationQueryWorkflow
 
 #: how a claim (a statement, as SciFact's queries are) is asked; a question is asked as it is
@@ -52,12 +53,10 @@ def doc_id_of(source: NodeWithScore) -> str:
     return str(node.metadata.get("doc_id") or node.ref_doc_id or "")
 
 
-def record_of(query_id: str, question: str, result: object, seconds: float) -> dict[str, Any]:
+def record_of(
+    query_id: str, question: str, result: CitedResponse, seconds: float
+) -> dict[str, Any]:
     """What the evaluation keeps of one `CitedResponse`."""
-    from citeflow.result import CitedResponse
-
-    if not isinstance(result, CitedResponse):  # pragma: no cover - the workflow's contract
-        raise TypeError(f"the workflow returned {type(result).__name__}")
     return {
         "format": RECORD_FORMAT,
         "query_id": query_id,
@@ -165,17 +164,14 @@ def answers_section(
         dataset.name,
         generation_facts(settings, index_key=index_key_of(dataset, context), llm=name),
     )
-    owned: list[Any] = []
+    owned: list[LLM] = []
 
     def model() -> LLM:
         """The LLM given, else the configured one, built on first need (a cached run and a
         re-check without the judge never load it)."""
-        if llm is not None:
-            return llm
-        if not owned:
+        if llm is None and not owned:
             owned.append(build_llm(settings))
-        built: LLM = owned[0]
-        return built
+        return llm if llm is not None else owned[0]
 
     def workflow() -> CitationQueryWorkflow:
         return corpus_index(dataset, context).kb.workflow(model())

@@ -39,7 +39,12 @@ from citeflow.providers.llm import build_llm
 from citeflow.query.grading import Grader, ScoreGrader, build_grader, fallback_hits
 from citeflow.query.retrieval import Retriever
 from citeflow.query.rewriting import condense, reformulate
-from citeflow.query.synthesis import CitationMode, CitationSynthesizer, citation_mode_of
+from citeflow.query.synthesis import (
+    CitationMode,
+    CitationSynthesizer,
+    Synthesis,
+    citation_mode_of,
+)
 from citeflow.result import CitedResponse
 from citeflow.settings import RetrievalSettings, Settings
 from citeflow.store import Store
@@ -136,8 +141,7 @@ class CitationQueryWorkflow(Workflow):
     def run(
         self, ctx: Context | None = None, start_event: Any = None, **kwargs: Any
     ) -> WorkflowHandler:
-        """Run the workflow (`Workflow.run`) inside a ``citeflow.answer`` span when tracing is
-        on: the steps' spans nest under it, and it under the caller's (the HTTP request's)."""
+        """`Workflow.run` inside a ``citeflow.answer`` span (`run_in_answer_span`)."""
         return run_in_answer_span(
             lambda: super(CitationQueryWorkflow, self).run(ctx, start_event, **kwargs),
             collection=self.retriever.collection,
@@ -164,20 +168,17 @@ class CitationQueryWorkflow(Workflow):
         query = " ".join((ev.query or "").split())
         if not query:
             raise EmptyQueryError("the question is empty; ask something about your documents")
-        search_query = query
+        trace = RunTrace(query=query, search_query=query)
+        await ctx.store.set("trace", trace)
         if ev.history:
             self._status(ctx, "rewriting", "Rewriting the question")
             waited = time.perf_counter()
             with span("rewrite", turns=len(ev.history)) as current, upstream("LLM"):
-                search_query = await condense(self.llm, query, ev.history)
-                annotate(current, search_query=search_query)
-            llm_seconds = time.perf_counter() - waited
-        trace = RunTrace(query=query, search_query=search_query)
-        if ev.history:
-            trace.timings["llm"] = llm_seconds
-        await ctx.store.set("trace", trace)
+                trace.search_query = await condense(self.llm, query, ev.history)
+                annotate(current, search_query=trace.search_query)
+            trace.timed("llm", waited)
         trace.timed("rewrite", started)
-        return RetrieveEvent(query=search_query, round=1)
+        return RetrieveEvent(query=trace.search_query, round=1)
 
     @step
     async def retrieve(self, ctx: Context, ev: RetrieveEvent) -> RetrievedEvent:
@@ -258,9 +259,7 @@ class CitationQueryWorkflow(Workflow):
         trace = await self._trace(ctx)
         if not ev.sources:
             ctx.write_event_to_stream(AnswerDeltaEvent(text=NOT_COVERED_ANSWER))
-            text, citations, cited, unsupported = NOT_COVERED_ANSWER, [], [], []
-            raw = text
-            verdicts: dict[str, int] = {}
+            synthesis = Synthesis(NOT_COVERED_ANSWER, raw_text=NOT_COVERED_ANSWER)
         else:
             self._status(ctx, "writing", f"Writing the answer from {len(ev.sources)} sources")
             with span("synthesize", sources=len(ev.sources)) as current, upstream("LLM"):
@@ -288,10 +287,6 @@ class CitationQueryWorkflow(Workflow):
                         answer=synthesis.text,
                         **{f"source.{s.number}": s.text for s in ev.sources},
                     )
-            text, citations, cited = synthesis.text, synthesis.citations, synthesis.cited
-            unsupported = synthesis.unsupported
-            raw = synthesis.raw_text
-            verdicts = synthesis.judge_verdicts
             trace.timings["llm"] = trace.timings.get("llm", 0.0) + synthesis.llm_seconds
             if synthesis.judge_verdicts:
                 trace.timings["judge"] = synthesis.judge_seconds
@@ -299,19 +294,19 @@ class CitationQueryWorkflow(Workflow):
         self._status(ctx, "done", "Done")
         return StopEvent(
             result=CitedResponse(
-                response=text,
+                response=synthesis.text,
                 source_nodes=[source.with_score() for source in ev.sources],
                 sources=list(ev.sources),
                 metadata={"collection": self.retriever.collection},
                 query=ev.query,
                 search_query=trace.search_query,
-                cited=cited,
-                citations=citations,
-                unsupported=unsupported,
-                raw_response=raw,
+                cited=synthesis.cited,
+                citations=synthesis.citations,
+                unsupported=synthesis.unsupported,
+                raw_response=synthesis.raw_text,
                 grounded=trace.grounded,
                 rounds=trace.rounds,
                 timings=dict(trace.timings),
-                judge_verdicts=verdicts,
+                judge_verdicts=synthesis.judge_verdicts,
             )
         )
