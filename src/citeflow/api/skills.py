@@ -11,14 +11,11 @@ The embedder is the engine's, the one ingestion and retrieval use: the local mod
 Azure OpenAI (through API Management with its headers, `citeflow.providers.embeddings`), used
 as `citeflow.api.skill_embedding` describes.
 
-A bad record is that record's error and the others are embedded: no ``recordId``, no ``data``, a
-``text`` that is missing, not a string, empty, over `ServerSettings.max_skill_text_chars` (32,000
-characters) or not valid Unicode, or a text the provider refuses. It gets ``"data": {}`` and
-``"errors": [{"message": ...}]``. The whole call is refused (`citeflow.api.errors`) when the body
-is not a JSON object or has no ``values`` list (400), holds more than
-`ServerSettings.max_skill_records` records or bytes than `ServerSettings.max_skill_body_bytes`
-(413), and when the provider fails: its HTTP 429 is passed on as 429 with ``Retry-After``, any
-other failure is a 502 (Azure's indexer retries both).
+A bad record (no ``recordId`` or ``data``, a ``text`` missing, empty, too long or not valid
+Unicode, or refused by the provider) gets ``"data": {}`` and its ``errors``; the others are
+embedded. The whole call is refused (`citeflow.api.errors`) when the body is no JSON object with
+a ``values`` list (400) or too large (413), and when the provider fails: its HTTP 429 is passed
+on as 429 with ``Retry-After``, any other failure is a 502 (Azure's indexer retries both).
 """
 
 from __future__ import annotations
