@@ -32,17 +32,11 @@ from pathlib import Path
 from typing import Any
 
 from citeflow.citations.repair import CitationPolicy
-from citeflow.evaluation.answers import (
-    AnswerCache,
-    generation_facts,
-    perfect_answers,
-    perfect_figures,
-    question_of,
-    recheck,
-    recheck_all,
-)
+from citeflow.evaluation.answer_cache import AnswerCache, generation_facts
+from citeflow.evaluation.answers import question_of, recheck, recheck_all
 from citeflow.evaluation.dataset import BeirDataset, load_beir
 from citeflow.evaluation.dense import default_cache_dir
+from citeflow.evaluation.perfect_answers import perfect_answers, perfect_figures
 from citeflow.evaluation.perfect_model import AuthoredSentence, PerfectScore, score_answer
 from citeflow.evaluation.runner import EvalContext, index_key_of
 from citeflow.evaluation.scoring import DatasetScore, score_all, table

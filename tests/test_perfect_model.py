@@ -12,8 +12,8 @@ from llama_index.core.schema import Document, TextNode
 
 from citeflow.citations.markers import cited_numbers, strip_markers
 from citeflow.citations.sources import Source, format_sources
-from citeflow.evaluation.answers import golds_of
 from citeflow.evaluation.dataset import BeirDataset, CorpusDocument, Evidence
+from citeflow.evaluation.perfect_answers import golds_of
 from citeflow.evaluation.perfect_model import (
     AuthoredSentence,
     Gold,

@@ -10,9 +10,9 @@ from llama_index.core.schema import TextNode
 from workflows.events import Event
 
 from citeflow.api.chat_stream import ChatStream
-from citeflow.api.engine import extract_json
 from citeflow.api.source_events import document_url, source_payload
 from citeflow.api.sse import DONE, KEEPALIVE, EventStreamResponse, ready_batches, sse_stream
+from citeflow.api.webui_tasks import extract_json
 from citeflow.citations.markers import cited_numbers
 from citeflow.citations.repair import Citation
 from citeflow.citations.sources import Source

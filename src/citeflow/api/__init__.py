@@ -8,6 +8,8 @@
 | `uploads` | uploaded files streamed to disk within the limits, nothing left of a refused one |
 | `wire` | the one adapter from workflow events to SSE ``chat.completion.chunk`` lines |
 | `engine` | `Engine`: store, embedder and LLM built once; one workflow per collection |
+| `workflow_runs` | a run streamed or awaited, and cancelled when its caller goes away |
+| `webui_tasks` | Open WebUI's tasks (title, tags, follow-ups) answered by the LLM alone |
 | `limits` | `ChatLimits`: chat completions in progress and per client per minute (HTTP 429) |
 | `links` | `DocumentLinks`: signed, expiring source links a browser can open without the key |
 | `throttle` | `FailedKeys`: wrong API keys per client address; past a limit, HTTP 429 |
@@ -20,6 +22,8 @@
 | `documents` | the endpoints of documents: upload, list, delete, original files |
 | `search` | ``POST /search``: graded chunks for Open WebUI deployments with external retrieval |
 | `skills` | Azure AI Search's Custom Web API skill and vectorizer over the engine's embedder |
+| `skill_format` | the skill's envelope: records read and checked one by one, answers rendered |
+| `skill_embedding` | a skill call's texts embedded in batches, each vector rendered as it exists |
 
 `citeflow.server` assembles them: ``create_app(engine)`` and ``serve(settings)``.
 """

@@ -6,31 +6,29 @@ Built once at start-up (`Engine.from_settings`) or by a test from fakes::
                     llm=ScriptedLLM([...]))
     app = create_app(engine)
 
-Every request path is async: store calls hop to a worker thread, workflow runs are cancelled
-when their client goes away. `Engine.from_settings` wraps an in-process embedder in
-`citeflow.query.batching.BatchedQueryEmbedding`, so that concurrent questions are embedded
-together, in one encoder call, instead of one worker thread each; an OpenAI or Azure LLM sends
-its requests through aiohttp (`citeflow.providers.aiohttp_transport`).
+Every request path is async: store calls hop to a worker thread, workflow runs are cancelled when
+their client goes away (`citeflow.api.workflow_runs`). `Engine.from_settings` wraps an in-process
+embedder in `citeflow.query.batching.BatchedQueryEmbedding`, so that concurrent questions are
+embedded together, in one encoder call, instead of one worker thread each; an OpenAI or Azure LLM
+sends its requests through aiohttp (`citeflow.providers.aiohttp_transport`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import AsyncGenerator, Collection, Sequence
 from pathlib import Path
-from typing import Any
 
-import anyio
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.llms import LLM, ChatMessage
-from workflows.events import Event, StopEvent
+from workflows.events import Event
 from workflows.handler import WorkflowHandler
 
 from citeflow.api.errors import ModelNotFoundError, NotReadyError
-from citeflow.errors import CiteflowError, CollectionNotFoundError, EmptyCollectionError
+from citeflow.api.workflow_runs import await_run, stream_run
+from citeflow.errors import CollectionNotFoundError, EmptyCollectionError
 from citeflow.ingestion.pipeline import IngestReport
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.result import CitedResponse
@@ -213,64 +211,21 @@ class Engine:
         handler: WorkflowHandler = self.workflow(collection).run(query=query, history=list(history))
         return handler
 
-    async def _stop(self, handler: WorkflowHandler) -> None:
-        """Cancel an unfinished run, even from a task that is being cancelled itself."""
-        if handler.is_done():
-            return
-        with anyio.CancelScope(shield=True):
-            await handler.cancel_run(timeout=self.settings.server.cancel_timeout)
-        log.info("run cancelled", extra={"run_id": handler.run_id})
-
-    async def events(
+    def events(
         self, collection: str, query: str, history: Sequence[ChatMessage] = ()
     ) -> AsyncGenerator[Event | CitedResponse, None]:
-        """Run the workflow: its stream events, then its `CitedResponse`.
-
-        Closing the generator early (a client disconnect) cancels the run. A failure of the run
-        is raised after the events it wrote.
-        """
-        handler = self._start(collection, query, history)
-        finished = False
-        try:
-            async for event in handler.stream_events():
-                if not isinstance(event, StopEvent):
-                    yield event
-            result = await _result(handler)
-            finished = True
-            yield result
-        finally:
-            if not finished:
-                await self._stop(handler)
+        """Run the workflow: its stream events, then its `CitedResponse` (`stream_run`: closing
+        the generator early cancels the run)."""
+        return stream_run(
+            lambda: self._start(collection, query, history), self.settings.server.cancel_timeout
+        )
 
     async def answer(
         self, collection: str, query: str, history: Sequence[ChatMessage] = ()
     ) -> CitedResponse:
         """Run the workflow to its result; cancelling the caller cancels the run."""
         handler = self._start(collection, query, history)
-        finished = False
-        try:
-            result = await _result(handler)
-            finished = True
-            return result
-        finally:
-            if not finished:
-                await self._stop(handler)
-
-    async def run_task(self, messages: Sequence[ChatMessage]) -> str:
-        """Answer an Open WebUI task (title, tags, follow-ups) with the LLM alone.
-
-        The task asks for a JSON object; when the reply is not valid JSON but contains one, that
-        object is returned.
-        """
-        from citeflow.providers.upstream_errors import as_upstream_error
-
-        try:
-            reply = await self.llm.achat(list(messages))
-        except CiteflowError:
-            raise
-        except Exception as exc:
-            raise as_upstream_error(exc) from exc
-        return extract_json(reply.message.content or "")
+        return await await_run(handler, self.settings.server.cancel_timeout)
 
     def _forget(self) -> None:
         """Forget what is remembered of the collections (their documents changed)."""
@@ -345,53 +300,6 @@ class Engine:
             await asyncio.wait_for(self.collections(), timeout=5.0)
         except Exception as exc:
             raise NotReadyError(f"the store does not answer: {type(exc).__name__}") from exc
-
-
-async def _result(handler: WorkflowHandler) -> CitedResponse:
-    """The run's result, awaited so that cancelling the caller leaves the handler intact.
-
-    Cancelling a task that awaits the handler directly cancels the handler's own result task,
-    after which ``cancel_run`` no longer stops the run; the shield keeps that task alive.
-    """
-
-    async def wait() -> CitedResponse:
-        result: CitedResponse = await handler
-        return result
-
-    waiter = asyncio.ensure_future(wait())
-    try:
-        return await asyncio.shield(waiter)
-    except asyncio.CancelledError:
-        waiter.add_done_callback(_retrieve)
-        raise
-
-
-def _retrieve(future: asyncio.Future[Any]) -> None:
-    """Mark a future's outcome as seen (no "exception was never retrieved" warning)."""
-    if not future.cancelled():
-        future.exception()
-
-
-def extract_json(text: str) -> str:
-    """``text`` if it is JSON, else the first JSON object in it, else ``text`` unchanged."""
-    stripped = text.strip()
-    try:
-        json.loads(stripped)
-        return stripped
-    except ValueError:
-        pass
-    decoder = json.JSONDecoder()
-    start = stripped.find("{")
-    while start != -1:
-        try:
-            value, end = decoder.raw_decode(stripped, start)
-        except ValueError:
-            start = stripped.find("{", start + 1)
-            continue
-        if isinstance(value, dict):
-            return stripped[start:end]
-        start = stripped.find("{", end)
-    return stripped
 
 
 #: written but not indexed chunks past which `citeflow serve` says so at start-up (an exact scan

@@ -43,6 +43,7 @@ from citeflow.api.schemas import (
     ModelList,
 )
 from citeflow.api.users import forwarded_user
+from citeflow.api.webui_tasks import answer_task
 from citeflow.settings import ServerSettings
 
 log = logging.getLogger("citeflow.server")
@@ -235,7 +236,7 @@ async def _chat(request: Request, engine: Engine, links: DocumentLinks, slot: Sl
     conversation = Conversation.from_request(chat, max_chars=options.max_message_chars)
     if conversation.task:
         await engine.resolve(chat.model)
-        text = await engine.run_task(conversation.task_messages)
+        text = await answer_task(engine.llm, conversation.task_messages)
         if chat.stream:
             return HeldStream(_plain_sse(text, chat.model, conversation.prompt_text), slot)
         return sse.CompletionResponse(

@@ -19,7 +19,7 @@ the query embedded once and every knowledge base searched with it (`Retriever`, 
 default), the hits of all knowledge bases merged with one chunk text counted once, then graded
 (the workflow's `Grader`); when grading keeps nothing and ``CITEFLOW_MAX_ROUNDS`` allows,
 `reformulate` and search again; when no round keeps anything, the workflow's fallback
-(`citeflow.workflows.citation_query.fallback_hits`: the best hits of all rounds, or none with
+(`citeflow.query.grading.fallback_hits`: the best hits of all rounds, or none with
 ``CITEFLOW_ON_NO_RELEVANT=refuse``). Within a query's list a chunk text appears once (the same
 chunk in two knowledge bases, or found by two rounds); results are sorted by their distance.
 
@@ -57,8 +57,10 @@ from citeflow.api.routes import ERRORS, read_json, unless_disconnected
 from citeflow.api.schemas import Conversation, SearchMetadata, SearchRequest, SearchResponse
 from citeflow.api.source_events import source_payload
 from citeflow.citations.sources import Source
+from citeflow.query.grading import fallback_hits
 from citeflow.query.rewriting import condense, reformulate
-from citeflow.workflows.citation_query import CitationQueryWorkflow, fallback_hits, upstream
+from citeflow.workflows.citation_query import CitationQueryWorkflow
+from citeflow.workflows.upstream import upstream
 
 log = logging.getLogger("citeflow.server")
 

@@ -6,26 +6,23 @@ evaluation cache, and keeps, per question, what the workflow's `CitedResponse` h
 sources (document id, text, retrieval score), the model's raw text, the final text, the
 citations and the sentences reported unsupported, and the seconds the answer took.
 
-Each record is written to disk as soon as it exists (``<cache>/answers/<dataset>-<key>/``,
-``key`` hashing the corpus index, the LLM, the prompts and the settings that change what the
-model sees), so an interrupted run resumes and a re-run costs nothing. A re-run with other
-*checking* settings (the citation policy) re-checks the recorded raw text with `recheck`, which
-is exactly what the workflow does to the streamed text, without calling the model again.
+Each record is written as soon as it exists (`citeflow.evaluation.answer_cache`). A re-run with
+other *checking* settings (the citation policy) re-checks the recorded raw text with `recheck`,
+which is exactly what the workflow does to the streamed text, without calling the model again.
+The perfect-model fake's answers: `citeflow.evaluation.perfect_answers`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tqdm.auto import tqdm
+
+from citeflow.evaluation.answer_cache import RECORD_FORMAT, AnswerCache, generation_facts
 
 if TYPE_CHECKING:
     from llama_index.core.llms import LLM
@@ -33,42 +30,12 @@ if TYPE_CHECKING:
 
     from citeflow.citations.repair import CitationPolicy
     from citeflow.evaluation.dataset import BeirDataset
-    from citeflow.evaluation.perfect_model import AuthoredSentence, Gold, PerfectScore, Variant
     from citeflow.evaluation.runner import EvalContext
-    from citeflow.settings import Settings
+    from citeflow.result import CitedResponse
     from citeflow.workflows.citation_query import CitationQueryWorkflow
 
-RECORD_FORMAT = 1
 #: how a claim (a statement, as SciFact's queries are) is asked; a question is asked as it is
 CLAIM_QUESTION = "Is it true that {claim}?"
-#: the settings that change what the model is shown or how it is asked (not how it is checked)
-GENERATION_SETTINGS = (
-    "llm_provider",
-    "llm_model",
-    "llm_temperature",
-    "llm_max_tokens",
-    "local_model_path",
-    "local_context_window",
-    "top_k",
-    "retrieval",
-    "rrf_k",
-    "hybrid_candidates",
-    "grader",
-    "relevance_threshold",
-    "relevance_coverage",
-    "max_rounds",
-    "on_no_relevant",
-    "citation_chunk_size",
-    "citation_chunk_overlap",
-    "max_sources",
-    "context_budget",
-    "fusion",
-    "dense_weight",
-    "chunk_size",
-    "chunk_overlap",
-    "feedback_chunks",
-    "feedback_weight",
-)
 
 
 def question_of(query: str, template: str = CLAIM_QUESTION) -> str:
@@ -86,12 +53,10 @@ def doc_id_of(source: NodeWithScore) -> str:
     return str(node.metadata.get("doc_id") or node.ref_doc_id or "")
 
 
-def record_of(query_id: str, question: str, result: object, seconds: float) -> dict[str, Any]:
+def record_of(
+    query_id: str, question: str, result: CitedResponse, seconds: float
+) -> dict[str, Any]:
     """What the evaluation keeps of one `CitedResponse`."""
-    from citeflow.result import CitedResponse
-
-    if not isinstance(result, CitedResponse):  # pragma: no cover - the workflow's contract
-        raise TypeError(f"the workflow returned {type(result).__name__}")
     return {
         "format": RECORD_FORMAT,
         "query_id": query_id,
@@ -111,85 +76,13 @@ def record_of(query_id: str, question: str, result: object, seconds: float) -> d
     }
 
 
-class AnswerCache:
-    """One JSON file per question under ``directory``; written atomically, read defensively."""
-
-    def __init__(self, directory: Path, facts: Mapping[str, Any]) -> None:
-        self.directory = directory
-        self.facts = dict(facts)
-
-    @classmethod
-    def under(cls, root: Path, name: str, facts: Mapping[str, Any]) -> AnswerCache:
-        blob = json.dumps(facts, sort_keys=True, default=str).encode()
-        return cls(root / f"{name}-{hashlib.sha256(blob).hexdigest()[:16]}", facts)
-
-    def _path(self, query_id: str) -> Path:
-        cleaned = re.sub(r"[^A-Za-z0-9_.-]", "_", query_id)[:80]
-        digest = hashlib.sha256(query_id.encode()).hexdigest()[:8]
-        return self.directory / f"{cleaned}-{digest}.json"
-
-    def get(self, query_id: str, question: str) -> dict[str, Any] | None:
-        """The recorded answer, or None (missing, unreadable, or for another question)."""
-        try:
-            data = json.loads(self._path(query_id).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
-        ok = (
-            isinstance(data, dict)
-            and data.get("format") == RECORD_FORMAT
-            and data.get("question") == question
-            and isinstance(data.get("raw_text"), str)
-        )
-        return data if ok else None
-
-    def put(self, record: Mapping[str, Any]) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        config = self.directory / "config.json"
-        if not config.exists():
-            _write(config, self.facts)
-        _write(self._path(str(record["query_id"])), record)
-
-
-def _write(target: Path, data: Any) -> None:
-    tmp = target.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str) + "\n", encoding="utf-8")
-    tmp.replace(target)
-
-
-def generation_facts(settings: Settings, *, index_key: str, llm: str) -> dict[str, Any]:
-    """What a recorded answer depends on: the corpus index, the LLM, the prompts, the settings
-    that change what the model sees."""
-    from citeflow import prompts
-    from citeflow.citations.sources import SELECTION_VERSION
-    from citeflow.settings import RetrievalSettings, values_by_variable
-    from citeflow.workflows.citation_query import citation_mode_of
-
-    mode = citation_mode_of(settings)
-    structured = mode == "structured"
-    texts = [
-        getattr(v, "get_template", lambda v=v: str(v))()
-        for k, v in sorted(vars(prompts).items())
-        if k.isupper() and (structured or not k.startswith("CITATION_JSON_"))
-    ]
-    dumped = {
-        name.removeprefix("CITEFLOW_").lower(): value
-        for name, value in values_by_variable(settings).items()
-    }
-    fallback = settings.retrieval.fallback_chunks
-    return {
-        "format": RECORD_FORMAT,
-        "index": index_key,
-        "sources": SELECTION_VERSION,
-        "llm": llm,
-        "prompts": hashlib.sha256("\0".join(texts).encode()).hexdigest()[:16],
-        "settings": {k: dumped[k] for k in GENERATION_SETTINGS if k in dumped},
-        **({"citation_mode": mode} if mode != "markers" else {}),
-        **(
-            {"fallback_chunks": fallback}
-            if fallback != RetrievalSettings.model_fields["fallback_chunks"].default
-            else {}
-        ),
-    }
+async def answer_now(
+    workflow: CitationQueryWorkflow, query_id: str, question: str
+) -> dict[str, Any]:
+    """The record of ``question`` answered by ``workflow`` now, timed."""
+    started = time.perf_counter()
+    result = await workflow.run(query=question)
+    return record_of(query_id, question, result, time.perf_counter() - started)
 
 
 async def answer_all(
@@ -213,9 +106,7 @@ async def answer_all(
             record = cache.get(qid, question)
             if record is None:
                 live = live or workflow()
-                started = time.perf_counter()
-                result = await live.run(query=question)
-                record = record_of(qid, question, result, time.perf_counter() - started)
+                record = await answer_now(live, qid, question)
                 cache.put(record)
                 answered += 1
             records[qid] = record
@@ -273,17 +164,14 @@ def answers_section(
         dataset.name,
         generation_facts(settings, index_key=index_key_of(dataset, context), llm=name),
     )
-    owned: list[Any] = []
+    owned: list[LLM] = []
 
     def model() -> LLM:
         """The LLM given, else the configured one, built on first need (a cached run and a
         re-check without the judge never load it)."""
-        if llm is not None:
-            return llm
-        if not owned:
+        if llm is None and not owned:
             owned.append(build_llm(settings))
-        built: LLM = owned[0]
-        return built
+        return llm if llm is not None else owned[0]
 
     def workflow() -> CitationQueryWorkflow:
         return corpus_index(dataset, context).kb.workflow(model())
@@ -316,106 +204,4 @@ def answers_section(
         "cache": str(cache.directory),
         "answered_now": answered,
         "rows": {k: v.figures() for k, v in rows.items()},
-    }
-
-
-def golds_of(dataset: BeirDataset, query_ids: Sequence[str], template: str) -> list[Gold]:
-    """The perfect model's gold for each question: its gold rationale sentences where the
-    dataset has them (SciFact), else its relevant documents' texts, and its gold answer."""
-    from citeflow.evaluation.perfect_model import Gold
-
-    golds = []
-    for qid in query_ids:
-        sentences = [s for _, _, sents in dataset.evidence_texts(qid) for s in sents]
-        evidence = sentences or [
-            dataset.corpus[d].text for d in sorted(dataset.relevant(qid)) if d in dataset.corpus
-        ]
-        given = dataset.answers.get(qid)
-        answer = (
-            str(given["decision"])
-            if isinstance(given, Mapping) and "decision" in given
-            else str(given[0])
-            if isinstance(given, list) and given
-            else None
-        )
-        golds.append(Gold(question_of(dataset.queries[qid], template), tuple(evidence), answer))
-    return golds
-
-
-def perfect_answers(
-    dataset: BeirDataset,
-    context: EvalContext,
-    query_ids: Sequence[str],
-    variant: Variant,
-    template: str = CLAIM_QUESTION,
-) -> list[tuple[dict[str, Any], list[AuthoredSentence]]]:
-    """The perfect-model fake's answers through the whole workflow: each record with what the
-    fake wrote (its sentences, their correct sources and the numbers it put on them)."""
-    import asyncio
-
-    from citeflow.evaluation.perfect_model import PerfectAuthor, PerfectModelLLM
-    from citeflow.evaluation.runner import corpus_index
-
-    llm = PerfectModelLLM(PerfectAuthor(golds_of(dataset, query_ids, template), variant))
-    workflow = corpus_index(dataset, context).kb.workflow(llm)
-
-    async def run() -> list[tuple[dict[str, Any], list[AuthoredSentence]]]:
-        out = []
-        for qid in query_ids:
-            question = question_of(dataset.queries[qid], template)
-            started = time.perf_counter()
-            result = await workflow.run(query=question)
-            record = record_of(qid, question, result, time.perf_counter() - started)
-            out.append((record, llm.authored_for(question)))
-        return out
-
-    return asyncio.run(run())
-
-
-def perfect_section(
-    dataset: BeirDataset,
-    context: EvalContext,
-    *,
-    count: int,
-    variant: Variant,
-    template: str = CLAIM_QUESTION,
-) -> tuple[str, dict[str, Any]]:
-    """``citeflow eval --answers N --perfect-model VARIANT``: the first N questions answered by
-    the perfect-model fake (`citeflow.evaluation.perfect_model`) through the whole workflow;
-    prints how many of its correct citations citeflow kept, how many it added wrong, and how many
-    of its wrong ones it fixed or removed, beside the usual figures."""
-    from citeflow.evaluation.perfect_model import PerfectScore, score_answer
-    from citeflow.evaluation.scoring import score_all, table
-
-    answered = perfect_answers(dataset, context, list(dataset.queries)[:count], variant, template)
-    records = [record for record, _ in answered]
-    perfect = PerfectScore.total(score_answer(a, r["answer"]) for r, a in answered)
-    name = f"perfect model ({variant})"
-    rows = {
-        f"{dataset.name}: {name}'s markers": score_all(records, dataset, raw=True),
-        f"{dataset.name}: citeflow": score_all(records, dataset),
-    }
-    figures = perfect_figures(perfect)
-    shown = ", ".join(f"{k} {v}" for k, v in figures.items())
-    title = f"Answers: {dataset.name}/{dataset.split}, first {len(records)} questions, {name}"
-    return table(title, rows) + f"\n{name}: {shown}", {
-        "llm": name,
-        "perfect": figures,
-        "rows": {k: v.figures() for k, v in rows.items()},
-    }
-
-
-def perfect_figures(score: PerfectScore) -> dict[str, float | int | None]:
-    """The perfect-model figures of the issue's targets."""
-
-    def rate(value: float | None) -> float | None:
-        return None if value is None else round(value, 3)
-
-    return {
-        "correct_written": score.correct_written,
-        "kept_rate": rate(score.kept_rate),
-        "wrong_added": score.wrong_added,
-        "wrong_written": score.wrong_written,
-        "fixed_or_removed_rate": rate(score.fixed_or_removed_rate),
-        "unaligned": score.unaligned,
     }

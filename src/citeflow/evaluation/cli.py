@@ -258,7 +258,8 @@ def _citation_sections(
     template = getattr(args, "question", None) or DEFAULT_QUESTION
     tables = []
     if getattr(args, "answers", None):
-        from citeflow.evaluation.answers import answers_section, perfect_section
+        from citeflow.evaluation.answers import answers_section
+        from citeflow.evaluation.perfect_answers import perfect_section
 
         variant = getattr(args, "perfect_model", None)
         if variant:

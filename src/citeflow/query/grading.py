@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from llama_index.core.llms import LLM, ChatMessage
@@ -148,3 +148,13 @@ def build_grader(settings: Settings, llm: LLM) -> Grader:
     if kind == "score":
         return ScoreGrader.of(settings.retrieval)
     return KeepAllGrader()
+
+
+def fallback_hits(
+    pool: Iterable[NodeWithScore], retrieval: RetrievalSettings
+) -> list[NodeWithScore]:
+    """What is kept when no round found a relevant hit: the ``fallback_chunks`` best of ``pool``
+    (``on_no_relevant`` ``best``), or nothing (``refuse``)."""
+    if retrieval.on_no_relevant == "refuse":
+        return []
+    return sorted(pool, key=lambda n: -(n.score or 0.0))[: retrieval.fallback_chunks]

@@ -48,8 +48,18 @@ from citeflow.prompts import (
     NOT_COVERED_ANSWER,
 )
 from citeflow.providers.openai_stream import stream_text, supports_response_format
+from citeflow.settings import Settings
 
 CitationMode = Literal["markers", "structured", "evidence"]
+
+
+def citation_mode_of(settings: Settings) -> CitationMode:
+    """The citation mode the settings ask for; ``auto`` is ``markers`` for every provider: with
+    the local model, structured JSON made it copy sources sentence by sentence until its token
+    limit and evidence cost accuracy for no precision (README "Citations"); hosted models are
+    not measured."""
+    mode = settings.citations.mode
+    return "markers" if mode == "auto" else mode
 
 
 @dataclass

@@ -8,19 +8,11 @@ synthesize. One step per stage; each stage's output is a typed event from `citef
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.llms import LLM
-from llama_index.core.schema import NodeWithScore
-from opentelemetry import context as otel_context
-from opentelemetry import trace
-from opentelemetry.trace import Span
 from workflows import Context, Workflow, step
 from workflows.events import StopEvent
 from workflows.handler import WorkflowHandler
@@ -28,7 +20,7 @@ from workflows.handler import WorkflowHandler
 from citeflow.citations.judge import build_judge
 from citeflow.citations.repair import CitationPolicy, citation_actions
 from citeflow.citations.sources import make_sources
-from citeflow.errors import CiteflowError, EmptyQueryError
+from citeflow.errors import EmptyQueryError
 from citeflow.events import (
     AnswerDeltaEvent,
     CitationSourcesEvent,
@@ -44,68 +36,22 @@ from citeflow.names import check_collection_name
 from citeflow.prompts import NOT_COVERED_ANSWER
 from citeflow.providers.embeddings import build_embed_model
 from citeflow.providers.llm import build_llm
-from citeflow.providers.upstream_errors import as_upstream_error
-from citeflow.query.grading import Grader, ScoreGrader, build_grader
+from citeflow.query.grading import Grader, ScoreGrader, build_grader, fallback_hits
 from citeflow.query.retrieval import Retriever
 from citeflow.query.rewriting import condense, reformulate
-from citeflow.query.synthesis import CitationMode, CitationSynthesizer
+from citeflow.query.synthesis import (
+    CitationMode,
+    CitationSynthesizer,
+    Synthesis,
+    citation_mode_of,
+)
 from citeflow.result import CitedResponse
 from citeflow.settings import RetrievalSettings, Settings
 from citeflow.store import Store
-from citeflow.tracing import annotate, failed, span, tracer
-
-#: ``CITEFLOW_CITATION_MODE=auto`` per provider. The local model: markers measured best
-#: (structured JSON made it copy sources sentence by sentence until its token limit; evidence
-#: cost accuracy for no precision: README "Citations"). Hosted models: markers too, as
-#: structured outputs could not be measured against a real hosted model here.
-AUTO_CITATION_MODE: dict[str, CitationMode] = {
-    "local": "markers",
-    "openai": "markers",
-    "azure": "markers",
-}
-
-
-def citation_mode_of(settings: Settings) -> CitationMode:
-    """The citation mode the settings ask for, ``auto`` resolved for the LLM provider."""
-    if settings.citations.mode == "auto":
-        return AUTO_CITATION_MODE[settings.llm.provider]
-    return settings.citations.mode
-
-
-def fallback_hits(
-    pool: Iterable[NodeWithScore], retrieval: RetrievalSettings
-) -> list[NodeWithScore]:
-    """What is kept when no round found a relevant hit: the ``fallback_chunks`` best of ``pool``
-    (``on_no_relevant`` ``best``), or nothing (``refuse``)."""
-    if retrieval.on_no_relevant == "refuse":
-        return []
-    return sorted(pool, key=lambda n: -(n.score or 0.0))[: retrieval.fallback_chunks]
-
-
-@contextmanager
-def upstream(what: str) -> Iterator[None]:
-    """Turn a provider's failure (HTTP, timeout, runtime) into one clear `UpstreamError`."""
-    try:
-        yield
-    except CiteflowError:
-        raise
-    except Exception as exc:
-        raise as_upstream_error(exc, what=what) from exc
-
-
-@dataclass
-class RunTrace:
-    """Per-run facts the steps share (one live object in the run's context store)."""
-
-    query: str
-    search_query: str
-    rounds: int = 1
-    grounded: bool = True
-    pool: dict[str, NodeWithScore] = field(default_factory=dict)
-    timings: dict[str, float] = field(default_factory=dict)
-
-    def timed(self, name: str, started: float) -> None:
-        self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - started
+from citeflow.tracing import annotate, span
+from citeflow.workflows.answer_span import run_in_answer_span
+from citeflow.workflows.run_trace import RunTrace
+from citeflow.workflows.upstream import upstream
 
 
 class CitationQueryWorkflow(Workflow):
@@ -195,24 +141,12 @@ class CitationQueryWorkflow(Workflow):
     def run(
         self, ctx: Context | None = None, start_event: Any = None, **kwargs: Any
     ) -> WorkflowHandler:
-        """Run the workflow (`Workflow.run`) inside a ``citeflow.answer`` span when tracing is
-        on: the steps' spans nest under it, and it under the caller's (the HTTP request's)."""
-        answer = tracer.start_span("citeflow.answer")
-        if not answer.is_recording():
-            return super().run(ctx, start_event, **kwargs)
-        annotate(answer, collection=self.retriever.collection, query=kwargs.get("query"))
-        attached = otel_context.attach(trace.set_span_in_context(answer))
-        try:
-            handler = super().run(ctx, start_event, **kwargs)
-        except BaseException:
-            answer.end()
-            raise
-        finally:
-            otel_context.detach(attached)
-        ending = asyncio.ensure_future(_end_when_done(handler, answer))
-        _ENDING.add(ending)  # held until done: the loop keeps only weak references to tasks
-        ending.add_done_callback(_ENDING.discard)
-        return handler
+        """`Workflow.run` inside a ``citeflow.answer`` span (`run_in_answer_span`)."""
+        return run_in_answer_span(
+            lambda: super(CitationQueryWorkflow, self).run(ctx, start_event, **kwargs),
+            collection=self.retriever.collection,
+            query=kwargs.get("query"),
+        )
 
     # --- helpers -------------------------------------------------------------------------------
     @staticmethod
@@ -234,20 +168,17 @@ class CitationQueryWorkflow(Workflow):
         query = " ".join((ev.query or "").split())
         if not query:
             raise EmptyQueryError("the question is empty; ask something about your documents")
-        search_query = query
+        trace = RunTrace(query=query, search_query=query)
+        await ctx.store.set("trace", trace)
         if ev.history:
             self._status(ctx, "rewriting", "Rewriting the question")
             waited = time.perf_counter()
             with span("rewrite", turns=len(ev.history)) as current, upstream("LLM"):
-                search_query = await condense(self.llm, query, ev.history)
-                annotate(current, search_query=search_query)
-            llm_seconds = time.perf_counter() - waited
-        trace = RunTrace(query=query, search_query=search_query)
-        if ev.history:
-            trace.timings["llm"] = llm_seconds
-        await ctx.store.set("trace", trace)
+                trace.search_query = await condense(self.llm, query, ev.history)
+                annotate(current, search_query=trace.search_query)
+            trace.timed("llm", waited)
         trace.timed("rewrite", started)
-        return RetrieveEvent(query=search_query, round=1)
+        return RetrieveEvent(query=trace.search_query, round=1)
 
     @step
     async def retrieve(self, ctx: Context, ev: RetrieveEvent) -> RetrievedEvent:
@@ -328,9 +259,7 @@ class CitationQueryWorkflow(Workflow):
         trace = await self._trace(ctx)
         if not ev.sources:
             ctx.write_event_to_stream(AnswerDeltaEvent(text=NOT_COVERED_ANSWER))
-            text, citations, cited, unsupported = NOT_COVERED_ANSWER, [], [], []
-            raw = text
-            verdicts: dict[str, int] = {}
+            synthesis = Synthesis(NOT_COVERED_ANSWER, raw_text=NOT_COVERED_ANSWER)
         else:
             self._status(ctx, "writing", f"Writing the answer from {len(ev.sources)} sources")
             with span("synthesize", sources=len(ev.sources)) as current, upstream("LLM"):
@@ -358,10 +287,6 @@ class CitationQueryWorkflow(Workflow):
                         answer=synthesis.text,
                         **{f"source.{s.number}": s.text for s in ev.sources},
                     )
-            text, citations, cited = synthesis.text, synthesis.citations, synthesis.cited
-            unsupported = synthesis.unsupported
-            raw = synthesis.raw_text
-            verdicts = synthesis.judge_verdicts
             trace.timings["llm"] = trace.timings.get("llm", 0.0) + synthesis.llm_seconds
             if synthesis.judge_verdicts:
                 trace.timings["judge"] = synthesis.judge_seconds
@@ -369,35 +294,19 @@ class CitationQueryWorkflow(Workflow):
         self._status(ctx, "done", "Done")
         return StopEvent(
             result=CitedResponse(
-                response=text,
+                response=synthesis.text,
                 source_nodes=[source.with_score() for source in ev.sources],
                 sources=list(ev.sources),
                 metadata={"collection": self.retriever.collection},
                 query=ev.query,
                 search_query=trace.search_query,
-                cited=cited,
-                citations=citations,
-                unsupported=unsupported,
-                raw_response=raw,
+                cited=synthesis.cited,
+                citations=synthesis.citations,
+                unsupported=synthesis.unsupported,
+                raw_response=synthesis.raw_text,
                 grounded=trace.grounded,
                 rounds=trace.rounds,
                 timings=dict(trace.timings),
-                judge_verdicts=verdicts,
+                judge_verdicts=synthesis.judge_verdicts,
             )
         )
-
-
-_ENDING: set[asyncio.Future[None]] = set()
-
-
-async def _end_when_done(handler: WorkflowHandler, answer: Span) -> None:
-    """End a run's ``citeflow.answer`` span when the run ends (its failure, if any, recorded;
-    the caller of the run still gets it)."""
-    try:
-        await handler
-    except asyncio.CancelledError:
-        annotate(answer, cancelled=True)
-    except Exception as exc:
-        failed(answer, exc)
-    finally:
-        answer.end()
