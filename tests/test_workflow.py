@@ -333,3 +333,41 @@ async def test_bad_model_output_still_gives_a_clean_answer(kb: KnowledgeBase) ->
         assert "[99]" not in result.response
         if expected is not None:
             assert result.response == expected
+
+
+async def test_the_step_cache_answers_the_same_and_builds_the_steps_once(
+    kb: KnowledgeBase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from workflows import Workflow
+
+    from citeflow.speedups import StepCache
+
+    built: list[type] = []
+    original = Workflow._get_steps
+
+    def counting(self: Workflow) -> dict[str, object]:
+        built.append(type(self))
+        return original(self)
+
+    monkeypatch.setattr(Workflow, "_get_steps", counting)
+    answer = "Yahoo bought Viaweb in 1998 [1]."
+    plain = kb.workflow(llm=ScriptedLLM([answer]))
+    first = await plain.run(query="Who bought Viaweb?")
+    plain_builds = len(built)
+    built.clear()
+
+    cached_kb = KnowledgeBase(
+        kb.settings.updated(server={"step_cache": True}),
+        store=kb.store,
+        embed_model=kb.embed_model,
+        collection=kb.collection,
+    )
+    cached = cached_kb.workflow(llm=ScriptedLLM([answer]))
+    assert isinstance(cached, StepCache) and isinstance(cached, CitationQueryWorkflow)
+    assert not isinstance(plain, StepCache)
+    second = await cached.run(query="Who bought Viaweb?")
+    again = await cached.run(query="Who bought Viaweb?")
+    assert str(first) == str(second) == str(again)
+    assert first.cited == second.cited
+    assert plain_builds > 2  # the runtime asks on every step
+    assert len(built) == 1  # the cached workflow built them once, for both runs

@@ -47,6 +47,7 @@ from citeflow.query.synthesis import (
 )
 from citeflow.result import CitedResponse
 from citeflow.settings import RetrievalSettings, Settings
+from citeflow.speedups import with_step_cache
 from citeflow.store import Store
 from citeflow.tracing import annotate, span
 from citeflow.workflows.answer_span import run_in_answer_span
@@ -119,14 +120,15 @@ class CitationQueryWorkflow(Workflow):
         cls, retriever: Retriever, settings: Settings, llm: LLM | None = None, **kwargs: Any
     ) -> CitationQueryWorkflow:
         """The workflow over ``retriever``, its LLM (unless given), grader, citation policy and
-        timeout from ``settings``."""
+        timeout from ``settings`` (with `citeflow.speedups.with_step_cache` when they ask)."""
         llm = llm or build_llm(settings)
         policy = CitationPolicy(
             settings.citations,
             judge=build_judge(settings, llm),
             judge_timeout=settings.llm.timeout,
         )
-        return cls(
+        build = with_step_cache(cls) if settings.server.step_cache else cls
+        return build(
             retriever=retriever,
             llm=llm,
             grader=build_grader(settings, llm),
