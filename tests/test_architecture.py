@@ -30,7 +30,6 @@ OVERSIZED_NOW = (
     "evaluation/answers.py",
     "evaluation/dataset.py",
     "evaluation/perfect_model.py",
-    "ingestion/readers.py",
     "providers/llm.py",
     "providers/local_llm.py",
     "providers/models.py",
