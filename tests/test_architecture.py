@@ -28,7 +28,6 @@ OVERSIZED_NOW = (
     "api/skills.py",
     "api/wire.py",
     "evaluation/answers.py",
-    "evaluation/perfect_model.py",
     "providers/llm.py",
     "providers/local_llm.py",
     "providers/models.py",
