@@ -32,7 +32,6 @@ OVERSIZED_NOW = (
     "providers/local_llm.py",
     "providers/models.py",
     "settings.py",
-    "testing/openai_server.py",
     "workflows/citation_query.py",
 )
 
