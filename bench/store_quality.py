@@ -67,7 +67,8 @@ from citeflow.evaluation.table import text_table
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.settings import RetrievalMode, load_settings
 from citeflow.store import Store
-from citeflow.store.edge import HNSW, EdgeEngine, ShardConfig, shard_config
+from citeflow.store.edge import EdgeEngine
+from citeflow.store.edge_config import HNSW, ShardConfig, shard_config
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -12,7 +12,8 @@ from qdrant_edge import EdgeConfig, EdgeOptimizersConfig, HnswIndexConfig, Searc
 
 from citeflow.bm25 import SparseVector
 from citeflow.store import Store
-from citeflow.store.edge import EdgeEngine, shard_config
+from citeflow.store.edge import EdgeEngine
+from citeflow.store.edge_config import shard_config
 from citeflow.store.engine import Point
 
 N, DIM = 2000, 64

@@ -20,27 +20,15 @@ keyword side BM25 (the IDF modifier times citeflow's stored term weights), as on
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from qdrant_edge import (
     CountRequest,
-    Distance,
-    EdgeConfig,
     EdgeShard,
-    EdgeSparseVectorParams,
-    EdgeVectorParams,
-    FieldCondition,
     Filter,
-    HnswIndexConfig,
     IdfParams,
-    IsEmptyCondition,
-    MatchAny,
-    MatchValue,
-    Modifier,
     PayloadSchemaType,
     Query,
     QueryBatchRequest,
@@ -52,9 +40,10 @@ from qdrant_edge import (
 from qdrant_edge import Point as EdgePoint
 from qdrant_edge import SparseVector as EdgeSparse
 
-from citeflow.bm25 import SparseVector
-from citeflow.errors import CiteflowError, StoreUnreadableError
-from citeflow.store.directory import SHARDS, locked_error, require_room
+from citeflow.store.directory import SHARDS, require_room
+from citeflow.store.edge_config import SEARCH, ShardConfig, shard_config
+from citeflow.store.edge_conversion import dense_for_edge, dense_of, edge_filter, record_of
+from citeflow.store.edge_failures import load_shard, reading
 from citeflow.store.engine import (
     DENSE_VECTOR,
     INCOMPLETE,
@@ -69,16 +58,6 @@ from citeflow.store.engine import (
     Where,
 )
 
-#: HNSW graph parameters (Qdrant's defaults): m=16, ef_construct=100 kept SciFact and HotpotQA
-#: nDCG@10 within 0.005 of an exact search (``bench/store_scale.py`` prints dense recall@10).
-#: Segments under ``full_scan_threshold`` KB of vectors (about 6,600 384-d chunks) are scanned.
-HNSW = HnswIndexConfig(m=16, ef_construct=100, full_scan_threshold=10_000)
-#: The dense side searches the graph with an ef of 256 (the engine's own would be ef_construct,
-#: 100). Measured on 1,000,000 synthetic chunks (`bench/store_scale.py`): recall@10 against an
-#: exact search 0.849 -> 0.934, hybrid p50 8.4 -> 9.2 ms; with the graph forced on SciFact and
-#: HotpotQA (`bench/store_quality.py`) nDCG@10 at the app's width -0.0017 / -0.0008 -> 0.0000.
-SEARCH = SearchParams(hnsw_ef=256)
-
 LAYOUT = Layout(dense=DENSE_VECTOR, sparse=SPARSE_VECTOR)
 
 #: BM25's IDF over the points that exist. The engine's own statistics count a deleted or
@@ -92,18 +71,6 @@ LIVE_IDF = SearchParams(idf=IdfParams(corpus=Filter()))
 #: a file in a shard's directory while deleted or overwritten chunks may linger in its indexed
 #: segments (written at the first such change, removed by an optimize that leaves none)
 STALE_IDF = "citeflow-stale-idf"
-
-
-#: the configuration of a new shard, made from its dense vectors' dimension
-ShardConfig = Callable[[int], EdgeConfig]
-
-
-def shard_config(dimension: int) -> EdgeConfig:
-    return EdgeConfig(
-        vectors={DENSE_VECTOR: EdgeVectorParams(size=dimension, distance=Distance.Cosine)},
-        sparse_vectors={SPARSE_VECTOR: EdgeSparseVectorParams(modifier=Modifier.Idf)},
-        hnsw_config=HNSW,
-    )
 
 
 class EdgeEngine:
@@ -145,7 +112,7 @@ class EdgeEngine:
         if shard is None:
             path = self._path(collection)
             require_room(self.root)
-            shard = _load(path)
+            shard = load_shard(path)
             self._shards[collection] = shard
             if (path / STALE_IDF).exists():
                 self._stale.add(collection)
@@ -175,7 +142,7 @@ class EdgeEngine:
 
     def create(self, collection: str, dimension: int) -> None:
         self.create_at(self._path(collection), dimension)
-        self._shards[collection] = _load(self._path(collection))
+        self._shards[collection] = load_shard(self._path(collection))
 
     def create_at(self, path: Path, dimension: int) -> None:
         """Create a shard with citeflow's layout and payload indexes at ``path`` (closed)."""
@@ -215,8 +182,10 @@ class EdgeEngine:
         self._path(collection).rename(self._path(name))
 
     def count(self, collection: str, where: Where | None = None) -> int:
-        with _reading(self._path(collection)):
-            return self._shard(collection).count(CountRequest(exact=True, filter=_filter(where)))
+        with reading(self._path(collection)):
+            return self._shard(collection).count(
+                CountRequest(exact=True, filter=edge_filter(where))
+            )
 
     # --- writes ------------------------------------------------------------------------------
     def upsert(self, collection: str, points: Sequence[Point]) -> None:
@@ -224,14 +193,14 @@ class EdgeEngine:
         require_room(self.root, len(points))
         edge_points = []
         for point in points:
-            vectors: dict[str, Any] = {DENSE_VECTOR: _floats(point.dense)}
+            vectors: dict[str, Any] = {DENSE_VECTOR: dense_for_edge(point.dense)}
             if point.sparse is not None and point.sparse.indices:
                 vectors[SPARSE_VECTOR] = EdgeSparse(
                     indices=point.sparse.indices, values=point.sparse.values
                 )
             edge_points.append(EdgePoint(point.id, vectors, point.payload))
         watch = collection not in self._stale  # once stale, no need to count
-        with _reading(self._path(collection)):
+        with reading(self._path(collection)):
             before = shard.info().points_count if watch else 0
             shard.update(UpdateOperation.upsert_points(edge_points))
             if watch and shard.info().points_count - before < len({p.id for p in points}):
@@ -240,7 +209,7 @@ class EdgeEngine:
     def delete_key(self, collection: str, ids: Sequence[str], key: str) -> None:
         shard = self._shard(collection)
         require_room(self.root, len(ids))
-        with _reading(self._path(collection)):
+        with reading(self._path(collection)):
             # a point of an indexed segment is copied out of it to be changed (once stale, no
             # need to look)
             indexed = collection not in self._stale and shard.info().indexed_vectors_count > 0
@@ -251,10 +220,10 @@ class EdgeEngine:
     def delete(self, collection: str, where: Where) -> None:
         shard = self._shard(collection)
         require_room(self.root)
-        flt = _filter(where)
+        flt = edge_filter(where)
         if flt is None:
             raise ValueError("refusing to delete without a condition")
-        with _reading(self._path(collection)):
+        with reading(self._path(collection)):
             shard.update(UpdateOperation.delete_points_by_filter(flt))
         self._changed(collection)
 
@@ -271,10 +240,10 @@ class EdgeEngine:
         shard = self._shard(collection)
         payload: Any = keys if isinstance(keys, bool) else list(keys)
         with_vector: Any = bool(vectors)
-        flt = _filter(where)
+        flt = edge_filter(where)
         offset: Any = None
         while True:
-            with _reading(self._path(collection)):
+            with reading(self._path(collection)):
                 records, offset = shard.scroll(
                     ScrollRequest(
                         offset=offset,
@@ -285,7 +254,7 @@ class EdgeEngine:
                     )
                 )
             for record in records:
-                yield _record(record.id, record.payload, record.vector if vectors else None)
+                yield record_of(record.id, record.payload, record.vector if vectors else None)
             if offset is None:
                 return
 
@@ -293,23 +262,23 @@ class EdgeEngine:
         self, collection: str, ids: Sequence[str], *, payload: bool, dense: bool
     ) -> list[Record]:
         with_vector: Any = [DENSE_VECTOR] if dense else False
-        with _reading(self._path(collection)):
+        with reading(self._path(collection)):
             found = self._shard(collection).retrieve(
                 list(ids), with_payload=payload, with_vector=with_vector
             )
-        return [_record(r.id, r.payload, r.vector if dense else None) for r in found]
+        return [record_of(r.id, r.payload, r.vector if dense else None) for r in found]
 
     def search(self, collection: str, request: SearchRequest) -> Hits:
         """Both sides in one planned batch (``query_batch``); fusion stays citeflow's own
         (`citeflow.query.fusion`: the engine's RRF and DBSF are not its relative fusion)."""
         shard = self._shard(collection)
-        flt = _filter(request.where)
+        flt = edge_filter(request.where)
         queries: list[QueryRequest] = []
         if request.dense is not None:
             queries.append(
                 QueryRequest(
                     limit=request.limit,
-                    query=Query.Nearest(_floats(request.dense), using=DENSE_VECTOR),
+                    query=Query.Nearest(dense_for_edge(request.dense), using=DENSE_VECTOR),
                     filter=flt,
                     params=self.search_params,
                     with_payload=False,
@@ -334,13 +303,13 @@ class EdgeEngine:
             )
         if not queries:
             return Hits(dense=[], sparse=[])
-        with _reading(self._path(collection)):
+        with reading(self._path(collection)):
             results = shard.query_batch(QueryBatchRequest(queries))
         sides = [[Candidate(str(p.id), float(p.score)) for p in side] for side in results]
         vectors: dict[str, Vector] = {}
         if use_sparse and request.sparse_vectors:
             for point in results[-1]:
-                found = _dense_of(point.vector)
+                found = dense_of(point.vector)
                 if found is not None:
                     vectors[str(point.id)] = found
         return Hits(
@@ -354,7 +323,7 @@ class EdgeEngine:
         shard = self._shard(collection)
         size = sum(f.stat().st_size for f in self._path(collection).rglob("*") if f.is_file())
         require_room(self.root, extra_bytes=size)  # the new segment is written beside the old
-        with _reading(self._path(collection)):
+        with reading(self._path(collection)):
             done = shard.optimize()
             shard.flush()
             info = shard.info()
@@ -367,102 +336,6 @@ class EdgeEngine:
     def unindexed(self, collection: str) -> int:
         """An estimate: each point has two vectors (dense and BM25), and the BM25 side is
         indexed as it is written, so the shortfall is the dense vectors awaiting HNSW."""
-        with _reading(self._path(collection)):
+        with reading(self._path(collection)):
             info = self._shard(collection).info()
         return max(0, 2 * info.points_count - info.indexed_vectors_count)
-
-
-@contextmanager
-def _reading(path: Path) -> Iterator[None]:
-    """Around each operation on an open shard: a failure of the engine itself (a damaged file
-    found while reading or writing) becomes one clear `StoreUnreadableError`. Input the engine
-    refuses ("Wrong input") and citeflow's own errors pass unchanged."""
-    try:
-        yield
-    except CiteflowError:
-        raise
-    except Exception as exc:  # qdrant-edge raises plain Exceptions; its text tells them apart
-        text = str(exc)
-        if "Wrong input" in text or type(exc) is not Exception:
-            raise
-        raise StoreUnreadableError(
-            f"the collection {path.name!r} in the store {path.parent.parent} could not be "
-            f"read ({_first_line(text)}): its files are damaged; restore the directory from a "
-            f"backup, or move {path} aside and ingest the collection's documents again"
-        ) from None
-
-
-def _load(path: Path) -> EdgeShard:
-    """Open one shard; its problems as one clear line each."""
-    try:
-        return EdgeShard.load(str(path))
-    except Exception as exc:  # qdrant-edge raises plain Exceptions; its text tells them apart
-        text = str(exc)
-        if "WouldBlock" in text:
-            raise locked_error(path.parent.parent) from None
-        raise StoreUnreadableError(
-            f"the collection {path.name!r} in the store {path.parent.parent} cannot be opened "
-            f"({_first_line(text)}): its files are damaged or were written by another version; "
-            f"restore the directory from a backup, or move {path} aside and ingest the "
-            f"collection's documents again"
-        ) from None
-
-
-def _first_line(text: str) -> str:
-    line = text.strip().splitlines()[0] if text.strip() else "no reason given"
-    return line if len(line) <= 200 else line[:197] + "..."
-
-
-def _floats(vector: Vector) -> Any:
-    """A dense vector as qdrant-edge takes it: a list of floats or a float32 array, as is (a
-    copy per element cost a fifth of an upsert's time)."""
-    if isinstance(vector, np.ndarray):
-        return vector.astype(np.float32, copy=False)
-    return vector if isinstance(vector, list) else list(vector)
-
-
-def _dense_of(vector: Any) -> Vector | None:
-    if isinstance(vector, dict):
-        vector = vector.get(DENSE_VECTOR)
-    if isinstance(vector, np.ndarray):
-        return vector
-    return vector if isinstance(vector, list) else None
-
-
-def _record(point_id: Any, payload: Any, vector: Any) -> Record:
-    sparse: SparseVector | None = None
-    if isinstance(vector, dict):
-        found = vector.get(SPARSE_VECTOR)
-        if found is not None:
-            sparse = SparseVector(indices=list(found.indices), values=list(found.values))
-    return Record(
-        id=str(point_id),
-        payload=dict(payload or {}),
-        dense=_dense_of(vector) if vector is not None else None,
-        sparse=sparse,
-    )
-
-
-def _filter(where: Where | None) -> Filter | None:
-    if where is None:
-        return None
-    must: list[Any] = []
-    must_not: list[Any] = []
-    if where.doc_ids is not None:
-        if len(where.doc_ids) == 1:
-            match: Any = MatchValue(value=where.doc_ids[0])
-        else:
-            match = MatchAny(any=list(where.doc_ids))
-        must.append(FieldCondition(key="doc_id", match=match))
-    if where.not_content_hash is not None:
-        must_not.append(
-            FieldCondition(key="content_hash", match=MatchValue(value=where.not_content_hash))
-        )
-    if where.incomplete is not None:
-        # "has the key": qdrant-edge 0.9.0 turns MatchValue(value=True) into the integer 1,
-        # which matches no stored ``true``; the mark is only ever True, or absent
-        unmarked = IsEmptyCondition(key=INCOMPLETE)
-        (must_not if where.incomplete else must).append(unmarked)
-    if not must and not must_not:
-        return None
-    return Filter(must=must or None, must_not=must_not or None)

@@ -1,0 +1,105 @@
+"""`PerfectModelLLM`: the perfect author as a LlamaIndex chat LLM, for in-process runs."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from llama_index.core.base.llms.types import (
+    ChatMessage,
+    ChatResponse,
+    ChatResponseGen,
+    CompletionResponse,
+    CompletionResponseGen,
+    LLMMetadata,
+    MessageRole,
+)
+from llama_index.core.llms import CustomLLM
+from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
+from pydantic import PrivateAttr
+
+from citeflow.evaluation.perfect_model.author import AuthoredSentence, PerfectAuthor, render_reply
+from citeflow.evaluation.perfect_model.prompt import (
+    Messages,
+    parse_prompt,
+    question_key,
+    user_prompt,
+)
+
+__all__ = ["PerfectModelLLM"]
+
+
+class PerfectModelLLM(CustomLLM):
+    """`PerfectAuthor` as a LlamaIndex chat LLM: every chat is answered with its reply, streamed
+    word by word. `authored_for` gives what it wrote for a question (its last prompt's)."""
+
+    context_window: int = 32768
+    _author: PerfectAuthor = PrivateAttr()
+    _authored: dict[str, list[AuthoredSentence]] = PrivateAttr(default_factory=dict)
+
+    def __init__(self, author: PerfectAuthor, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._author = author
+
+    @classmethod
+    def class_name(cls) -> str:
+        """LlamaIndex's name for this class."""
+        return "citeflow_perfect_model"
+
+    @property
+    def metadata(self) -> LLMMetadata:
+        """A chat model with a context large enough for any citation prompt."""
+        return LLMMetadata(
+            context_window=self.context_window,
+            num_output=1024,
+            is_chat_model=True,
+            model_name=f"perfect-{self._author.variant}",
+            system_role=MessageRole.SYSTEM,
+        )
+
+    def authored_for(self, question: str) -> list[AuthoredSentence]:
+        """The sentences of the last reply to ``question`` (none if it was never asked)."""
+        return list(self._authored.get(question_key(question), []))
+
+    def _reply(self, messages: Messages) -> str:
+        authored = self._author.authored(messages)
+        question, _ = parse_prompt(user_prompt(messages))
+        self._authored[question_key(question)] = authored
+        return render_reply(authored)
+
+    def _pieces(self, messages: Messages) -> list[str]:
+        return re.findall(r"\S+\s*|\s+", self._reply(messages))
+
+    @llm_completion_callback()
+    def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+        """The reply to ``prompt`` taken as the user message."""
+        return CompletionResponse(text=self._reply([{"role": "user", "content": prompt}]))
+
+    @llm_completion_callback()
+    def stream_complete(
+        self, prompt: str, formatted: bool = False, **kwargs: Any
+    ) -> CompletionResponseGen:
+        """`complete`, word by word."""
+        words = self._pieces([{"role": "user", "content": prompt}])
+        return (
+            CompletionResponse(text="".join(words[: i + 1]), delta=w) for i, w in enumerate(words)
+        )
+
+    @llm_chat_callback()
+    def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        """The reply to the last user message."""
+        return ChatResponse(message=_assistant(self._reply(messages)))
+
+    @llm_chat_callback()
+    def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
+        """`chat`, word by word (the async methods stream through it)."""
+        words = self._pieces(messages)
+        return (
+            ChatResponse(message=_assistant("".join(words[: i + 1])), delta=w)
+            for i, w in enumerate(words)
+        )
+
+
+def _assistant(text: str) -> ChatMessage:
+    return ChatMessage(role=MessageRole.ASSISTANT, content=text)
