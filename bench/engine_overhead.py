@@ -6,7 +6,8 @@ the median wall time per query is citeflow's own cost: the workflow runtime, ret
 citation chunking, prompt building, streaming and citation repair. LlamaIndex's built-in
 `CitationQueryEngine` runs on the same index, LLM and embedder in the same process for comparison.
 citeflow runs twice: with dense retrieval (the same search work as `CitationQueryEngine`) and with
-its default hybrid retrieval (dense + BM25).
+its default hybrid retrieval (dense + BM25), and hybrid once more with the opt-in step cache
+(`citeflow.speedups`).
 
 Observability (issue 19's target: metrics and tracing add at most 1 ms per answer): the hybrid
 workflow runs twice more, its events streamed as the server streams them: once bare, then through
@@ -49,6 +50,7 @@ from citeflow.query.grading import ScoreGrader
 from citeflow.query.retrieval import Retriever
 from citeflow.result import CitedResponse
 from citeflow.settings import RetrievalMode, Settings
+from citeflow.speedups import with_step_cache
 from citeflow.store import Store
 from citeflow.testing.embedding import HashEmbedding
 from citeflow.testing.llm import ScriptedLLM
@@ -110,6 +112,7 @@ async def time_workflow(
     *,
     streamed: bool = False,
     metrics: Metrics | None = None,
+    step_cache: bool = False,
 ) -> tuple[list[float], list[float], list[float]]:
     """Wall time per query, the part spent inside the LLM and embedder calls, and retrieval."""
     retriever = Retriever(
@@ -119,7 +122,8 @@ async def time_workflow(
         settings=kb.settings.retrieval.model_copy(update={"mode": mode}),
         top_k=6,
     )
-    workflow = CitationQueryWorkflow(
+    build = with_step_cache(CitationQueryWorkflow) if step_cache else CitationQueryWorkflow
+    workflow = build(
         retriever=retriever,
         llm=ScriptedLLM([ANSWER], chunk_words=8),
         grader=ScoreGrader(0.0),
@@ -187,6 +191,13 @@ def main() -> None:
             (f"citeflow {mode}: of which search + thread hop", retrieval),
             (f"citeflow {mode}: overhead outside retrieval", outside),
         ]
+    cached, model, _ = asyncio.run(time_workflow(kb, args.queries, "hybrid", step_cache=True))
+    rows.append(
+        (
+            "citeflow hybrid, CITEFLOW_STEP_CACHE: engine overhead",
+            [t - m for t, m in zip(cached, model, strict=True)],
+        )
+    )
     rows.append(
         ("LlamaIndex CitationQueryEngine: wall time", time_citation_engine(kb, args.queries))
     )

@@ -6,7 +6,9 @@
 | `errors` | the one mapping of errors to OpenAI error bodies and HTTP statuses |
 | `body` | a request's JSON body: parsed, nested at most 64 deep, valid Unicode (else HTTP 400) |
 | `uploads` | uploaded files streamed to disk within the limits, nothing left of a refused one |
-| `wire` | the one adapter from workflow events to SSE ``chat.completion.chunk`` lines |
+| `chat_stream` | `ChatStream`: workflow events as OpenAI chunks with Open WebUI events |
+| `source_events` | a cited `Source` as a source payload, a `url_citation`, a document URL |
+| `sse` | SSE framing: ready chunks batched into one write, keep-alives, ``[DONE]`` |
 | `engine` | `Engine`: store, embedder and LLM built once; one workflow per collection |
 | `workflow_runs` | a run streamed or awaited, and cancelled when its caller goes away |
 | `webui_tasks` | Open WebUI's tasks (title, tags, follow-ups) answered by the LLM alone |
