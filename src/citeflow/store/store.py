@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -95,15 +95,11 @@ class Store:
             lock.release()
             raise
 
-    def _disk(self) -> AbstractContextManager[None]:
-        """Around each write: a full disk becomes one clear `StorageFullError`."""
-        return full_disk_guard(self.location)
-
     @contextmanager
     def writing(self) -> Iterator[None]:
-        """Hold this store for a write another store drives (`copy`): its lock, and a full
-        disk turned into `StorageFullError`."""
-        with self._lock, self._disk():
+        """Around each write, this store's or one another store drives (`copy`): its lock, and
+        a full disk turned into one clear `StorageFullError`."""
+        with self._lock, full_disk_guard(self.location):
             yield
 
     @property
@@ -137,7 +133,7 @@ class Store:
 
     def ensure_collection(self, collection: str, dimension: int) -> Layout:
         """Create the collection with the hybrid layout unless it exists; its layout."""
-        with self._lock, self._disk():
+        with self.writing():
             if not self.engine.exists(collection):
                 self.engine.create(collection, dimension)
             return self.layout(collection)
@@ -169,7 +165,7 @@ class Store:
         return count
 
     def drop(self, collection: str) -> bool:
-        with self._lock, self._disk():
+        with self.writing():
             self._warned.discard(collection)
             return self.engine.drop(collection)
 
@@ -177,7 +173,7 @@ class Store:
         """Build the collection's search indexes now (embedded store; a Qdrant server does it
         in the background). Blocks every thread of the process while it runs: never call it on
         a request path (`citeflow.store.edge`)."""
-        with self._lock, self._disk():
+        with self.writing():
             if not self.engine.exists(collection):
                 return False
             return self.engine.optimize(collection)
@@ -217,7 +213,7 @@ class Store:
 
     def write(self, collection: str, points: Sequence[Point]) -> None:
         """Upsert points as they are (ids, vectors and payloads)."""
-        with self._lock, self._disk():
+        with self.writing():
             self.engine.upsert(collection, points)
 
     def mark_complete(self, collection: str, ids: Sequence[str]) -> None:
@@ -225,7 +221,7 @@ class Store:
         now on searches find them."""
         if not ids:
             return
-        with self._lock, self._disk():
+        with self.writing():
             self.engine.delete_key(collection, ids, INCOMPLETE)
 
     def incomplete_points(self, collection: str) -> frozenset[str]:
@@ -322,7 +318,7 @@ class Store:
         self._delete_where(collection, Where(doc_ids=(doc_id,), not_content_hash=content_hash))
 
     def _delete_where(self, collection: str, where: Where) -> None:
-        with self._lock, self._disk():
+        with self.writing():
             self.engine.delete(collection, where)
 
     def documents(self, collection: str) -> dict[str, DocumentRecord]:
