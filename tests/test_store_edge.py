@@ -131,8 +131,9 @@ def test_a_second_process_gets_one_line(tmp_path: Path) -> None:
     Store.open_path(path).close()  # the lock went with the process
 
 
-def _index_until_killed(path: str) -> None:
+def _index_until_killed(path: str, started: str) -> None:
     store = Store.open_path(path)
+    Path(started).touch()
     store.optimize("kb")
     os._exit(3)  # not reached: killed while indexing
 
@@ -164,11 +165,15 @@ def test_kill_9_while_indexing_loses_nothing(tmp_path: Path) -> None:
     store = Store.open_path(tmp_path / "s")
     fill(store, "kb", 8_000)
     store.close()
+    started = tmp_path / "indexing"
     child = multiprocessing.get_context("spawn").Process(
-        target=_index_until_killed, args=(str(tmp_path / "s"),), daemon=True
+        target=_index_until_killed, args=(str(tmp_path / "s"), str(started)), daemon=True
     )
     child.start()
-    time.sleep(4)  # the child imports, opens the store and is building the index
+    deadline = time.monotonic() + 60
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.3)  # well inside the build (1.3 s for 8,000 points on a fast 2-core machine)
     os.kill(child.pid, signal.SIGKILL)
     child.join(10)
     assert child.exitcode == -signal.SIGKILL
