@@ -25,8 +25,9 @@ bullets and pipes.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 
 _NUM = r"\d{1,3}(?:[ \t]*[-–][ \t]*\d{1,3})?"
 _NUMS = rf"{_NUM}(?:[ \t]*(?:,|;|and|&)[ \t]*(?:Sources?[ \t]*)?{_NUM})*"
@@ -108,17 +109,22 @@ def _group(match: re.Match[str]) -> str | None:
     return None if _THOUSANDS.search(group) else group
 
 
-def _matches(text: str) -> Iterator[tuple[re.Match[str], tuple[int, ...]]]:
+@lru_cache(maxsize=1024)
+def _markers(text: str) -> tuple[Marker, ...]:
+    """The markers of ``text``, cached: checking one sentence reads its markers about four
+    times (find, strip, renumber, move last)."""
     code = [span.span() for span in _CODE.finditer(text)] if "`" in text or "~" in text else []
+    markers: list[Marker] = []
     for match in MARKER_RE.finditer(text):
         group = _group(match)
         if group and not any(a <= match.start() < b for a, b in code):
-            yield match, _numbers(group)
+            markers.append(Marker(match.start(), match.end(), _numbers(group)))
+    return tuple(markers)
 
 
 def find_markers(text: str) -> list[Marker]:
     """All citation markers in ``text``, in order."""
-    return [Marker(match.start(), match.end(), numbers) for match, numbers in _matches(text)]
+    return list(_markers(text))
 
 
 def cited_numbers(text: str) -> list[int]:
@@ -177,13 +183,14 @@ def _rewrite(text: str, keep: dict[int, int] | None) -> str:
     """Every marker rewritten through ``keep`` (old → new; None: all removed), the text joined
     cleanly where one was removed."""
     out, i = "", 0
-    for match, numbers in _matches(text):
-        out += text[i : match.start()]
+    for marker in _markers(text):
+        out += text[i : marker.start]
+        numbers = marker.numbers
         new = "" if keep is None else render(dict.fromkeys(keep[n] for n in numbers if n in keep))
         if not new:
-            out, i = _close(out, text, match.end())
+            out, i = _close(out, text, marker.end)
             continue
-        out, i = out + new, match.end()
+        out, i = out + new, marker.end
         spaced = re.match(r"[ \t]+(?=[.,;:!?])", text[i : i + 8])  # "[2] ." -> "[2]."
         i += spaced.end() if spaced else 0
     return out + text[i:]
