@@ -9,8 +9,10 @@ name users already set (``CITEFLOW_RETRIEVAL`` for `RetrievalSettings.mode`).
 from __future__ import annotations
 
 import logging
-from typing import Any, ClassVar, Self, cast
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Self, cast
 
+from pydantic import AfterValidator
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -20,6 +22,9 @@ from pydantic_settings import (
 )
 
 logger = logging.getLogger("citeflow.settings")
+
+#: a path setting: ``~`` is the user's home
+UserPath = Annotated[Path, AfterValidator(Path.expanduser)]
 
 
 class SettingsGroup(BaseSettings):

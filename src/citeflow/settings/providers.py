@@ -7,10 +7,10 @@ import os
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
-from citeflow.settings.group import SettingsGroup
+from citeflow.settings.group import SettingsGroup, UserPath
 
 Provider = Literal["local", "openai", "azure"]
 
@@ -44,23 +44,18 @@ class LocalModelSettings(SettingsGroup):
     model_config = SettingsConfigDict(env_prefix="CITEFLOW_LOCAL_")
     renamed: ClassVar[dict[str, str]] = {"CITEFLOW_MODEL_DIR": "model_dir"}
 
-    model_dir: Path = Field(
+    model_dir: UserPath = Field(
         default_factory=lambda: xdg_dir("XDG_CACHE_HOME", ".cache") / "citeflow" / "models",
         description="Where `citeflow models install` assembles the default GGUF (and the local "
         "embedder's ONNX export is kept).",
     )
-    model_path: Path | None = Field(
+    model_path: UserPath | None = Field(
         default=None, description="GGUF file for the local LLM; empty: the installed default."
     )
     context_window: int = Field(
         default=4096, ge=512, description="Context size (tokens) of the local model."
     )
     threads: int = Field(default=0, ge=0, description="Local model threads; 0: one per core.")
-
-    @field_validator("model_dir", "model_path")
-    @classmethod
-    def _expand_user(cls, value: Path | None) -> Path | None:
-        return value.expanduser() if value is not None else None
 
     @property
     def default_model_path(self) -> Path:
