@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
 from citeflow.settings.group import SettingsGroup, UserPath
@@ -42,10 +42,10 @@ class LocalModelSettings(SettingsGroup):
     """The local models' files and the llama.cpp runtime (``CITEFLOW_LOCAL_*``)."""
 
     model_config = SettingsConfigDict(env_prefix="CITEFLOW_LOCAL_")
-    renamed: ClassVar[dict[str, str]] = {"CITEFLOW_MODEL_DIR": "model_dir"}
 
     model_dir: UserPath = Field(
         default_factory=lambda: xdg_dir("XDG_CACHE_HOME", ".cache") / "citeflow" / "models",
+        validation_alias=AliasChoices("CITEFLOW_LOCAL_MODEL_DIR", "CITEFLOW_MODEL_DIR"),
         description="Where `citeflow models install` assembles the default GGUF (and the local "
         "embedder's ONNX export is kept).",
     )
@@ -70,7 +70,6 @@ class EmbeddingSettings(SettingsGroup):
     """The embedder that indexes and searches (``CITEFLOW_EMBED_*``)."""
 
     model_config = SettingsConfigDict(env_prefix="CITEFLOW_EMBED_")
-    renamed: ClassVar[dict[str, str]] = {"CITEFLOW_SERVE_EMBED_THREADS": "serve_threads"}
 
     provider: Provider = Field(
         default="local", description="Embeddings: local (all-MiniLM-L6-v2) | openai | azure."
@@ -92,6 +91,9 @@ class EmbeddingSettings(SettingsGroup):
     serve_threads: int = Field(
         default=1,
         ge=0,
+        validation_alias=AliasChoices(
+            "CITEFLOW_EMBED_SERVE_THREADS", "CITEFLOW_SERVE_EMBED_THREADS"
+        ),
         description="`citeflow serve`: threads of the local embedder; the other cores serve "
         "requests. 0: the runtime's default (one per core).",
     )
