@@ -8,8 +8,9 @@ from typing import Any
 from citeflow.settings import Settings, settings_groups
 
 
-def grouped(**variables: Any) -> dict[str, dict[str, Any]]:
-    """Values named as their variables without ``CITEFLOW_`` (``top_k``), by group and field."""
+def settings_of(**variables: Any) -> Settings:
+    """Settings from ``variables`` only, named as their variables without ``CITEFLOW_``
+    (``top_k``): no .env, no CITEFLOW_* variables (conftest clears those)."""
     where = {
         group.env_name(field).removeprefix("CITEFLOW_").lower(): (name, field)
         for name, group in settings_groups().items()
@@ -19,10 +20,4 @@ def grouped(**variables: Any) -> dict[str, dict[str, Any]]:
     for variable, value in variables.items():
         name, field = where[variable]
         groups.setdefault(name, {})[field] = value
-    return groups
-
-
-def settings_of(**variables: Any) -> Settings:
-    """Settings from ``variables`` only: no .env, no CITEFLOW_* variables (conftest clears
-    those)."""
-    return Settings(_env_file=None, **grouped(**variables))
+    return Settings(_env_file=None, **groups)

@@ -100,9 +100,9 @@ def test_upstream_failure_is_one_line(
     assert "Traceback" not in err
 
 
-def test_bad_gguf_is_one_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+@pytest.fixture
+def bad_gguf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The local LLM's GGUF is not a GGUF file (embeddings from an unreachable server)."""
     monkeypatch.chdir(tmp_path)
     fake = tmp_path / "model.gguf"
     fake.write_bytes(b"definitely not a gguf file")
@@ -110,6 +110,10 @@ def test_bad_gguf_is_one_line(
     monkeypatch.setenv("CITEFLOW_LOCAL_MODEL_PATH", str(fake))
     monkeypatch.setenv("CITEFLOW_EMBED_PROVIDER", "openai")
     monkeypatch.setenv("CITEFLOW_OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+
+
+@pytest.mark.usefixtures("bad_gguf")
+def test_bad_gguf_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["ask", "anything?"]) == 1
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("citeflow: error:") and "model.gguf" in err
@@ -143,16 +147,8 @@ def test_serve_without_keys_on_a_network_address_is_refused(
     assert "--insecure-no-auth" in err
 
 
-def test_serve_with_insecure_no_auth_warns_at_start(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.chdir(tmp_path)
-    fake = tmp_path / "model.gguf"
-    fake.write_bytes(b"definitely not a gguf file")  # start-up fails after the check
-    monkeypatch.setenv("CITEFLOW_DATA_DIR", str(tmp_path / "store"))
-    monkeypatch.setenv("CITEFLOW_LOCAL_MODEL_PATH", str(fake))
-    monkeypatch.setenv("CITEFLOW_EMBED_PROVIDER", "openai")
-    monkeypatch.setenv("CITEFLOW_OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+@pytest.mark.usefixtures("bad_gguf")  # start-up fails after the check
+def test_serve_with_insecure_no_auth_warns_at_start(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["serve", "--host", "0.0.0.0", "--insecure-no-auth"]) == 1
     err = capsys.readouterr().err
     assert "AUTH IS OFF on 0.0.0.0:8000 (--insecure-no-auth)" in err

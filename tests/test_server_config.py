@@ -42,16 +42,10 @@ def test_asking_for_a_missing_implementation_is_a_config_error(
 
 
 def test_uvicorn_config_carries_the_choices_and_the_address() -> None:
-    settings = Settings(
-        _env_file=None,
-        server={
-            "host": "127.0.0.1",
-            "port": 8123,
-            "uvicorn_loop": "asyncio",
-            "uvicorn_http": "h11",
-        },
+    options = ServerSettings.defaults(
+        host="127.0.0.1", port=8123, uvicorn_loop="asyncio", uvicorn_http="h11"
     )
-    config = server.uvicorn_config(object(), settings.server)
+    config = server.uvicorn_config(object(), options)
     assert (config.host, config.port, config.loop, config.http) == (
         "127.0.0.1",
         8123,

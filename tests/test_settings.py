@@ -17,6 +17,7 @@ from citeflow.settings import (
     Settings,
     env_example,
     load_settings,
+    retired_settings,
     settings_groups,
 )
 
@@ -235,8 +236,6 @@ def test_a_renamed_variable_is_one_deprecation_line(
 def test_retired_settings_are_named_with_what_to_do(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from citeflow.settings import load_settings, retired_settings
-
     assert retired_settings({}) == []
     monkeypatch.setenv("CITEFLOW_CITATION_RELEVANCE", "0.6")
     [line] = retired_settings()

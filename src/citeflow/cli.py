@@ -28,12 +28,14 @@ if TYPE_CHECKING:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
+    """The settings, with the command's ``--collection``, ``--host`` and ``--port`` on top."""
     store: dict[str, object] = {}
     if getattr(args, "collection", None):
         from citeflow.names import check_collection_name
 
         store["collection"] = check_collection_name(args.collection)
-    return load_settings(store=store)
+    server = {name: getattr(args, name) for name in ("host", "port") if getattr(args, name, None)}
+    return load_settings(store=store, server=server)
 
 
 def _say(message: str) -> None:
@@ -189,12 +191,7 @@ async def _ask(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from citeflow.server import serve
 
-    server: dict[str, object] = {}
-    if args.host:
-        server["host"] = args.host
-    if args.port:
-        server["port"] = args.port
-    settings = load_settings(server=server)
+    settings = _settings(args)
     _announce(settings)
     serve(settings, insecure_no_auth=args.insecure_no_auth)
     return 0

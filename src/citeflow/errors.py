@@ -33,9 +33,6 @@ class CiteflowError(Exception):
 class ConfigError(CiteflowError):
     """A setting is missing or invalid."""
 
-    kind = "server_error"
-    status = 500
-
 
 class InvalidRequestError(CiteflowError):
     """The request itself is wrong (empty question, bad parameter)."""
@@ -72,7 +69,6 @@ class EmptyCollectionError(CiteflowError):
 class StoreLockedError(CiteflowError):
     """The embedded Qdrant store is opened by another process (usually `citeflow serve`)."""
 
-    kind = "server_error"
     status = 503
 
 
@@ -82,7 +78,6 @@ class StoreUnreadableError(CiteflowError):
     Nothing is changed or deleted: the message names the directory and what to do.
     """
 
-    kind = "server_error"
     status = 503
 
 
@@ -93,7 +88,6 @@ class StorageFullError(CiteflowError):
     what the server tells its clients, which names no path of the server.
     """
 
-    kind = "server_error"
     status = 507
     code = "insufficient_storage"
 
@@ -108,7 +102,6 @@ class StorageFullError(CiteflowError):
 class ModelError(CiteflowError):
     """A model is missing, fails its checksum, or cannot be loaded."""
 
-    kind = "server_error"
     status = 503
 
 

@@ -37,11 +37,6 @@ tracer = trace.get_tracer("citeflow")
 OTLP_ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 
 
-def otlp_requested() -> bool:
-    """Whether the environment asks for OTLP export of traces."""
-    return any(os.environ.get(name, "").strip() for name in OTLP_ENDPOINTS)
-
-
 def fastapi_telemetry() -> TelemetryConfig:
     """``FastAPI(telemetry=...)``: request spans only (citeflow's metrics are Prometheus'),
     exported over OTLP when the environment asks for it.
@@ -49,7 +44,7 @@ def fastapi_telemetry() -> TelemetryConfig:
     Raises:
         ConfigError: OTLP export is asked for but the OpenTelemetry SDK is not installed.
     """
-    export = otlp_requested()
+    export = any(os.environ.get(name, "").strip() for name in OTLP_ENDPOINTS)
     if export and not _installed("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http"):
         raise ConfigError(
             "OTEL_EXPORTER_OTLP_ENDPOINT is set but the OpenTelemetry SDK and OTLP exporter are "

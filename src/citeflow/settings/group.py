@@ -3,15 +3,19 @@ under one variable name, and old names still accepted with a one-line warning.
 
 A group's variable names are its ``env_prefix`` followed by the field's name
 (``CITEFLOW_LLM_`` + ``provider``), or the field's alias where the group's prefix does not fit a
-name users already set (``CITEFLOW_RETRIEVAL`` for `RetrievalSettings.mode`).
+name users already set (``CITEFLOW_RETRIEVAL`` for `RetrievalSettings.mode`). A renamed
+variable's old name is the later choice of its field's `AliasChoices`: still read (the
+environment before ``.env``, as for every variable; in either, the new name before the old),
+with one warning line.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, ClassVar, Self, cast
+from pathlib import Path
+from typing import Annotated, Any, Self
 
-from pydantic.fields import FieldInfo
+from pydantic import AfterValidator, AliasChoices
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
@@ -20,6 +24,9 @@ from pydantic_settings import (
 )
 
 logger = logging.getLogger("citeflow.settings")
+
+#: a path setting: ``~`` is the user's home
+UserPath = Annotated[Path, AfterValidator(Path.expanduser)]
 
 
 class SettingsGroup(BaseSettings):
@@ -35,14 +42,12 @@ class SettingsGroup(BaseSettings):
         validate_by_alias=True,
     )
 
-    #: variable names that were renamed, each with the field it now sets: still read (after the
-    #: new name), with one warning line each
-    renamed: ClassVar[dict[str, str]] = {}
-
     @classmethod
     def env_name(cls, field: str) -> str:
         """The variable that sets ``field``, e.g. ``CITEFLOW_LLM_PROVIDER``."""
         alias = cls.model_fields[field].validation_alias
+        if isinstance(alias, AliasChoices):
+            alias = alias.choices[0]
         if isinstance(alias, str):
             return alias.upper()
         return f"{cls.model_config.get('env_prefix', '')}{field}".upper()
@@ -62,35 +67,14 @@ class SettingsGroup(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        renamed = RenamedVariables(
-            settings_cls,
-            [s for s in (env_settings, dotenv_settings) if isinstance(s, EnvSettingsSource)],
-        )
-        return init_settings, env_settings, dotenv_settings, renamed, file_secret_settings
-
-
-class RenamedVariables(PydanticBaseSettingsSource):
-    """The values of a group's renamed variables (`SettingsGroup.renamed`), from the environment
-    or ``.env``, each logged once: ``CITEFLOW_OLD is deprecated; use CITEFLOW_NEW``."""
-
-    def __init__(self, settings_cls: type[BaseSettings], sources: list[EnvSettingsSource]) -> None:
-        super().__init__(settings_cls)
-        self.sources = sources
-
-    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        """Unused: `__call__` reads the renamed variables by their old names."""
-        return None, field_name, False
-
-    def __call__(self) -> dict[str, Any]:
-        group = cast(type[SettingsGroup], self.settings_cls)
-        values: dict[str, Any] = {}
-        for old, field in group.renamed.items():
-            for source in self.sources:
-                raw = source.env_vars.get(old if source.case_sensitive else old.lower())
-                if raw is None:
-                    continue
-                logger.warning("%s is deprecated; use %s", old, group.env_name(field))
-                info = group.model_fields[field]
-                values[field] = source.prepare_field_value(field, info, raw, False)
-                break
-        return values
+        """The usual sources; first, one warning line for each old variable name set in the
+        environment or ``.env``: ``CITEFLOW_OLD is deprecated; use CITEFLOW_NEW``."""
+        found = [
+            s.env_vars for s in (env_settings, dotenv_settings) if isinstance(s, EnvSettingsSource)
+        ]
+        for field, info in cls.model_fields.items():
+            if isinstance(info.validation_alias, AliasChoices):
+                for old in info.validation_alias.choices[1:]:
+                    if any(str(old).lower() in env_vars for env_vars in found):
+                        logger.warning("%s is deprecated; use %s", old, cls.env_name(field))
+        return init_settings, env_settings, dotenv_settings, file_secret_settings

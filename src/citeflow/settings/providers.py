@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
-from citeflow.settings.group import SettingsGroup
+from citeflow.settings.group import SettingsGroup, UserPath
 
 Provider = Literal["local", "openai", "azure"]
 
@@ -42,25 +42,20 @@ class LocalModelSettings(SettingsGroup):
     """The local models' files and the llama.cpp runtime (``CITEFLOW_LOCAL_*``)."""
 
     model_config = SettingsConfigDict(env_prefix="CITEFLOW_LOCAL_")
-    renamed: ClassVar[dict[str, str]] = {"CITEFLOW_MODEL_DIR": "model_dir"}
 
-    model_dir: Path = Field(
+    model_dir: UserPath = Field(
         default_factory=lambda: xdg_dir("XDG_CACHE_HOME", ".cache") / "citeflow" / "models",
+        validation_alias=AliasChoices("CITEFLOW_LOCAL_MODEL_DIR", "CITEFLOW_MODEL_DIR"),
         description="Where `citeflow models install` assembles the default GGUF (and the local "
         "embedder's ONNX export is kept).",
     )
-    model_path: Path | None = Field(
+    model_path: UserPath | None = Field(
         default=None, description="GGUF file for the local LLM; empty: the installed default."
     )
     context_window: int = Field(
         default=4096, ge=512, description="Context size (tokens) of the local model."
     )
     threads: int = Field(default=0, ge=0, description="Local model threads; 0: one per core.")
-
-    @field_validator("model_dir", "model_path")
-    @classmethod
-    def _expand_user(cls, value: Path | None) -> Path | None:
-        return value.expanduser() if value is not None else None
 
     @property
     def default_model_path(self) -> Path:
@@ -75,7 +70,6 @@ class EmbeddingSettings(SettingsGroup):
     """The embedder that indexes and searches (``CITEFLOW_EMBED_*``)."""
 
     model_config = SettingsConfigDict(env_prefix="CITEFLOW_EMBED_")
-    renamed: ClassVar[dict[str, str]] = {"CITEFLOW_SERVE_EMBED_THREADS": "serve_threads"}
 
     provider: Provider = Field(
         default="local", description="Embeddings: local (all-MiniLM-L6-v2) | openai | azure."
@@ -97,6 +91,9 @@ class EmbeddingSettings(SettingsGroup):
     serve_threads: int = Field(
         default=1,
         ge=0,
+        validation_alias=AliasChoices(
+            "CITEFLOW_EMBED_SERVE_THREADS", "CITEFLOW_SERVE_EMBED_THREADS"
+        ),
         description="`citeflow serve`: threads of the local embedder; the other cores serve "
         "requests. 0: the runtime's default (one per core).",
     )

@@ -9,7 +9,7 @@ from typing import Literal, Self
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from citeflow.settings.group import SettingsGroup
+from citeflow.settings.group import SettingsGroup, UserPath
 from citeflow.settings.providers import xdg_dir
 
 GraderKind = Literal["auto", "llm", "score", "none"]
@@ -22,18 +22,13 @@ FusionKind = Literal["rrf", "relative"]
 class StoreSettings(SettingsGroup):
     """Where the knowledge bases live: the embedded Qdrant store or a Qdrant server."""
 
-    data_dir: Path = Field(
+    data_dir: UserPath = Field(
         default_factory=lambda: xdg_dir("XDG_DATA_HOME", ".local/share") / "citeflow",
         description="Embedded Qdrant store and citeflow's own files.",
     )
     collection: str = Field(default="default", description="Knowledge base (Qdrant collection).")
     qdrant_url: str | None = Field(default=None, description="Server or cluster; empty: embedded.")
     qdrant_api_key: SecretStr | None = Field(default=None, description="Qdrant API key.")
-
-    @field_validator("data_dir")
-    @classmethod
-    def _expand_user(cls, value: Path) -> Path:
-        return value.expanduser()
 
     @field_validator("collection")
     @classmethod

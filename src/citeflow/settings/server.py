@@ -9,7 +9,7 @@ from typing import Annotated, Literal, Self
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import NoDecode
 
-from citeflow.settings.group import SettingsGroup
+from citeflow.settings.group import SettingsGroup, UserPath
 
 DocsKind = Literal["auto", "on", "off"]
 
@@ -25,7 +25,7 @@ class ServerSettings(SettingsGroup):
         description='Bearer keys: one key, several separated by commas, or a JSON list ["k1", '
         '"k2"]; unset or []: no auth (`citeflow serve` then refuses a non-loopback host).',
     )
-    api_keys_file: Path | None = Field(
+    api_keys_file: UserPath | None = Field(
         default=None,
         description="File of bearer keys, one per line (blank lines and # comments ignored), "
         "e.g. a Docker or Kubernetes secret; its keys are added to CITEFLOW_API_KEYS.",
@@ -156,11 +156,6 @@ class ServerSettings(SettingsGroup):
         description="After start-up, move the objects alive then (models, libraries) out of the "
         "garbage collector's reach and collect the young generation less often.",
     )
-
-    @field_validator("api_keys_file")
-    @classmethod
-    def _expand_user(cls, value: Path | None) -> Path | None:
-        return value.expanduser() if value is not None else None
 
     @field_validator("api_keys", mode="before")
     @classmethod
