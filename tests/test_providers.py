@@ -62,11 +62,6 @@ def server() -> Iterator[FakeOpenAIServer]:
         yield fake
 
 
-def make_settings(**values: Any) -> Settings:
-    """Settings from `values`, named as their variables: no .env, no CITEFLOW_* variables."""
-    return settings_of(**values)
-
-
 def openai_settings(server: FakeOpenAIServer, **values: Any) -> Settings:
     base: dict[str, Any] = {
         "llm_provider": "openai",
@@ -75,7 +70,7 @@ def openai_settings(server: FakeOpenAIServer, **values: Any) -> Settings:
         "openai_base_url": server.openai_base_url,
         "openai_api_key": OPENAI_KEY,
     }
-    return make_settings(**{**base, **values})
+    return settings_of(**{**base, **values})
 
 
 def azure_settings(server: FakeOpenAIServer, **values: Any) -> Settings:
@@ -89,7 +84,7 @@ def azure_settings(server: FakeOpenAIServer, **values: Any) -> Settings:
         "azure_api_version": API_VERSION,
         "azure_headers": {"Ocp-Apim-Subscription-Key": APIM_KEY},
     }
-    return make_settings(**{**base, **values})
+    return settings_of(**{**base, **values})
 
 
 async def stream_deltas(settings: Settings, **build: Any) -> list[str]:
@@ -288,7 +283,7 @@ def test_azure_entra_id_without_azure_identity_says_what_to_install(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setitem(sys.modules, "azure.identity", None)
-    settings = make_settings(
+    settings = settings_of(
         llm_provider="azure",
         llm_model="chat",
         azure_endpoint="https://example.openai.azure.com",
@@ -386,6 +381,9 @@ async def test_unreachable_server_is_a_connection_error() -> None:
 
 # --- configuration errors ------------------------------------------------------------------------
 
+#: an Azure endpoint, and with it a key
+AZURE_AT = {"azure_endpoint": "https://x.openai.azure.com"}
+AZURE_KEYED = {**AZURE_AT, "azure_api_key": "k"}
 CONFIG_ERRORS: list[tuple[str, dict[str, Any], str]] = [
     ("llm", {"llm_provider": "openai"}, "CITEFLOW_OPENAI_API_KEY"),
     ("embed", {"embed_provider": "openai"}, "CITEFLOW_OPENAI_API_KEY"),
@@ -404,40 +402,16 @@ CONFIG_ERRORS: list[tuple[str, dict[str, Any], str]] = [
         {"embed_provider": "azure", "azure_embed_deployment": "e", "azure_api_key": "k"},
         "CITEFLOW_AZURE_ENDPOINT",
     ),
-    (
-        "llm",
-        {
-            "llm_provider": "azure",
-            "azure_endpoint": "https://x.openai.azure.com",
-            "azure_api_key": "k",
-        },
-        "CITEFLOW_LLM_MODEL",
-    ),
-    (
-        "embed",
-        {
-            "embed_provider": "azure",
-            "azure_endpoint": "https://x.openai.azure.com",
-            "azure_api_key": "k",
-        },
-        "CITEFLOW_AZURE_EMBED_DEPLOYMENT",
-    ),
-    (
-        "llm",
-        {
-            "llm_provider": "azure",
-            "llm_model": "chat",
-            "azure_endpoint": "https://x.openai.azure.com",
-        },
-        "CITEFLOW_AZURE_API_KEY",
-    ),
+    ("llm", {"llm_provider": "azure", **AZURE_KEYED}, "CITEFLOW_LLM_MODEL"),
+    ("embed", {"embed_provider": "azure", **AZURE_KEYED}, "CITEFLOW_AZURE_EMBED_DEPLOYMENT"),
+    ("llm", {"llm_provider": "azure", "llm_model": "chat", **AZURE_AT}, "CITEFLOW_AZURE_API_KEY"),
     (
         "embed",
         {
             "embed_provider": "azure",
             "azure_embed_deployment": "e",
-            "azure_endpoint": "https://x.openai.azure.com",
             "azure_headers": {"Ocp-Apim-Subscription-Key": "only-apim"},
+            **AZURE_AT,
         },
         "CITEFLOW_AZURE_API_KEY",
     ),
@@ -447,7 +421,7 @@ CONFIG_ERRORS: list[tuple[str, dict[str, Any], str]] = [
 
 @pytest.mark.parametrize(("what", "values", "env_var"), CONFIG_ERRORS)
 def test_config_errors_name_the_variable(what: str, values: dict[str, Any], env_var: str) -> None:
-    settings = make_settings(**values)
+    settings = settings_of(**values)
     build = build_llm if what == "llm" else build_embed_model
     with pytest.raises(ConfigError) as caught:
         build(settings)
@@ -484,7 +458,7 @@ SECRETS = [
 def test_describe_providers_never_shows_secrets(
     llm_provider: str, embed_provider: str, qdrant_url: str | None
 ) -> None:
-    settings = make_settings(
+    settings = settings_of(
         llm_provider=llm_provider,
         embed_provider=embed_provider,
         llm_model="" if llm_provider == "local" else "gpt-4o",
@@ -547,7 +521,7 @@ async def test_local_minilm_embedder(monkeypatch: pytest.MonkeyPatch) -> None:
     # build_embed_model sets these process-wide; monkeypatch restores them after the test.
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
-    embed = build_embed_model(make_settings(embed_provider="local"))
+    embed = build_embed_model(settings_of(embed_provider="local"))
 
     cat, kitten, revenue = await embed.aget_text_embedding_batch(
         [
