@@ -29,6 +29,7 @@ from citeflow.providers.upstream_errors import as_upstream_error
 from citeflow.settings import Settings
 from citeflow.testing.openai_server import FakeOpenAIServer, Reply, default_reply, fake_embedding
 from tests.settings_helpers import settings_of
+from tests.test_hybrid_retrieval import cosine
 
 OPENAI_KEY = "sk-test-openai-0123456789"
 AZURE_KEY = "azure-key-abcdef"
@@ -90,11 +91,6 @@ def azure_settings(server: FakeOpenAIServer, **values: Any) -> Settings:
 async def stream_deltas(settings: Settings, **build: Any) -> list[str]:
     llm = build_llm(settings, **build)
     return [chunk.delta or "" async for chunk in await llm.astream_chat(USER)]
-
-
-def cosine(a: list[float], b: list[float]) -> float:
-    dot = sum(x * y for x, y in zip(a, b, strict=True))
-    return dot / (math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b)))
 
 
 # --- OpenAI and OpenAI-compatible servers ------------------------------------------------------

@@ -29,6 +29,7 @@ import sqlite3
 import time
 import uuid
 from collections.abc import Iterable
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -449,11 +450,8 @@ def _check_untouched(legacy: Legacy) -> None:
 
 def _check_opened(legacy: Legacy) -> None:
     """Opening the store finds everything migrated (`_check_migrated`), the earlier files kept."""
-    store = Store.open_path(legacy.path, progress=False)
-    try:
+    with closing(Store.open_path(legacy.path, progress=False)) as store:
         _check_migrated(store, legacy)
-    finally:
-        store.close()
     _check_kept(legacy)
 
 
