@@ -18,7 +18,6 @@ from typing import Any
 from qdrant_client import QdrantClient
 from qdrant_client.http import models as rest
 
-from citeflow.bm25 import SparseVector
 from citeflow.store.engine import (
     DENSE_VECTOR,
     INCOMPLETE,
@@ -31,6 +30,8 @@ from citeflow.store.engine import (
     SearchRequest,
     Vector,
     Where,
+    dense_of,
+    record_of,
 )
 
 
@@ -155,7 +156,7 @@ class ClientEngine:
                 with_vectors=vectors,
             )
             for point in points:
-                yield _record(point, layout, vectors)
+                yield record_of(point.id, point.payload, point.vector, layout.dense)
             if offset is None:
                 return
 
@@ -172,7 +173,7 @@ class ClientEngine:
             with_payload=payload,
             with_vectors=with_vectors,
         )
-        return [_record(p, layout, dense) for p in points]
+        return [record_of(p.id, p.payload, p.vector, layout.dense) for p in points]
 
     def search(self, collection: str, request: SearchRequest) -> Hits:
         layout = self.layout(collection)
@@ -212,7 +213,7 @@ class ClientEngine:
         vectors: dict[str, Vector] = {}
         if use_sparse and request.sparse_vectors:
             for point in responses[-1].points:
-                found = _dense_of(point.vector, layout)
+                found = dense_of(point.vector, layout.dense)
                 if found is not None:
                     vectors[str(point.id)] = found
         return Hits(
@@ -252,21 +253,3 @@ def _filter(where: Where | None) -> rest.Filter | None:
     if not must and not must_not:
         return None
     return rest.Filter(must=must or None, must_not=must_not or None)
-
-
-def _dense_of(vector: Any, layout: Layout) -> Vector | None:
-    if isinstance(vector, dict):
-        vector = vector.get(layout.dense)
-    return vector if isinstance(vector, list) else None
-
-
-def _record(point: rest.Record, layout: Layout, vectors: bool) -> Record:
-    dense: Vector | None = None
-    sparse: SparseVector | None = None
-    if vectors:
-        dense = _dense_of(point.vector, layout)
-        if isinstance(point.vector, dict) and layout.sparse:
-            found = point.vector.get(layout.sparse)
-            if isinstance(found, rest.SparseVector):
-                sparse = SparseVector(indices=list(found.indices), values=list(found.values))
-    return Record(id=str(point.id), payload=dict(point.payload or {}), dense=dense, sparse=sparse)

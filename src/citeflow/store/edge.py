@@ -42,7 +42,7 @@ from qdrant_edge import SparseVector as EdgeSparse
 
 from citeflow.store.directory import SHARDS, require_room
 from citeflow.store.edge_config import SEARCH, ShardConfig, shard_config
-from citeflow.store.edge_conversion import dense_for_edge, dense_of, edge_filter, record_of
+from citeflow.store.edge_conversion import dense_for_edge, edge_filter
 from citeflow.store.edge_failures import load_shard, reading
 from citeflow.store.engine import (
     DENSE_VECTOR,
@@ -56,6 +56,8 @@ from citeflow.store.engine import (
     SearchRequest,
     Vector,
     Where,
+    dense_of,
+    record_of,
 )
 
 LAYOUT = Layout(dense=DENSE_VECTOR, sparse=SPARSE_VECTOR)

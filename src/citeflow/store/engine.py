@@ -104,6 +104,29 @@ class Where:
     """True: only chunks marked `INCOMPLETE`; False: only the others; None: both"""
 
 
+def dense_of(vector: Any, name: str = DENSE_VECTOR) -> Vector | None:
+    """The dense vector among the vectors an engine returned for a point: a dict by vector name
+    (``name``), or the one unnamed vector itself (a list, or a numpy array from qdrant-edge)."""
+    if isinstance(vector, dict):
+        vector = vector.get(name)
+    return vector if isinstance(vector, list | np.ndarray) else None
+
+
+def record_of(point_id: Any, payload: Any, vector: Any, dense: str = DENSE_VECTOR) -> Record:
+    """A point as either engine returned it (``vector``: None when not asked for), as a
+    `Record`; ``dense`` names its dense vector."""
+    found = vector.get(SPARSE_VECTOR) if isinstance(vector, dict) else None
+    sparse = None
+    if found is not None:
+        sparse = SparseVector(indices=list(found.indices), values=list(found.values))
+    return Record(
+        id=str(point_id),
+        payload=dict(payload or {}),
+        dense=dense_of(vector, dense) if vector is not None else None,
+        sparse=sparse,
+    )
+
+
 #: chunks whose document's write finished (what searches see)
 COMPLETE_ONLY = Where(incomplete=False)
 
