@@ -27,7 +27,13 @@ from citeflow.providers.embeddings import build_embed_model, describe_embeddings
 from citeflow.providers.llm import DEFAULT_COMPAT_CONTEXT_WINDOW, DEFAULT_OPENAI_MODEL, build_llm
 from citeflow.providers.upstream_errors import as_upstream_error
 from citeflow.settings import Settings
-from citeflow.testing.openai_server import FakeOpenAIServer, Reply, default_reply, fake_embedding
+from citeflow.testing.openai_server import (
+    FakeOpenAIServer,
+    RecordedRequest,
+    Reply,
+    default_reply,
+    fake_embedding,
+)
 from tests.settings_helpers import settings_of
 from tests.test_hybrid_retrieval import cosine
 
@@ -86,6 +92,14 @@ def azure_settings(server: FakeOpenAIServer, **values: Any) -> Settings:
         "azure_headers": {"Ocp-Apim-Subscription-Key": APIM_KEY},
     }
     return settings_of(**{**base, **values})
+
+
+def assert_azure_request(request: RecordedRequest, path: str) -> None:
+    """``request`` went to Azure's ``path`` with the API version, key and API Management key."""
+    assert request.path == path
+    assert request.query["api-version"] == API_VERSION
+    assert request.headers["api-key"] == AZURE_KEY
+    assert request.headers["ocp-apim-subscription-key"] == APIM_KEY
 
 
 async def stream_deltas(settings: Settings, **build: Any) -> list[str]:
@@ -196,11 +210,8 @@ async def test_azure_chat_sends_deployment_api_version_key_and_apim_header(
 
     assert response.text == "Fake reply: Who founded Viaweb?"
     request = server.last_request
-    assert request.path == "/openai/deployments/chat-deployment/chat/completions"
+    assert_azure_request(request, "/openai/deployments/chat-deployment/chat/completions")
     assert request.deployment == "chat-deployment"
-    assert request.query["api-version"] == API_VERSION
-    assert request.headers["api-key"] == AZURE_KEY
-    assert request.headers["ocp-apim-subscription-key"] == APIM_KEY
     assert "authorization" not in request.headers
 
 
@@ -211,10 +222,10 @@ async def test_azure_streaming(server: FakeOpenAIServer) -> None:
 
     assert "".join(deltas) == " ".join(f"tok{i}" for i in range(1, 9))
     assert len([d for d in deltas if d]) == 8
-    request = server.last_request
-    assert request.stream
-    assert request.path == "/openai/deployments/chat-deployment/chat/completions"
-    assert request.query["api-version"] == API_VERSION
+    assert server.last_request.stream
+    assert_azure_request(
+        server.last_request, "/openai/deployments/chat-deployment/chat/completions"
+    )
 
 
 async def test_first_token_logprobs_for_the_citation_judge(server: FakeOpenAIServer) -> None:
@@ -296,11 +307,7 @@ async def test_azure_embeddings(server: FakeOpenAIServer) -> None:
 
     assert [len(v) for v in vectors] == [384, 384]
     assert vectors[0] == pytest.approx(fake_embedding("Yahoo bought Viaweb."), abs=1e-6)
-    request = server.last_request
-    assert request.path == "/openai/deployments/embed-deployment/embeddings"
-    assert request.query["api-version"] == API_VERSION
-    assert request.headers["api-key"] == AZURE_KEY
-    assert request.headers["ocp-apim-subscription-key"] == APIM_KEY
+    assert_azure_request(server.last_request, "/openai/deployments/embed-deployment/embeddings")
 
 
 async def test_fake_azure_paths_need_api_version(server: FakeOpenAIServer) -> None:
@@ -495,8 +502,6 @@ def test_describe_providers_never_shows_secrets(
 
 def test_default_reply_is_deterministic() -> None:
     """The fake's default answer is predictable, so other tests can assert on it."""
-    from citeflow.testing.openai_server import RecordedRequest
-
     request = RecordedRequest(
         method="POST",
         path="/v1/chat/completions",

@@ -241,8 +241,7 @@ def build_llm(
     if provider == "local":
         from citeflow.providers.local_llm import LocalLlamaCppLLM
 
-        llm: LLM = LocalLlamaCppLLM.from_settings(settings)
-        return llm
+        return LocalLlamaCppLLM.from_settings(settings)
     http_client = None
     if aiohttp:
         from citeflow.providers.aiohttp_transport import aiohttp_client
@@ -294,7 +293,7 @@ def _build_azure(
         )
     auth = azure_auth(settings, purpose="the LLM")
     try:
-        llm: LLM = CompatAzureOpenAI(
+        return CompatAzureOpenAI(
             model=deployment,
             engine=deployment,
             temperature=settings.llm.temperature,
@@ -312,7 +311,6 @@ def _build_azure(
         )
     except ValueError as exc:
         raise ConfigError(f"Azure OpenAI LLM: {first_line(exc)}") from None
-    return llm
 
 
 def describe_llm(settings: Settings) -> str:
