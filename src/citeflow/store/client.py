@@ -22,15 +22,13 @@ from citeflow.store.engine import (
     DENSE_VECTOR,
     INCOMPLETE,
     SPARSE_VECTOR,
-    Candidate,
     Hits,
     Layout,
     Point,
     Record,
     SearchRequest,
-    Vector,
     Where,
-    dense_of,
+    hits_of,
     record_of,
 )
 
@@ -209,18 +207,7 @@ class ClientEngine:
         if not requests:
             return Hits(dense=[], sparse=[])
         responses = self.client.query_batch_points(collection_name=collection, requests=requests)
-        results = [[Candidate(str(p.id), float(p.score)) for p in r.points] for r in responses]
-        vectors: dict[str, Vector] = {}
-        if use_sparse and request.sparse_vectors:
-            for point in responses[-1].points:
-                found = dense_of(point.vector, layout.dense)
-                if found is not None:
-                    vectors[str(point.id)] = found
-        return Hits(
-            dense=results[0] if request.dense is not None else [],
-            sparse=results[-1] if use_sparse else [],
-            vectors=vectors,
-        )
+        return hits_of(request, [r.points for r in responses], use_sparse, layout.dense)
 
     def optimize(self, collection: str) -> bool:
         """A Qdrant server indexes in the background; nothing to do."""

@@ -48,15 +48,13 @@ from citeflow.store.engine import (
     DENSE_VECTOR,
     INCOMPLETE,
     SPARSE_VECTOR,
-    Candidate,
     Hits,
     Layout,
     Point,
     Record,
     SearchRequest,
-    Vector,
     Where,
-    dense_of,
+    hits_of,
     record_of,
 )
 
@@ -307,18 +305,7 @@ class EdgeEngine:
             return Hits(dense=[], sparse=[])
         with reading(self._path(collection)):
             results = shard.query_batch(QueryBatchRequest(queries))
-        sides = [[Candidate(str(p.id), float(p.score)) for p in side] for side in results]
-        vectors: dict[str, Vector] = {}
-        if use_sparse and request.sparse_vectors:
-            for point in results[-1]:
-                found = dense_of(point.vector)
-                if found is not None:
-                    vectors[str(point.id)] = found
-        return Hits(
-            dense=sides[0] if request.dense is not None else [],
-            sparse=sides[-1] if use_sparse else [],
-            vectors=vectors,
-        )
+        return hits_of(request, results, use_sparse, DENSE_VECTOR)
 
     def optimize(self, collection: str) -> bool:
         """Build the HNSW index of what was written since the last optimize (holds the GIL)."""

@@ -143,6 +143,25 @@ class SearchRequest:
     where: Where | None = COMPLETE_ONLY
 
 
+def hits_of(
+    request: SearchRequest, sides: Sequence[Sequence[Any]], use_sparse: bool, dense: str
+) -> Hits:
+    """An engine's scored points for a search's queries (the dense one first, when asked;
+    ``use_sparse``: the BM25 one last) as `Hits`; ``dense`` names the dense vector."""
+    found = [[Candidate(str(p.id), float(p.score)) for p in side] for side in sides]
+    vectors: dict[str, Vector] = {}
+    if use_sparse and request.sparse_vectors:
+        for point in sides[-1]:
+            vector = dense_of(point.vector, dense)
+            if vector is not None:
+                vectors[str(point.id)] = vector
+    return Hits(
+        dense=found[0] if request.dense is not None else [],
+        sparse=found[-1] if use_sparse else [],
+        vectors=vectors,
+    )
+
+
 class Engine(Protocol):
     """The operations `Store` needs of a storage engine (see the module doc).
 
