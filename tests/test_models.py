@@ -143,10 +143,17 @@ def test_check_gguf_missing_file(tmp_path: Path) -> None:
     assert "CITEFLOW_LOCAL_MODEL_PATH" in str(caught.value)
 
 
-def test_check_gguf_not_a_gguf(tmp_path: Path) -> None:
-    path = tmp_path / "model.gguf"
-    path.write_bytes(b"<html>not a model</html>")
-    with pytest.raises(ModelError, match="not a GGUF file"):
+@pytest.mark.parametrize(
+    ("name", "content", "match"),
+    [
+        ("model.gguf", b"<html>not a model</html>", "not a GGUF file"),
+        (DEFAULT_LOCAL_MODEL_FILE, b"GGUF" + b"\0" * 60, "citeflow models install"),  # wrong size
+    ],
+)
+def test_check_gguf_refuses(tmp_path: Path, name: str, content: bytes, match: str) -> None:
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(ModelError, match=match):
         models.check_gguf(path)
 
 
@@ -154,13 +161,6 @@ def test_check_gguf_accepts_a_gguf(tmp_path: Path) -> None:
     path = tmp_path / "tiny.gguf"
     path.write_bytes(b"GGUF" + b"\0" * 60)
     models.check_gguf(path)
-
-
-def test_check_gguf_default_model_wrong_size(tmp_path: Path) -> None:
-    path = tmp_path / DEFAULT_LOCAL_MODEL_FILE
-    path.write_bytes(b"GGUF" + b"\0" * 60)
-    with pytest.raises(ModelError, match="citeflow models install"):
-        models.check_gguf(path)
 
 
 def test_find_parts_names_missing_parts_and_the_fix(
