@@ -231,18 +231,18 @@ def _build_openai(settings: Settings, max_retries: int) -> BaseEmbedding:
 
 
 def _azure_embed_deployment(settings: Settings) -> str:
-    deployment = settings.azure.embed_deployment.strip() or settings.embeddings.model.strip()
-    if not deployment:
-        raise ConfigError(
-            "CITEFLOW_EMBED_PROVIDER=azure needs CITEFLOW_AZURE_EMBED_DEPLOYMENT set to the "
-            "Azure OpenAI embedding deployment name"
-        )
-    return deployment
+    """``CITEFLOW_AZURE_EMBED_DEPLOYMENT``, else ``CITEFLOW_EMBED_MODEL`` ("" if neither)."""
+    return settings.azure.embed_deployment.strip() or settings.embeddings.model.strip()
 
 
 def _build_azure(settings: Settings, max_retries: int) -> BaseEmbedding:
     endpoint = require_azure_endpoint(settings, purpose="embeddings")
     deployment = _azure_embed_deployment(settings)
+    if not deployment:
+        raise ConfigError(
+            "CITEFLOW_EMBED_PROVIDER=azure needs CITEFLOW_AZURE_EMBED_DEPLOYMENT set to the "
+            "Azure OpenAI embedding deployment name"
+        )
     auth = azure_auth(settings, purpose="embeddings")
     try:
         return CompatAzureOpenAIEmbedding(
@@ -279,9 +279,5 @@ def describe_embeddings(settings: Settings) -> str:
     if provider == "openai":
         model = settings.embeddings.model.strip() or DEFAULT_OPENAI_EMBED_MODEL
         return describe_openai_model(settings, model)
-    deployment = (
-        settings.azure.embed_deployment.strip()
-        or settings.embeddings.model.strip()
-        or "<no deployment>"
-    )
+    deployment = _azure_embed_deployment(settings) or "<no deployment>"
     return f"azure deployment {deployment}{azure_location(settings)}"

@@ -158,11 +158,16 @@ class EdgeEngine:
     def layout(self, collection: str) -> Layout:
         return LAYOUT
 
-    def drop(self, collection: str) -> bool:
+    def _forget(self, collection: str) -> None:
+        """Close the collection's shard, if open, and forget its state (before its directory
+        moves or goes)."""
         self._stale.discard(collection)
         shard = self._shards.pop(collection, None)
         if shard is not None:
             shard.close()
+
+    def drop(self, collection: str) -> bool:
+        self._forget(collection)
         path = self._path(collection)
         if not path.is_dir():
             return False
@@ -175,10 +180,7 @@ class EdgeEngine:
 
     def rename(self, collection: str, name: str) -> None:
         """Give a (complete) collection its final name: one directory rename."""
-        self._stale.discard(collection)  # its flag file moves with it
-        shard = self._shards.pop(collection, None)
-        if shard is not None:
-            shard.close()
+        self._forget(collection)  # its `STALE_IDF` flag file moves with it
         self._path(collection).rename(self._path(name))
 
     def count(self, collection: str, where: Where | None = None) -> int:
