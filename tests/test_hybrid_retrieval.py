@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import uuid
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -40,14 +41,15 @@ def make_kb(settings: Settings, store: Store, embed: HashEmbedding = BLURRY) -> 
     return kb
 
 
+def make_retriever(
+    store: Store, embed: BaseEmbedding, collection: str, top_k: int, mode: str, **options: object
+) -> Retriever:
+    settings = RetrievalSettings.defaults(mode=mode, **options)
+    return Retriever(store, embed, collection=collection, top_k=top_k, settings=settings)
+
+
 def retriever(kb: KnowledgeBase, mode: str, **options: object) -> Retriever:
-    return Retriever(
-        kb.store,
-        kb.embed_model,
-        collection=kb.collection,
-        top_k=3,
-        settings=RetrievalSettings.defaults(mode=mode, **options),
-    )
+    return make_retriever(kb.store, kb.embed_model, kb.collection, 3, mode, **options)
 
 
 def write_single_vector_collection(store: Store, name: str, embed: HashEmbedding) -> list[TextNode]:
@@ -126,10 +128,7 @@ async def test_hybrid_hits_are_scored_by_embedding_similarity(
     q = BLURRY.get_query_embedding(query)
     for hit in hits:  # dense hits and the keyword-only one alike: cosine similarity
         d = BLURRY.get_text_embedding(hit.node.get_content(metadata_mode=MetadataMode.EMBED))
-        cosine = sum(a * b for a, b in zip(q, d, strict=True)) / (
-            math.sqrt(sum(a * a for a in q)) * math.sqrt(sum(b * b for b in d))
-        )
-        assert hit.score == pytest.approx(cosine, abs=1e-4)
+        assert hit.score == pytest.approx(cosine(q, d), abs=1e-4)
 
 
 async def test_dense_mode_ignores_keywords(settings: Settings, store: Store) -> None:
@@ -144,9 +143,7 @@ async def test_a_collection_without_keyword_side_is_searched_dense_only(
 ) -> None:
     embed = HashEmbedding(dim=64)
     write_single_vector_collection(store, "old", embed)
-    r = Retriever(
-        store, embed, collection="old", top_k=2, settings=RetrievalSettings.defaults(mode="hybrid")
-    )
+    r = make_retriever(store, embed, "old", 2, "hybrid")
     assert store.layout("old").sparse is None
     hits = await r.aretrieve("order toner through the portal")
     assert "toner" in hits[0].node.get_content()
@@ -163,19 +160,13 @@ async def test_notebooks_can_open_the_collection_with_llamaindex(
 def test_the_embedded_store_keeps_one_shard_per_collection(
     settings: Settings, tmp_path: Path
 ) -> None:
-    store = Store.open_path(tmp_path / "qdrant")
-    try:
+    with closing(Store.open_path(tmp_path / "qdrant")) as store:
         make_kb(settings, store)
         assert store.embedded and store.collections() == ["office"]
         assert (tmp_path / "qdrant" / "shards" / "office" / "edge_config.json").is_file()
         assert store.layout("office") == Layout(DENSE_VECTOR, SPARSE_VECTOR)
-    finally:
-        store.close()
-    reopened = Store.open_path(tmp_path / "qdrant")  # and the data is there after a reopen
-    try:
+    with closing(Store.open_path(tmp_path / "qdrant")) as reopened:  # the data is still there
         assert reopened.count("office") == len(OFFICE)
-    finally:
-        reopened.close()
 
 
 async def test_reindex_adds_the_keyword_side_without_re_embedding(
@@ -191,13 +182,7 @@ async def test_reindex_adds_the_keyword_side_without_re_embedding(
     after = qdrant_client(store).retrieve("old", [nodes[1].node_id], with_vectors=True)[0].vector
     assert isinstance(before, list) and isinstance(after, dict)
     assert after[DENSE_VECTOR] == pytest.approx(before)  # the same embedding, not a new one
-    r = Retriever(
-        store,
-        BLURRY,
-        collection="old",
-        top_k=1,
-        settings=RetrievalSettings.defaults(mode="keyword"),
-    )
+    r = make_retriever(store, BLURRY, "old", 1, "keyword")
     assert "E4711" in (await r.aretrieve("E4711"))[0].node.get_content()
     assert store.add_keyword_index("old", BM25Encoder()) == len(OFFICE)  # again: nothing to do
 
@@ -293,12 +278,8 @@ def feedback_store(server: bool, directory: Path) -> tuple[Store, dict[str, str]
 
 
 def feedback_retriever(store: Store, mode: str = "hybrid", **options: object) -> Retriever:
-    return Retriever(
-        store,
-        FixedEmbedding(vector=QUERY),
-        collection="c",
-        top_k=2,
-        settings=RetrievalSettings.defaults(mode=mode, candidates=2, **options),
+    return make_retriever(
+        store, FixedEmbedding(vector=QUERY), "c", 2, mode, candidates=2, **options
     )
 
 

@@ -34,6 +34,20 @@ def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def assembled(tmp_path: Path) -> tuple[list[Path], bytes, Path, dict[str, Any]]:
+    """Parts assembled into ``model.gguf``: the parts, their concatenation, the file, and the
+    arguments that assembled it."""
+    parts, whole = make_parts(tmp_path)
+    dest = tmp_path / "model.gguf"
+    kwargs: dict[str, Any] = {
+        "expected_sha256": sha(whole),
+        "expected_size": len(whole),
+        "progress": False,
+    }
+    models.assemble(parts, dest, **kwargs)
+    return parts, whole, dest, kwargs
+
+
 def test_assemble_writes_file_and_sidecar(tmp_path: Path) -> None:
     parts, whole = make_parts(tmp_path)
     dest = tmp_path / "models" / "model.gguf"
@@ -78,14 +92,7 @@ def test_assemble_size_mismatch_fails_before_writing(tmp_path: Path) -> None:
 
 
 def test_existing_dest_is_verified_cheaply(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    parts, whole = make_parts(tmp_path)
-    dest = tmp_path / "model.gguf"
-    kwargs: dict[str, Any] = {
-        "expected_sha256": sha(whole),
-        "expected_size": len(whole),
-        "progress": False,
-    }
-    models.assemble(parts, dest, **kwargs)
+    parts, _, dest, kwargs = assembled(tmp_path)
     for part in parts:  # the parts are no longer needed
         part.unlink()
 
@@ -109,14 +116,7 @@ def test_existing_dest_is_verified_cheaply(tmp_path: Path, monkeypatch: pytest.M
 
 
 def test_tampered_dest_is_rebuilt(tmp_path: Path) -> None:
-    parts, whole = make_parts(tmp_path)
-    dest = tmp_path / "model.gguf"
-    kwargs: dict[str, Any] = {
-        "expected_sha256": sha(whole),
-        "expected_size": len(whole),
-        "progress": False,
-    }
-    models.assemble(parts, dest, **kwargs)
+    parts, whole, dest, kwargs = assembled(tmp_path)
     dest.write_bytes(b"x" * len(whole))  # same size, new mtime: the sidecar no longer matches
     stat = dest.stat()
     os.utime(dest, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
@@ -127,14 +127,7 @@ def test_tampered_dest_is_rebuilt(tmp_path: Path) -> None:
 
 
 def test_missing_dest_is_reassembled(tmp_path: Path) -> None:
-    parts, whole = make_parts(tmp_path)
-    dest = tmp_path / "model.gguf"
-    kwargs: dict[str, Any] = {
-        "expected_sha256": sha(whole),
-        "expected_size": len(whole),
-        "progress": False,
-    }
-    models.assemble(parts, dest, **kwargs)
+    parts, whole, dest, kwargs = assembled(tmp_path)
     dest.unlink()  # the sidecar stays behind, stale
 
     models.assemble(parts, dest, **kwargs)
@@ -150,10 +143,17 @@ def test_check_gguf_missing_file(tmp_path: Path) -> None:
     assert "CITEFLOW_LOCAL_MODEL_PATH" in str(caught.value)
 
 
-def test_check_gguf_not_a_gguf(tmp_path: Path) -> None:
-    path = tmp_path / "model.gguf"
-    path.write_bytes(b"<html>not a model</html>")
-    with pytest.raises(ModelError, match="not a GGUF file"):
+@pytest.mark.parametrize(
+    ("name", "content", "match"),
+    [
+        ("model.gguf", b"<html>not a model</html>", "not a GGUF file"),
+        (DEFAULT_LOCAL_MODEL_FILE, b"GGUF" + b"\0" * 60, "citeflow models install"),  # wrong size
+    ],
+)
+def test_check_gguf_refuses(tmp_path: Path, name: str, content: bytes, match: str) -> None:
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(ModelError, match=match):
         models.check_gguf(path)
 
 
@@ -161,13 +161,6 @@ def test_check_gguf_accepts_a_gguf(tmp_path: Path) -> None:
     path = tmp_path / "tiny.gguf"
     path.write_bytes(b"GGUF" + b"\0" * 60)
     models.check_gguf(path)
-
-
-def test_check_gguf_default_model_wrong_size(tmp_path: Path) -> None:
-    path = tmp_path / DEFAULT_LOCAL_MODEL_FILE
-    path.write_bytes(b"GGUF" + b"\0" * 60)
-    with pytest.raises(ModelError, match="citeflow models install"):
-        models.check_gguf(path)
 
 
 def test_find_parts_names_missing_parts_and_the_fix(

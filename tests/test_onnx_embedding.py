@@ -5,14 +5,12 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from citeflow.errors import ModelError
 from citeflow.providers.onnx_embedding import OnnxEmbedding, export_onnx, onnx_supported
 from citeflow.query.batching import query_batch_function
-from citeflow.settings import Settings
 from citeflow.testing.embedding import HashEmbedding
 from tests.settings_helpers import settings_of
 
@@ -26,10 +24,6 @@ TEXTS = [
     LONG,  # ~900 tokens: both truncate at the model's 256
     "A kitten naps on the couch.",
 ]
-
-
-def settings(**values: Any) -> Settings:
-    return settings_of(**values)
 
 
 def write_model_dir(path: Path, *, pooling: dict[str, bool], tokenizer: bool = True) -> Path:
@@ -108,8 +102,8 @@ def test_onnx_vectors_equal_sentence_transformers(
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
     from citeflow.providers.embeddings import build_embed_model
 
-    onnx = build_embed_model(settings(local_model_dir=onnx_cache.parent, embed_backend="onnx"))
-    torch = build_embed_model(settings(embed_backend="torch"))
+    onnx = build_embed_model(settings_of(local_model_dir=onnx_cache.parent, embed_backend="onnx"))
+    torch = build_embed_model(settings_of(embed_backend="torch"))
     assert type(onnx).__name__ == "OnnxEmbedding"
     assert type(torch).__name__ == "TorchEmbedding"  # llama-index's HuggingFaceEmbedding
 

@@ -27,8 +27,15 @@ from citeflow.providers.embeddings import build_embed_model, describe_embeddings
 from citeflow.providers.llm import DEFAULT_COMPAT_CONTEXT_WINDOW, DEFAULT_OPENAI_MODEL, build_llm
 from citeflow.providers.upstream_errors import as_upstream_error
 from citeflow.settings import Settings
-from citeflow.testing.openai_server import FakeOpenAIServer, Reply, default_reply, fake_embedding
+from citeflow.testing.openai_server import (
+    FakeOpenAIServer,
+    RecordedRequest,
+    Reply,
+    default_reply,
+    fake_embedding,
+)
 from tests.settings_helpers import settings_of
+from tests.test_hybrid_retrieval import cosine
 
 OPENAI_KEY = "sk-test-openai-0123456789"
 AZURE_KEY = "azure-key-abcdef"
@@ -62,11 +69,6 @@ def server() -> Iterator[FakeOpenAIServer]:
         yield fake
 
 
-def make_settings(**values: Any) -> Settings:
-    """Settings from `values`, named as their variables: no .env, no CITEFLOW_* variables."""
-    return settings_of(**values)
-
-
 def openai_settings(server: FakeOpenAIServer, **values: Any) -> Settings:
     base: dict[str, Any] = {
         "llm_provider": "openai",
@@ -75,7 +77,7 @@ def openai_settings(server: FakeOpenAIServer, **values: Any) -> Settings:
         "openai_base_url": server.openai_base_url,
         "openai_api_key": OPENAI_KEY,
     }
-    return make_settings(**{**base, **values})
+    return settings_of(**{**base, **values})
 
 
 def azure_settings(server: FakeOpenAIServer, **values: Any) -> Settings:
@@ -89,17 +91,20 @@ def azure_settings(server: FakeOpenAIServer, **values: Any) -> Settings:
         "azure_api_version": API_VERSION,
         "azure_headers": {"Ocp-Apim-Subscription-Key": APIM_KEY},
     }
-    return make_settings(**{**base, **values})
+    return settings_of(**{**base, **values})
+
+
+def assert_azure_request(request: RecordedRequest, path: str) -> None:
+    """``request`` went to Azure's ``path`` with the API version, key and API Management key."""
+    assert request.path == path
+    assert request.query["api-version"] == API_VERSION
+    assert request.headers["api-key"] == AZURE_KEY
+    assert request.headers["ocp-apim-subscription-key"] == APIM_KEY
 
 
 async def stream_deltas(settings: Settings, **build: Any) -> list[str]:
     llm = build_llm(settings, **build)
     return [chunk.delta or "" async for chunk in await llm.astream_chat(USER)]
-
-
-def cosine(a: list[float], b: list[float]) -> float:
-    dot = sum(x * y for x, y in zip(a, b, strict=True))
-    return dot / (math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b)))
 
 
 # --- OpenAI and OpenAI-compatible servers ------------------------------------------------------
@@ -205,11 +210,8 @@ async def test_azure_chat_sends_deployment_api_version_key_and_apim_header(
 
     assert response.text == "Fake reply: Who founded Viaweb?"
     request = server.last_request
-    assert request.path == "/openai/deployments/chat-deployment/chat/completions"
+    assert_azure_request(request, "/openai/deployments/chat-deployment/chat/completions")
     assert request.deployment == "chat-deployment"
-    assert request.query["api-version"] == API_VERSION
-    assert request.headers["api-key"] == AZURE_KEY
-    assert request.headers["ocp-apim-subscription-key"] == APIM_KEY
     assert "authorization" not in request.headers
 
 
@@ -220,10 +222,10 @@ async def test_azure_streaming(server: FakeOpenAIServer) -> None:
 
     assert "".join(deltas) == " ".join(f"tok{i}" for i in range(1, 9))
     assert len([d for d in deltas if d]) == 8
-    request = server.last_request
-    assert request.stream
-    assert request.path == "/openai/deployments/chat-deployment/chat/completions"
-    assert request.query["api-version"] == API_VERSION
+    assert server.last_request.stream
+    assert_azure_request(
+        server.last_request, "/openai/deployments/chat-deployment/chat/completions"
+    )
 
 
 async def test_first_token_logprobs_for_the_citation_judge(server: FakeOpenAIServer) -> None:
@@ -288,7 +290,7 @@ def test_azure_entra_id_without_azure_identity_says_what_to_install(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setitem(sys.modules, "azure.identity", None)
-    settings = make_settings(
+    settings = settings_of(
         llm_provider="azure",
         llm_model="chat",
         azure_endpoint="https://example.openai.azure.com",
@@ -305,11 +307,7 @@ async def test_azure_embeddings(server: FakeOpenAIServer) -> None:
 
     assert [len(v) for v in vectors] == [384, 384]
     assert vectors[0] == pytest.approx(fake_embedding("Yahoo bought Viaweb."), abs=1e-6)
-    request = server.last_request
-    assert request.path == "/openai/deployments/embed-deployment/embeddings"
-    assert request.query["api-version"] == API_VERSION
-    assert request.headers["api-key"] == AZURE_KEY
-    assert request.headers["ocp-apim-subscription-key"] == APIM_KEY
+    assert_azure_request(server.last_request, "/openai/deployments/embed-deployment/embeddings")
 
 
 async def test_fake_azure_paths_need_api_version(server: FakeOpenAIServer) -> None:
@@ -386,6 +384,9 @@ async def test_unreachable_server_is_a_connection_error() -> None:
 
 # --- configuration errors ------------------------------------------------------------------------
 
+#: an Azure endpoint, and with it a key
+AZURE_AT = {"azure_endpoint": "https://x.openai.azure.com"}
+AZURE_KEYED = {**AZURE_AT, "azure_api_key": "k"}
 CONFIG_ERRORS: list[tuple[str, dict[str, Any], str]] = [
     ("llm", {"llm_provider": "openai"}, "CITEFLOW_OPENAI_API_KEY"),
     ("embed", {"embed_provider": "openai"}, "CITEFLOW_OPENAI_API_KEY"),
@@ -404,40 +405,16 @@ CONFIG_ERRORS: list[tuple[str, dict[str, Any], str]] = [
         {"embed_provider": "azure", "azure_embed_deployment": "e", "azure_api_key": "k"},
         "CITEFLOW_AZURE_ENDPOINT",
     ),
-    (
-        "llm",
-        {
-            "llm_provider": "azure",
-            "azure_endpoint": "https://x.openai.azure.com",
-            "azure_api_key": "k",
-        },
-        "CITEFLOW_LLM_MODEL",
-    ),
-    (
-        "embed",
-        {
-            "embed_provider": "azure",
-            "azure_endpoint": "https://x.openai.azure.com",
-            "azure_api_key": "k",
-        },
-        "CITEFLOW_AZURE_EMBED_DEPLOYMENT",
-    ),
-    (
-        "llm",
-        {
-            "llm_provider": "azure",
-            "llm_model": "chat",
-            "azure_endpoint": "https://x.openai.azure.com",
-        },
-        "CITEFLOW_AZURE_API_KEY",
-    ),
+    ("llm", {"llm_provider": "azure", **AZURE_KEYED}, "CITEFLOW_LLM_MODEL"),
+    ("embed", {"embed_provider": "azure", **AZURE_KEYED}, "CITEFLOW_AZURE_EMBED_DEPLOYMENT"),
+    ("llm", {"llm_provider": "azure", "llm_model": "chat", **AZURE_AT}, "CITEFLOW_AZURE_API_KEY"),
     (
         "embed",
         {
             "embed_provider": "azure",
             "azure_embed_deployment": "e",
-            "azure_endpoint": "https://x.openai.azure.com",
             "azure_headers": {"Ocp-Apim-Subscription-Key": "only-apim"},
+            **AZURE_AT,
         },
         "CITEFLOW_AZURE_API_KEY",
     ),
@@ -447,7 +424,7 @@ CONFIG_ERRORS: list[tuple[str, dict[str, Any], str]] = [
 
 @pytest.mark.parametrize(("what", "values", "env_var"), CONFIG_ERRORS)
 def test_config_errors_name_the_variable(what: str, values: dict[str, Any], env_var: str) -> None:
-    settings = make_settings(**values)
+    settings = settings_of(**values)
     build = build_llm if what == "llm" else build_embed_model
     with pytest.raises(ConfigError) as caught:
         build(settings)
@@ -484,7 +461,7 @@ SECRETS = [
 def test_describe_providers_never_shows_secrets(
     llm_provider: str, embed_provider: str, qdrant_url: str | None
 ) -> None:
-    settings = make_settings(
+    settings = settings_of(
         llm_provider=llm_provider,
         embed_provider=embed_provider,
         llm_model="" if llm_provider == "local" else "gpt-4o",
@@ -525,8 +502,6 @@ def test_describe_providers_never_shows_secrets(
 
 def test_default_reply_is_deterministic() -> None:
     """The fake's default answer is predictable, so other tests can assert on it."""
-    from citeflow.testing.openai_server import RecordedRequest
-
     request = RecordedRequest(
         method="POST",
         path="/v1/chat/completions",
@@ -547,7 +522,7 @@ async def test_local_minilm_embedder(monkeypatch: pytest.MonkeyPatch) -> None:
     # build_embed_model sets these process-wide; monkeypatch restores them after the test.
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
-    embed = build_embed_model(make_settings(embed_provider="local"))
+    embed = build_embed_model(settings_of(embed_provider="local"))
 
     cat, kitten, revenue = await embed.aget_text_embedding_batch(
         [

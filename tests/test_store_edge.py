@@ -17,6 +17,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 
 import numpy as np
@@ -54,14 +55,19 @@ def fill(store: Store, collection: str, n: int, batch: int = 256) -> None:
         store.write(collection, points(min(batch, n - start), start=start))
 
 
+def filled(path: Path, **sizes: int) -> None:
+    """A store at ``path`` holding ``sizes[name]`` `points` in each collection ``name``, closed."""
+    with closing(Store.open_path(path)) as store:
+        for collection, n in sizes.items():
+            fill(store, collection, n)
+
+
 def snapshot(directory: Path) -> dict[str, int]:
     return {str(p.relative_to(directory)): p.stat().st_size for p in directory.rglob("*")}
 
 
 def test_a_store_of_a_newer_format_is_one_line_and_left_alone(tmp_path: Path) -> None:
-    store = Store.open_path(tmp_path / "s")
-    fill(store, "kb", 10)
-    store.close()
+    filled(tmp_path / "s", kb=10)
     marker = tmp_path / "s" / MARKER
     marker.write_text(json.dumps({"format": 99, "engine": "qdrant-edge"}))
     before = snapshot(tmp_path / "s")
@@ -81,18 +87,12 @@ def test_a_damaged_marker_is_one_line_and_left_alone(tmp_path: Path) -> None:
 def test_a_shard_that_cannot_be_read_is_one_line_and_the_others_still_answer(
     tmp_path: Path,
 ) -> None:
-    store = Store.open_path(tmp_path / "s")
-    fill(store, "good", 20)
-    fill(store, "bad", 20)
-    store.close()
+    filled(tmp_path / "s", good=20, bad=20)
     (tmp_path / "s" / "shards" / "bad" / "edge_config.json").write_text("{not json")
-    store = Store.open_path(tmp_path / "s")
-    try:
+    with closing(Store.open_path(tmp_path / "s")) as store:
         with pytest.raises(StoreUnreadableError, match=r"'bad' .* cannot be opened"):
             store.count("bad")
         assert store.count("good") == 20
-    finally:
-        store.close()
 
 
 def _hold_store(path: str, ready: multiprocessing.synchronize.Event) -> None:
@@ -162,9 +162,7 @@ def test_an_index_build_needs_room_for_one_more_copy_of_the_shard(
 
 
 def test_kill_9_while_indexing_loses_nothing(tmp_path: Path) -> None:
-    store = Store.open_path(tmp_path / "s")
-    fill(store, "kb", 8_000)
-    store.close()
+    filled(tmp_path / "s", kb=8_000)
     started = tmp_path / "indexing"
     child = multiprocessing.get_context("spawn").Process(
         target=_index_until_killed, args=(str(tmp_path / "s"), str(started)), daemon=True
@@ -177,15 +175,12 @@ def test_kill_9_while_indexing_loses_nothing(tmp_path: Path) -> None:
     os.kill(child.pid, signal.SIGKILL)
     child.join(10)
     assert child.exitcode == -signal.SIGKILL
-    store = Store.open_path(tmp_path / "s")
-    try:
+    with closing(Store.open_path(tmp_path / "s")) as store:
         assert store.count("kb") == 8_000
         wanted = points(1, start=4_321)[0]
         hits = store.search("kb", dense=wanted.dense, sparse=None, limit=1)
         assert [c.id for c in hits.dense] == [wanted.id]
         assert store.nodes("kb", [wanted.id])[wanted.id].get_content().startswith("chunk 4321")
-    finally:
-        store.close()
 
 
 @pytest.fixture
@@ -236,14 +231,11 @@ def test_a_real_full_disk_is_refused_before_the_engine_crashes(small_disk: Path)
     assert written > 0
     assert "not enough free space on the disk holding the store" in message
     assert "nothing already stored was lost" in message
-    store = Store.open_path(path)
-    try:
+    with closing(Store.open_path(path)) as store:
         assert store.count("kb") == written
         with pytest.raises(StorageFullError):
             store.write("kb", points(256, start=written))
         assert store.count("kb") == written
-    finally:
-        store.close()
 
 
 def test_the_server_says_at_start_up_what_is_not_indexed(
@@ -251,8 +243,7 @@ def test_the_server_says_at_start_up_what_is_not_indexed(
 ) -> None:
     from citeflow.api import engine
 
-    store = Store.open_path(tmp_path / "s")
-    try:
+    with closing(Store.open_path(tmp_path / "s")) as store:
         fill(store, "kb", 300)
         assert store.unindexed("kb") >= 300  # written, not indexed: searched by a scan
         monkeypatch.setattr(engine, "UNINDEXED_WARNING", 200)
@@ -261,8 +252,6 @@ def test_the_server_says_at_start_up_what_is_not_indexed(
         [record] = caplog.records
         assert "'kb' are not indexed yet" in record.getMessage()
         assert "citeflow optimize --collection kb" in record.getMessage()
-    finally:
-        store.close()
 
 
 def test_citeflow_optimize_indexes_what_the_api_wrote(
@@ -287,11 +276,8 @@ def test_citeflow_optimize_indexes_what_the_api_wrote(
     monkeypatch.setenv("CITEFLOW_DATA_DIR", str(tmp_path / "data"))
     assert main(["optimize", "--collection", "kb"]) == 0
     assert built == ["kb"] and "kb: indexed for search in" in capsys.readouterr().err
-    store = Store.open_path(tmp_path / "data" / "qdrant")
-    try:
+    with closing(Store.open_path(tmp_path / "data" / "qdrant")) as store:
         assert store.unindexed("kb") < pending and store.count("kb") == 12_000
-    finally:
-        store.close()
 
 
 async def test_the_server_never_builds_an_index_while_serving(
@@ -328,22 +314,16 @@ async def test_the_server_never_builds_an_index_while_serving(
 def test_a_damaged_segment_is_one_line_and_the_others_still_answer(
     tmp_path: Path, damage: str
 ) -> None:
-    store = Store.open_path(tmp_path / "s")
-    fill(store, "good", 20)
-    fill(store, "bad", 500)
-    store.close()
+    filled(tmp_path / "s", good=20, bad=500)
     [segment] = (tmp_path / "s" / "shards" / "bad" / "segments").iterdir()
     if damage == "segment state":
         (segment / "segment.json").write_text('{"version": ')
     else:
         (segment / "vector_storage-text-dense" / "vectors" / "chunk_0.mmap").write_bytes(b"")
-    store = Store.open_path(tmp_path / "s")
-    try:
+    with closing(Store.open_path(tmp_path / "s")) as store:
         with pytest.raises(
             StoreUnreadableError, match=r"'bad' .* (cannot be opened|could not be read)"
         ):
             store.search("bad", dense=points(1)[0].dense, limit=3)
         assert store.count("good") == 20
         assert len(store.search("good", dense=points(1)[0].dense, limit=3).dense) == 3
-    finally:
-        store.close()

@@ -5,6 +5,7 @@ seam ``bench/store_quality.py`` measures the graph's cost in retrieval quality t
 from __future__ import annotations
 
 import uuid
+from contextlib import closing
 from pathlib import Path
 
 import numpy as np
@@ -60,11 +61,8 @@ def test_config_and_search_params_reach_the_engine(tmp_path: Path) -> None:
     forced.close()
 
     def recall(params: SearchParams | None) -> float:
-        store = Store(EdgeEngine(tmp_path / "forced", search_params=params))
-        try:
+        with closing(Store(EdgeEngine(tmp_path / "forced", search_params=params))) as store:
             found = top10(store, queries)
-        finally:
-            store.close()
         return float(np.mean([len(f & e) / 10 for f, e in zip(found, exact, strict=True)]))
 
     assert recall(SearchParams(exact=True)) == 1.0

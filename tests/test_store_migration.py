@@ -29,6 +29,7 @@ import sqlite3
 import time
 import uuid
 from collections.abc import Iterable
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -447,22 +448,19 @@ def _check_untouched(legacy: Legacy) -> None:
     assert not (legacy.path / LEGACY_KEPT).exists()
 
 
+def _check_opened(legacy: Legacy) -> None:
+    """Opening the store finds everything migrated (`_check_migrated`), the earlier files kept."""
+    with closing(Store.open_path(legacy.path, progress=False)) as store:
+        _check_migrated(store, legacy)
+    _check_kept(legacy)
+
+
 # --- tests ----------------------------------------------------------------------------------
 def test_first_open_migrates_without_re_embedding_and_only_once(large: Legacy) -> None:
-    store = Store.open_path(large.path, progress=False)
-    try:
-        _check_migrated(store, large)
-    finally:
-        store.close()
-    _check_kept(large)
+    _check_opened(large)
     shards = sorted(p.name for p in (large.path / SHARDS).iterdir())
     assert shards == ["empty", "kb", "notes", "old"]  # no staging copy left behind
-    store = Store.open_path(large.path, progress=False)  # the next open just opens
-    try:
-        _check_migrated(store, large)
-    finally:
-        store.close()
-    _check_kept(large)
+    _check_opened(large)  # the next open just opens
 
 
 def _migrate_until_killed(path: str, notify_fd: int) -> None:
@@ -504,12 +502,7 @@ def test_a_migration_killed_midway_is_finished_by_the_next_open(large: Legacy) -
     assert shards == [".notes.migrating", "empty", "kb"]
     _check_untouched(large)  # the earlier files stay until every collection is copied
 
-    store = Store.open_path(large.path, progress=False)
-    try:
-        _check_migrated(store, large)  # nothing lost, nothing twice
-    finally:
-        store.close()
-    _check_kept(large)
+    _check_opened(large)  # nothing lost, nothing twice
     assert sorted(p.name for p in (large.path / SHARDS).iterdir()) == sorted(large.points)
 
 
@@ -526,12 +519,7 @@ def test_a_migration_stopped_by_a_full_disk_is_one_line_and_resumes(
     assert not (large.path / SHARDS / "notes").exists()
 
     disk.free()
-    store = Store.open_path(large.path, progress=False)
-    try:
-        _check_migrated(store, large)
-    finally:
-        store.close()
-    _check_kept(large)
+    _check_opened(large)
 
 
 def _summary(legacy: Legacy) -> list[str]:

@@ -228,14 +228,13 @@ async def test_hybrid_retrieval_gives_the_same_chunks_and_relevance(
         )
         found = []
         for query in ("ducks on ponds", "geese migrate south", "owls nests eggs", "fish"):
-            found.append([(n.node.node_id, n.score) for n in await retriever.aretrieve(query)])
+            hits = await retriever.aretrieve(query)
+            found.append([Candidate(n.node.node_id, n.score or 0.0) for n in hits])
         results[engine] = found
         store.close()
     for edge, server in zip(results["embedded"], results["server-api"], strict=True):
         assert len(edge) == len(server) == 5
-        ranked_edge = [Candidate(i, s or 0.0) for i, s in edge]
-        ranked_server = [Candidate(i, s or 0.0) for i, s in server]
-        assert_same_ranking(ranked_edge, ranked_server, abs_=DENSE_ABS)
+        assert_same_ranking(edge, server, abs_=DENSE_ABS)
 
 
 def test_scores_mean_the_same(stores: dict[str, Store]) -> None:

@@ -105,10 +105,6 @@ class BM25Encoder:
                 out.append(index)
         return out
 
-    def _vector(self, weights: dict[int, float]) -> SparseVector:
-        indices = sorted(weights)
-        return SparseVector(indices=indices, values=[weights[i] for i in indices])
-
     def encode_document(self, text: str) -> SparseVector:
         """A chunk's vector: saturated, length-normalised term frequencies."""
         # two terms with the same CRC-32 (rare) add up, as one term would
@@ -127,4 +123,5 @@ class BM25Encoder:
 
     def encode_query(self, text: str) -> SparseVector:
         """A query's vector: 1 per distinct term (Qdrant applies the IDF)."""
-        return self._vector(dict.fromkeys((self._index(t) for t in self.terms(text)), 1.0))
+        indices = sorted({self._index(t) for t in self.terms(text)})
+        return SparseVector(indices=indices, values=[1.0] * len(indices))

@@ -1,14 +1,13 @@
 """A disk that fills up: the embedded Qdrant client with room for only so many more writes.
 
-The fault is injected at the store's one dependency, its `QdrantClient` (`citeflow.store.Store`
-takes the client it is given; `Store.open_path` builds it by the name ``QdrantClient`` in
-`citeflow.store`). qdrant-client's local mode stores each point in an SQLite file, one
-transaction per point; on a full disk SQLite fails the transaction it is in and rolls it back,
-and the error reaches the caller as ``sqlite3.OperationalError: database or disk is full``
-(``SQLITE_FULL``), after the batch's earlier points were stored. `FullDiskClient` does the same:
-each point written (upserted, or its payload changed) takes one unit of ``room``; the write that
-finds no room left stores the points before it and raises that error (or, with
-``error="oserror"``, ``OSError(ENOSPC)``, as a file the store creates would).
+The fault is injected at the store's one dependency, its `QdrantClient` (a
+`citeflow.store.client.ClientEngine` takes the client it is given). qdrant-client's local mode
+stores each point in an SQLite file, one transaction per point; on a full disk SQLite fails the
+transaction it is in and rolls it back, and the error reaches the caller as
+``sqlite3.OperationalError: database or disk is full`` (``SQLITE_FULL``), after the batch's
+earlier points were stored. `FullDiskClient` does the same: each point written (upserted, or its
+payload changed) takes one unit of ``room``; the write that finds no room left stores the points
+before it and raises that error.
 """
 
 from __future__ import annotations
@@ -34,10 +33,9 @@ class FullDiskClient(QdrantClient):
     """A `QdrantClient` (embedded) on a disk with room for ``room`` more points (None: no
     limit); see the module doc."""
 
-    def __init__(self, *args: Any, room: int | None = None, error: str = "sqlite", **kw: Any):
+    def __init__(self, *args: Any, room: int | None = None, **kw: Any):
         super().__init__(*args, **kw)
         self.room = room
-        self.error = error
         self.failures = 0
 
     def free(self, room: int | None = None) -> None:
@@ -54,7 +52,7 @@ class FullDiskClient(QdrantClient):
 
     def _fail(self) -> Exception:
         self.failures += 1
-        return disk_full_error(self.error)
+        return disk_full_error()
 
     def upsert(self, collection_name: str, points: Any, *args: Any, **kw: Any) -> Any:
         assert isinstance(points, Sequence)

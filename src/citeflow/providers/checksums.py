@@ -13,20 +13,13 @@ from typing import BinaryIO
 
 from tqdm import tqdm
 
-__all__ = ["hash_files", "progress_bar", "record_checksum", "verified"]
+__all__ = ["hash_files", "record_checksum", "verified"]
 
 log = logging.getLogger("citeflow.models")
 
 #: bytes read at a time while hashing or copying
 CHUNK = 8 * 1024 * 1024
 _SIDECAR_SUFFIX = ".sha256"
-
-
-def progress_bar(total: int, desc: str, enabled: bool) -> tqdm:
-    """A tqdm byte counter on stderr (a silent one unless `enabled`)."""
-    return tqdm(
-        total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024, disable=not enabled
-    )
 
 
 def _sidecar(path: Path) -> Path:
@@ -61,12 +54,16 @@ def record_checksum(path: Path, sha256: str) -> None:
 def hash_files(
     paths: Sequence[Path], *, progress: bool, desc: str, out: BinaryIO | None = None
 ) -> tuple[str, int]:
-    """The hex sha256 and the size of ``paths`` joined in order, written to ``out`` as read."""
+    """The hex sha256 and the size of ``paths`` joined in order, written to ``out`` as read;
+    ``progress``: a byte counter on stderr."""
     digest = hashlib.sha256()
     written = 0
     buffer = bytearray(CHUNK)
     view = memoryview(buffer)
-    with progress_bar(sum(p.stat().st_size for p in paths), desc, progress) as bar:
+    total = sum(p.stat().st_size for p in paths)
+    with tqdm(
+        total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024, disable=not progress
+    ) as bar:
         for path in paths:
             with path.open("rb") as src:
                 while n := src.readinto(buffer):

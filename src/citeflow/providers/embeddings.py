@@ -204,21 +204,20 @@ def _build_local(settings: Settings, threads: int) -> BaseEmbedding:
 
     hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # a CLI needs no bar
     try:
-        model: BaseEmbedding = TorchEmbedding(
+        return TorchEmbedding(
             model_dir=str(path),
             device="cpu",
             embed_batch_size=embed_batch_size(settings),
         )
     except Exception as exc:
         raise ModelError(f"cannot load the local embedder from {path}: {first_line(exc)}") from exc
-    return model
 
 
 def _build_openai(settings: Settings, max_retries: int) -> BaseEmbedding:
     model = settings.embeddings.model.strip() or DEFAULT_OPENAI_EMBED_MODEL
     base_url, key = openai_connection(settings, "CITEFLOW_EMBED_PROVIDER")
     try:
-        embed: BaseEmbedding = CompatOpenAIEmbedding(
+        return CompatOpenAIEmbedding(
             # `model_name` is what is sent, so any name works (`model` must be one OpenAI knows).
             model_name=model,
             embed_batch_size=embed_batch_size(settings),
@@ -229,25 +228,24 @@ def _build_openai(settings: Settings, max_retries: int) -> BaseEmbedding:
         )
     except ValueError as exc:
         raise ConfigError(f"CITEFLOW_EMBED_MODEL={model!r}: {first_line(exc)}") from None
-    return embed
 
 
 def _azure_embed_deployment(settings: Settings) -> str:
-    deployment = settings.azure.embed_deployment.strip() or settings.embeddings.model.strip()
-    if not deployment:
-        raise ConfigError(
-            "CITEFLOW_EMBED_PROVIDER=azure needs CITEFLOW_AZURE_EMBED_DEPLOYMENT set to the "
-            "Azure OpenAI embedding deployment name"
-        )
-    return deployment
+    """``CITEFLOW_AZURE_EMBED_DEPLOYMENT``, else ``CITEFLOW_EMBED_MODEL`` ("" if neither)."""
+    return settings.azure.embed_deployment.strip() or settings.embeddings.model.strip()
 
 
 def _build_azure(settings: Settings, max_retries: int) -> BaseEmbedding:
     endpoint = require_azure_endpoint(settings, purpose="embeddings")
     deployment = _azure_embed_deployment(settings)
+    if not deployment:
+        raise ConfigError(
+            "CITEFLOW_EMBED_PROVIDER=azure needs CITEFLOW_AZURE_EMBED_DEPLOYMENT set to the "
+            "Azure OpenAI embedding deployment name"
+        )
     auth = azure_auth(settings, purpose="embeddings")
     try:
-        embed: BaseEmbedding = CompatAzureOpenAIEmbedding(
+        return CompatAzureOpenAIEmbedding(
             model_name=deployment,
             azure_deployment=deployment,
             azure_endpoint=endpoint,
@@ -262,7 +260,6 @@ def _build_azure(settings: Settings, max_retries: int) -> BaseEmbedding:
         )
     except ValueError as exc:
         raise ConfigError(f"Azure OpenAI embeddings: {first_line(exc)}") from None
-    return embed
 
 
 def embeds_remotely(model: BaseEmbedding) -> bool:
@@ -282,9 +279,5 @@ def describe_embeddings(settings: Settings) -> str:
     if provider == "openai":
         model = settings.embeddings.model.strip() or DEFAULT_OPENAI_EMBED_MODEL
         return describe_openai_model(settings, model)
-    deployment = (
-        settings.azure.embed_deployment.strip()
-        or settings.embeddings.model.strip()
-        or "<no deployment>"
-    )
+    deployment = _azure_embed_deployment(settings) or "<no deployment>"
     return f"azure deployment {deployment}{azure_location(settings)}"

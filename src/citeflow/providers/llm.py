@@ -64,27 +64,33 @@ DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
 DEFAULT_COMPAT_CONTEXT_WINDOW = 4096
 
 
-def _compat_metadata(llm: CompatOpenAI | CompatAzureOpenAI) -> LLMMetadata:
-    """`llm`'s metadata; never raises for model names OpenAI's tables do not know."""
-    model = _base_model_name(llm.model)
-    known = model in ALL_AVAILABLE_MODELS
-    window = llm.context_window
-    if window is None:
-        try:
-            window = openai_modelname_to_contextsize(model)
-        except ValueError:  # unknown or discontinued name
-            window = DEFAULT_COMPAT_CONTEXT_WINDOW
-    function_calling = llm.function_calling
-    if function_calling is None:
-        function_calling = known and is_function_calling_model(model)
-    return LLMMetadata(
-        context_window=window,
-        num_output=llm.max_tokens or -1,
-        # Every server worth talking to has /chat/completions; the legacy endpoint is a trap.
-        is_chat_model=is_chat_model(model) if known else True,
-        is_function_calling_model=function_calling,
-        model_name=model,
-    )
+class _CompatMixin(LeanStreamingMixin):
+    """What `CompatOpenAI` and `CompatAzureOpenAI` share: lean streaming, and metadata that
+    never raises for model or deployment names OpenAI's tables do not know."""
+
+    @property
+    def metadata(self) -> LLMMetadata:
+        """Metadata; never raises for unknown model or deployment names."""
+        llm: CompatOpenAI | CompatAzureOpenAI = self  # type: ignore[assignment]
+        model = _base_model_name(llm.model)
+        known = model in ALL_AVAILABLE_MODELS
+        window = llm.context_window
+        if window is None:
+            try:
+                window = openai_modelname_to_contextsize(model)
+            except ValueError:  # unknown or discontinued name
+                window = DEFAULT_COMPAT_CONTEXT_WINDOW
+        function_calling = llm.function_calling
+        if function_calling is None:
+            function_calling = known and is_function_calling_model(model)
+        return LLMMetadata(
+            context_window=window,
+            num_output=llm.max_tokens or -1,
+            # Every server worth talking to has /chat/completions; the legacy endpoint is a trap.
+            is_chat_model=is_chat_model(model) if known else True,
+            is_function_calling_model=function_calling,
+            model_name=model,
+        )
 
 
 def _base_model_name(model: str) -> str:
@@ -97,7 +103,7 @@ def _base_model_name(model: str) -> str:
     return model
 
 
-class CompatOpenAI(LeanStreamingMixin, OpenAI):
+class CompatOpenAI(_CompatMixin, OpenAI):
     """`OpenAI` that works with any OpenAI-compatible server and any model name.
 
     Unknown model names get `context_window` (default `DEFAULT_COMPAT_CONTEXT_WINDOW`), are
@@ -156,13 +162,8 @@ class CompatOpenAI(LeanStreamingMixin, OpenAI):
         """Name used when serialising the LLM."""
         return "citeflow_compat_openai_llm"
 
-    @property
-    def metadata(self) -> LLMMetadata:
-        """Metadata; never raises for unknown model names."""
-        return _compat_metadata(self)
 
-
-class CompatAzureOpenAI(LeanStreamingMixin, AzureOpenAI):
+class CompatAzureOpenAI(_CompatMixin, AzureOpenAI):
     """`AzureOpenAI` whose deployment names need not be OpenAI model names.
 
     Same metadata fallback, retry policy, SDK clients and streaming as `CompatOpenAI`. With an
@@ -219,11 +220,6 @@ class CompatAzureOpenAI(LeanStreamingMixin, AzureOpenAI):
         """Name used when serialising the LLM."""
         return "citeflow_compat_azure_openai_llm"
 
-    @property
-    def metadata(self) -> LLMMetadata:
-        """Metadata; never raises for unknown deployment names."""
-        return _compat_metadata(self)
-
 
 def build_llm(
     settings: Settings, *, max_retries: int = DEFAULT_MAX_RETRIES, aiohttp: bool = False
@@ -245,8 +241,7 @@ def build_llm(
     if provider == "local":
         from citeflow.providers.local_llm import LocalLlamaCppLLM
 
-        llm: LLM = LocalLlamaCppLLM.from_settings(settings)
-        return llm
+        return LocalLlamaCppLLM.from_settings(settings)
     http_client = None
     if aiohttp:
         from citeflow.providers.aiohttp_transport import aiohttp_client
@@ -298,7 +293,7 @@ def _build_azure(
         )
     auth = azure_auth(settings, purpose="the LLM")
     try:
-        llm: LLM = CompatAzureOpenAI(
+        return CompatAzureOpenAI(
             model=deployment,
             engine=deployment,
             temperature=settings.llm.temperature,
@@ -316,7 +311,6 @@ def _build_azure(
         )
     except ValueError as exc:
         raise ConfigError(f"Azure OpenAI LLM: {first_line(exc)}") from None
-    return llm
 
 
 def describe_llm(settings: Settings) -> str:

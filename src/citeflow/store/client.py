@@ -18,19 +18,18 @@ from typing import Any
 from qdrant_client import QdrantClient
 from qdrant_client.http import models as rest
 
-from citeflow.bm25 import SparseVector
 from citeflow.store.engine import (
     DENSE_VECTOR,
     INCOMPLETE,
     SPARSE_VECTOR,
-    Candidate,
     Hits,
     Layout,
     Point,
     Record,
     SearchRequest,
-    Vector,
     Where,
+    hits_of,
+    record_of,
 )
 
 
@@ -155,7 +154,7 @@ class ClientEngine:
                 with_vectors=vectors,
             )
             for point in points:
-                yield _record(point, layout, vectors)
+                yield record_of(point.id, point.payload, point.vector, layout.dense)
             if offset is None:
                 return
 
@@ -172,7 +171,7 @@ class ClientEngine:
             with_payload=payload,
             with_vectors=with_vectors,
         )
-        return [_record(p, layout, dense) for p in points]
+        return [record_of(p.id, p.payload, p.vector, layout.dense) for p in points]
 
     def search(self, collection: str, request: SearchRequest) -> Hits:
         layout = self.layout(collection)
@@ -208,18 +207,7 @@ class ClientEngine:
         if not requests:
             return Hits(dense=[], sparse=[])
         responses = self.client.query_batch_points(collection_name=collection, requests=requests)
-        results = [[Candidate(str(p.id), float(p.score)) for p in r.points] for r in responses]
-        vectors: dict[str, Vector] = {}
-        if use_sparse and request.sparse_vectors:
-            for point in responses[-1].points:
-                found = _dense_of(point.vector, layout)
-                if found is not None:
-                    vectors[str(point.id)] = found
-        return Hits(
-            dense=results[0] if request.dense is not None else [],
-            sparse=results[-1] if use_sparse else [],
-            vectors=vectors,
-        )
+        return hits_of(request, [r.points for r in responses], use_sparse, layout.dense)
 
     def optimize(self, collection: str) -> bool:
         """A Qdrant server indexes in the background; nothing to do."""
@@ -252,21 +240,3 @@ def _filter(where: Where | None) -> rest.Filter | None:
     if not must and not must_not:
         return None
     return rest.Filter(must=must or None, must_not=must_not or None)
-
-
-def _dense_of(vector: Any, layout: Layout) -> Vector | None:
-    if isinstance(vector, dict):
-        vector = vector.get(layout.dense)
-    return vector if isinstance(vector, list) else None
-
-
-def _record(point: rest.Record, layout: Layout, vectors: bool) -> Record:
-    dense: Vector | None = None
-    sparse: SparseVector | None = None
-    if vectors:
-        dense = _dense_of(point.vector, layout)
-        if isinstance(point.vector, dict) and layout.sparse:
-            found = point.vector.get(layout.sparse)
-            if isinstance(found, rest.SparseVector):
-                sparse = SparseVector(indices=list(found.indices), values=list(found.values))
-    return Record(id=str(point.id), payload=dict(point.payload or {}), dense=dense, sparse=sparse)

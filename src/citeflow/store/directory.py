@@ -24,7 +24,6 @@ import json
 import os
 import shutil
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -77,47 +76,33 @@ def require_room(root: Path, points: int = 0, *, extra_bytes: int = 0) -> None:
         raise StorageFullError(room_message(str(root)))
 
 
-@dataclass(frozen=True, slots=True)
-class Marker:
-    """What ``citeflow-store.json`` says."""
-
-    format: int
-    engine: str
-    engine_version: str
-
-
 def engine_version() -> str:
     from importlib.metadata import version
 
     return version("qdrant-edge-py")
 
 
-def read_marker(root: Path) -> Marker | None:
-    """The directory's marker (None: there is none); a clear error if it cannot be read or is
-    of a format this version does not know."""
+def check_marker(root: Path) -> None:
+    """A clear error if the directory's marker (when there is one) cannot be read or is of a
+    format this version does not know."""
     path = root / MARKER
     if not path.exists():
-        return None
+        return
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        marker = Marker(
-            format=int(data["format"]),
-            engine=str(data["engine"]),
-            engine_version=str(data.get("engine_version", "")),
-        )
+        store_format, engine = int(data["format"]), str(data["engine"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise StoreUnreadableError(
             f"the store {root} has a damaged {MARKER} ({exc.__class__.__name__}); restore the "
             "directory from a backup, or set CITEFLOW_DATA_DIR to a new directory and "
             "ingest again"
         ) from None
-    if marker.format > FORMAT or marker.engine != "qdrant-edge":
+    if store_format > FORMAT or engine != "qdrant-edge":
         raise StoreUnreadableError(
-            f"the store {root} was written by a newer citeflow (store format {marker.format}, "
-            f"engine {marker.engine}); this one reads format {FORMAT}: upgrade citeflow, or "
+            f"the store {root} was written by a newer citeflow (store format {store_format}, "
+            f"engine {engine}); this one reads format {FORMAT}: upgrade citeflow, or "
             "set CITEFLOW_DATA_DIR to another directory"
         )
-    return marker
 
 
 def write_marker(root: Path) -> None:

@@ -42,20 +42,20 @@ from qdrant_edge import SparseVector as EdgeSparse
 
 from citeflow.store.directory import SHARDS, require_room
 from citeflow.store.edge_config import SEARCH, ShardConfig, shard_config
-from citeflow.store.edge_conversion import dense_for_edge, dense_of, edge_filter, record_of
+from citeflow.store.edge_conversion import dense_for_edge, edge_filter
 from citeflow.store.edge_failures import load_shard, reading
 from citeflow.store.engine import (
     DENSE_VECTOR,
     INCOMPLETE,
     SPARSE_VECTOR,
-    Candidate,
     Hits,
     Layout,
     Point,
     Record,
     SearchRequest,
-    Vector,
     Where,
+    hits_of,
+    record_of,
 )
 
 LAYOUT = Layout(dense=DENSE_VECTOR, sparse=SPARSE_VECTOR)
@@ -158,11 +158,16 @@ class EdgeEngine:
     def layout(self, collection: str) -> Layout:
         return LAYOUT
 
-    def drop(self, collection: str) -> bool:
+    def _forget(self, collection: str) -> None:
+        """Close the collection's shard, if open, and forget its state (before its directory
+        moves or goes)."""
         self._stale.discard(collection)
         shard = self._shards.pop(collection, None)
         if shard is not None:
             shard.close()
+
+    def drop(self, collection: str) -> bool:
+        self._forget(collection)
         path = self._path(collection)
         if not path.is_dir():
             return False
@@ -175,10 +180,7 @@ class EdgeEngine:
 
     def rename(self, collection: str, name: str) -> None:
         """Give a (complete) collection its final name: one directory rename."""
-        self._stale.discard(collection)  # its flag file moves with it
-        shard = self._shards.pop(collection, None)
-        if shard is not None:
-            shard.close()
+        self._forget(collection)  # its `STALE_IDF` flag file moves with it
         self._path(collection).rename(self._path(name))
 
     def count(self, collection: str, where: Where | None = None) -> int:
@@ -305,18 +307,7 @@ class EdgeEngine:
             return Hits(dense=[], sparse=[])
         with reading(self._path(collection)):
             results = shard.query_batch(QueryBatchRequest(queries))
-        sides = [[Candidate(str(p.id), float(p.score)) for p in side] for side in results]
-        vectors: dict[str, Vector] = {}
-        if use_sparse and request.sparse_vectors:
-            for point in results[-1]:
-                found = dense_of(point.vector)
-                if found is not None:
-                    vectors[str(point.id)] = found
-        return Hits(
-            dense=sides[0] if request.dense is not None else [],
-            sparse=sides[-1] if use_sparse else [],
-            vectors=vectors,
-        )
+        return hits_of(request, results, use_sparse, DENSE_VECTOR)
 
     def optimize(self, collection: str) -> bool:
         """Build the HNSW index of what was written since the last optimize (holds the GIL)."""

@@ -1,4 +1,4 @@
-"""Translation between citeflow's store records and qdrant-edge's points, vectors and filters."""
+"""Translation of citeflow's dense vectors and filters into qdrant-edge's."""
 
 from __future__ import annotations
 
@@ -7,10 +7,9 @@ from typing import Any
 import numpy as np
 from qdrant_edge import FieldCondition, Filter, IsEmptyCondition, MatchAny, MatchValue
 
-from citeflow.bm25 import SparseVector
-from citeflow.store.engine import DENSE_VECTOR, INCOMPLETE, SPARSE_VECTOR, Record, Vector, Where
+from citeflow.store.engine import INCOMPLETE, Vector, Where
 
-__all__ = ["dense_for_edge", "dense_of", "edge_filter", "record_of"]
+__all__ = ["dense_for_edge", "edge_filter"]
 
 
 def dense_for_edge(vector: Vector) -> Any:
@@ -19,28 +18,6 @@ def dense_for_edge(vector: Vector) -> Any:
     if isinstance(vector, np.ndarray):
         return vector.astype(np.float32, copy=False)
     return vector if isinstance(vector, list) else list(vector)
-
-
-def dense_of(vector: Any) -> Vector | None:
-    if isinstance(vector, dict):
-        vector = vector.get(DENSE_VECTOR)
-    if isinstance(vector, np.ndarray):
-        return vector
-    return vector if isinstance(vector, list) else None
-
-
-def record_of(point_id: Any, payload: Any, vector: Any) -> Record:
-    sparse: SparseVector | None = None
-    if isinstance(vector, dict):
-        found = vector.get(SPARSE_VECTOR)
-        if found is not None:
-            sparse = SparseVector(indices=list(found.indices), values=list(found.values))
-    return Record(
-        id=str(point_id),
-        payload=dict(payload or {}),
-        dense=dense_of(vector) if vector is not None else None,
-        sparse=sparse,
-    )
 
 
 def edge_filter(where: Where | None) -> Filter | None:

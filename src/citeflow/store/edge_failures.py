@@ -27,11 +27,8 @@ def reading(path: Path) -> Iterator[None]:
         text = str(exc)
         if "Wrong input" in text or type(exc) is not Exception:
             raise
-        raise StoreUnreadableError(
-            f"the collection {path.name!r} in the store {path.parent.parent} could not be "
-            f"read ({_first_line(text)}): its files are damaged; restore the directory from a "
-            f"backup, or move {path} aside and ingest the collection's documents again"
-        ) from None
+        problem = f"could not be read ({_first_line(text)}): its files are damaged"
+        raise _damaged(path, problem) from None
 
 
 def load_shard(path: Path) -> EdgeShard:
@@ -42,12 +39,20 @@ def load_shard(path: Path) -> EdgeShard:
         text = str(exc)
         if "WouldBlock" in text:
             raise locked_error(path.parent.parent) from None
-        raise StoreUnreadableError(
-            f"the collection {path.name!r} in the store {path.parent.parent} cannot be opened "
-            f"({_first_line(text)}): its files are damaged or were written by another version; "
-            f"restore the directory from a backup, or move {path} aside and ingest the "
-            f"collection's documents again"
-        ) from None
+        problem = (
+            f"cannot be opened ({_first_line(text)}): its files are damaged or were written by "
+            "another version"
+        )
+        raise _damaged(path, problem) from None
+
+
+def _damaged(path: Path, problem: str) -> StoreUnreadableError:
+    """The collection's shard at ``path`` has ``problem``, and what to do about it."""
+    return StoreUnreadableError(
+        f"the collection {path.name!r} in the store {path.parent.parent} {problem}; restore the "
+        f"directory from a backup, or move {path} aside and ingest the collection's documents "
+        "again"
+    )
 
 
 def _first_line(text: str) -> str:

@@ -104,6 +104,29 @@ class Where:
     """True: only chunks marked `INCOMPLETE`; False: only the others; None: both"""
 
 
+def dense_of(vector: Any, name: str = DENSE_VECTOR) -> Vector | None:
+    """The dense vector among the vectors an engine returned for a point: a dict by vector name
+    (``name``), or the one unnamed vector itself (a list, or a numpy array from qdrant-edge)."""
+    if isinstance(vector, dict):
+        vector = vector.get(name)
+    return vector if isinstance(vector, list | np.ndarray) else None
+
+
+def record_of(point_id: Any, payload: Any, vector: Any, dense: str = DENSE_VECTOR) -> Record:
+    """A point as either engine returned it (``vector``: None when not asked for), as a
+    `Record`; ``dense`` names its dense vector."""
+    found = vector.get(SPARSE_VECTOR) if isinstance(vector, dict) else None
+    sparse = None
+    if found is not None:
+        sparse = SparseVector(indices=list(found.indices), values=list(found.values))
+    return Record(
+        id=str(point_id),
+        payload=dict(payload or {}),
+        dense=dense_of(vector, dense) if vector is not None else None,
+        sparse=sparse,
+    )
+
+
 #: chunks whose document's write finished (what searches see)
 COMPLETE_ONLY = Where(incomplete=False)
 
@@ -118,6 +141,25 @@ class SearchRequest:
     sparse_limit: int
     sparse_vectors: bool
     where: Where | None = COMPLETE_ONLY
+
+
+def hits_of(
+    request: SearchRequest, sides: Sequence[Sequence[Any]], use_sparse: bool, dense: str
+) -> Hits:
+    """An engine's scored points for a search's queries (the dense one first, when asked;
+    ``use_sparse``: the BM25 one last) as `Hits`; ``dense`` names the dense vector."""
+    found = [[Candidate(str(p.id), float(p.score)) for p in side] for side in sides]
+    vectors: dict[str, Vector] = {}
+    if use_sparse and request.sparse_vectors:
+        for point in sides[-1]:
+            vector = dense_of(point.vector, dense)
+            if vector is not None:
+                vectors[str(point.id)] = vector
+    return Hits(
+        dense=found[0] if request.dense is not None else [],
+        sparse=found[-1] if use_sparse else [],
+        vectors=vectors,
+    )
 
 
 class Engine(Protocol):

@@ -29,9 +29,9 @@ from citeflow.store.client import ClientEngine
 from citeflow.store.copying import copy_points, pages
 from citeflow.store.directory import (
     DirectoryLock,
+    check_marker,
     full_disk_guard,
     has_legacy_store,
-    read_marker,
     write_marker,
 )
 from citeflow.store.edge import EdgeEngine
@@ -85,7 +85,7 @@ class Store:
         lock = DirectoryLock(root)
         lock.acquire()
         try:
-            read_marker(root)
+            check_marker(root)
             if has_legacy_store(root):
                 migrate(root, progress=progress)
             with full_disk_guard(str(root)):
