@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import uvicorn
 from fastapi import FastAPI
+from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.llms import ChatMessage, ChatResponse
 from pydantic import PrivateAttr
 
@@ -134,9 +135,14 @@ def assert_error(
         assert body["error"]["param"] == param, body["error"]
 
 
-def asgi_client(engine: Engine, **headers: str) -> httpx.AsyncClient:
-    """An HTTP client calling the app over ``engine`` in-process (no socket)."""
-    transport = httpx.ASGITransport(app=create_app(engine))
+def asgi_client(
+    app: Engine | FastAPI, *, address: str = "127.0.0.1", **headers: str
+) -> httpx.AsyncClient:
+    """An HTTP client calling ``app`` (or the app over an engine) in-process (no socket), as a
+    client at ``address``."""
+    transport = httpx.ASGITransport(
+        app=create_app(app) if isinstance(app, Engine) else app, client=(address, 40000)
+    )
     return httpx.AsyncClient(transport=transport, base_url="http://testserver", headers=headers)
 
 
@@ -144,7 +150,7 @@ def make_engine(
     kb: KnowledgeBase,
     llm: ScriptedLLM,
     *,
-    embed_model: HashEmbedding | None = None,
+    embed_model: BaseEmbedding | None = None,
     **server: Any,
 ) -> Engine:
     """An engine over the test knowledge base (collection ``kb``) with a fake LLM; ``server``:

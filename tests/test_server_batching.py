@@ -6,11 +6,9 @@ import asyncio
 import threading
 import time
 
-import httpx
 import pytest
 from llama_index.core.base.embeddings.base import BaseEmbedding
 
-from citeflow.api.engine import Engine
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.query.batching import (
     BatchedQueryEmbedding,
@@ -20,10 +18,16 @@ from citeflow.query.batching import (
     query_batch_function,
 )
 from citeflow.query.retrieval import Retriever
-from citeflow.server import create_app
 from citeflow.testing.embedding import HashEmbedding
 from citeflow.testing.llm import ScriptedLLM
-from tests.server_helpers import CountingEmbedding, content_of, make_engine, parse_sse
+from tests.server_helpers import (
+    CountingEmbedding,
+    asgi_client,
+    chat_request,
+    content_of,
+    make_engine,
+    parse_sse,
+)
 
 Vectors = list[list[float]]
 QUESTIONS = [f"Who bought Viaweb, and where do ducks live? ({i})" for i in range(24)]
@@ -227,21 +231,12 @@ async def test_the_retriever_awaits_a_batched_embedder(kb: KnowledgeBase) -> Non
 async def test_concurrent_chats_share_query_embeddings(kb: KnowledgeBase) -> None:
     counting = CountingEmbedding()
     batched = BatchedQueryEmbedding(counting)
-    engine = make_engine(kb, ScriptedLLM(["Yahoo bought Viaweb in 1998 [1]."]))
-    engine = Engine(engine.settings, store=kb.store, embed_model=batched, llm=engine.llm)
-    transport = httpx.ASGITransport(app=create_app(engine))
+    engine = make_engine(kb, ScriptedLLM(["Yahoo bought Viaweb in 1998 [1]."]), embed_model=batched)
     try:
-        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        async with asgi_client(engine) as client:
             answers = await asyncio.gather(
                 *(
-                    client.post(
-                        "/v1/chat/completions",
-                        json={
-                            "model": "citeflow-kb",
-                            "stream": True,
-                            "messages": [{"role": "user", "content": q}],
-                        },
-                    )
+                    client.post("/v1/chat/completions", json=chat_request(q, stream=True))
                     for q in QUESTIONS
                 )
             )

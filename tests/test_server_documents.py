@@ -22,7 +22,7 @@ from citeflow.knowledge_base import KnowledgeBase
 from citeflow.server import create_app
 from citeflow.store import DocumentRecord
 from citeflow.testing.llm import ScriptedLLM
-from tests.server_helpers import LiveServer, make_engine
+from tests.server_helpers import LiveServer, asgi_client, make_engine
 
 OWLS = b"Owls hunt at night. Barn owls eat mice and voles. An owl can turn its head far around."
 BEES = b"Bees make honey from nectar. A hive has one queen bee and many worker bees."
@@ -37,13 +37,16 @@ def engine(kb: KnowledgeBase) -> Engine:
 
 @pytest.fixture
 async def client(engine: Engine) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=create_app(engine))
-    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
+    async with asgi_client(engine) as c:
         yield c
 
 
 def _files(*items: tuple[str, bytes]) -> list[tuple[str, tuple[str, bytes, str]]]:
     return [("file", (name, data, "text/plain")) for name, data in items]
+
+
+def _empty(folder: Path) -> bool:
+    return not folder.exists() or not any(folder.iterdir())
 
 
 async def test_upload_list_ask_and_fetch_the_original(
@@ -138,8 +141,7 @@ async def test_bad_uploads(
     assert response.status_code == status, response.text
     for word in words:
         assert word in response.json()["error"]["message"]
-    folder = engine.upload_dir("animals")
-    assert not folder.exists() or not any(folder.iterdir())  # nothing left behind
+    assert _empty(engine.upload_dir("animals"))  # nothing left behind
 
 
 async def test_a_corrupt_upload_loses_nothing_already_stored(
@@ -202,8 +204,7 @@ async def test_missing_file_part_and_unknown_collection(client: httpx.AsyncClien
 
 async def test_documents_need_the_key(engine: Engine, tmp_path: Path) -> None:
     engine.settings.server.api_keys = [SecretStr("k")]
-    transport = httpx.ASGITransport(app=create_app(engine))
-    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
+    async with asgi_client(engine) as c:
         assert (await c.get("/v1/collections/kb/documents")).status_code == 401
         upload = await c.post("/v1/collections/animals/documents", files=_files(("o.txt", OWLS)))
         assert upload.status_code == 401
@@ -280,14 +281,9 @@ def temp_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return folder
 
 
-def _empty(folder: Path) -> bool:
-    return not folder.exists() or not any(folder.iterdir())
-
-
 def _nothing_left(engine: Engine, temp_dir: Path) -> None:
-    folder = engine.upload_dir("animals")
-    assert not folder.exists() or not any(folder.iterdir()), list(folder.iterdir())
-    assert not any(temp_dir.iterdir()), list(temp_dir.iterdir())
+    assert _empty(engine.upload_dir("animals")), list(engine.upload_dir("animals").iterdir())
+    assert _empty(temp_dir), list(temp_dir.iterdir())
 
 
 async def test_a_declared_content_length_over_the_limit_is_413_before_reading(

@@ -19,6 +19,7 @@ from tests.server_helpers import (
     FailingLLM,
     LiveServer,
     PacedLLM,
+    chat_request,
     make_engine,
     parse_sse,
     wait_until,
@@ -112,11 +113,7 @@ async def test_answer_is_delivered_incrementally(kb: KnowledgeBase) -> None:
 async def test_client_disconnect_cancels_the_run(kb: KnowledgeBase) -> None:
     llm = PacedLLM([LONG_ANSWER], delay=0.05)  # ~10 s if never cancelled
     with LiveServer(create_app(make_engine(kb, llm))) as live:
-        body = {
-            "model": "citeflow-kb",
-            "messages": [{"role": "user", "content": QUESTION}],
-            "stream": True,
-        }
+        body = chat_request(QUESTION, stream=True)
         async with (
             httpx.AsyncClient(base_url=live.base_url) as client,
             client.stream("POST", "/v1/chat/completions", json=body) as response,
@@ -136,7 +133,7 @@ async def test_client_disconnect_cancels_the_run(kb: KnowledgeBase) -> None:
 async def test_non_streaming_disconnect_cancels_the_run(kb: KnowledgeBase) -> None:
     llm = PacedLLM([LONG_ANSWER], delay=0.05)
     with LiveServer(create_app(make_engine(kb, llm))) as live:
-        body = {"model": "citeflow-kb", "messages": [{"role": "user", "content": QUESTION}]}
+        body = chat_request(QUESTION)
         async with httpx.AsyncClient(base_url=live.base_url) as client:
             with pytest.raises(httpx.ReadTimeout):
                 await client.post("/v1/chat/completions", json=body, timeout=0.5)
@@ -147,11 +144,7 @@ async def test_non_streaming_disconnect_cancels_the_run(kb: KnowledgeBase) -> No
 async def test_llm_failure_mid_stream_ends_with_error_then_done(kb: KnowledgeBase) -> None:
     llm = FailingLLM([LONG_ANSWER], delay=0.01)
     with LiveServer(create_app(make_engine(kb, llm))) as live:
-        body = {
-            "model": "citeflow-kb",
-            "messages": [{"role": "user", "content": QUESTION}],
-            "stream": True,
-        }
+        body = chat_request(QUESTION, stream=True)
         async with httpx.AsyncClient(base_url=live.base_url, timeout=5) as client:
             response = await client.post("/v1/chat/completions", json=body)
         items = parse_sse(response.text)

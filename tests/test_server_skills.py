@@ -25,7 +25,7 @@ from citeflow.server import create_app
 from citeflow.testing.embedding import HashEmbedding, RecordingEmbedding
 from citeflow.testing.llm import ScriptedLLM
 from citeflow.testing.openai_server import FakeOpenAIServer, fake_embedding
-from tests.server_helpers import asgi_client
+from tests.server_helpers import asgi_client, make_engine
 from tests.settings_helpers import settings_of
 
 URL = "/v1/skills/embeddings"
@@ -40,12 +40,7 @@ def records(texts: list[Any]) -> dict[str, Any]:
 
 
 def engine_with(kb: KnowledgeBase, embed_model: BaseEmbedding, **options: Any) -> Engine:
-    return Engine(
-        kb.settings.updated(server=options),
-        store=kb.store,
-        embed_model=embed_model,
-        llm=ScriptedLLM(),
-    )
+    return make_engine(kb, ScriptedLLM(), embed_model=embed_model, **options)
 
 
 @pytest.fixture
