@@ -3,7 +3,8 @@
 One `Metrics` per app, on its own registry (so two apps in one process, as in the tests, count
 apart). What is recorded, and where:
 
-* HTTP requests by route, method, status and outcome, and their duration: `MetricsMiddleware`;
+* HTTP requests by route, method, status and outcome, and their duration: `Metrics.requested`,
+  from `citeflow.server.RequestLog`;
 * answers (`Metrics.answered`, from `observe_events` for streams and the chat route otherwise):
   outcome, whole-answer time, time to the first token of the answer, each workflow stage's time
   (the run's ``timings``: rewrite, embed, retrieve, grade, reformulate, cite, synthesize, judge
@@ -36,7 +37,7 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope
 
 from citeflow.api.deps import require_api_key
 from citeflow.citations.repair import citation_actions
@@ -253,6 +254,23 @@ class Metrics:
         label = "none" if role is None else (role if role in USER_ROLES else "other")
         self.user_chats.labels(label, "yes" if signed else "no").inc()
 
+    def requested(self, scope: Scope, status: int, seconds: float) -> None:
+        """Count one HTTP request by route template, method, status and outcome, and its time
+        to the end of its response (`citeflow.server.RequestLog`)."""
+        route = getattr(scope.get("route"), "path", None) or "unmatched"
+        method = scope["method"] if scope["method"] in METHODS else "OTHER"
+        outcome = (
+            "rate_limited"
+            if status == 429
+            else "ok"
+            if status < 400
+            else "client_error"
+            if status < 500
+            else "server_error"
+        )
+        self.requests.labels(route, method, str(status), outcome).inc()
+        self.request_seconds.labels(route).observe(seconds)
+
     def limited(self, reason: str) -> None:
         self.rate_limited.labels(reason if reason in RATE_LIMIT_REASONS else "upstream").inc()
 
@@ -268,45 +286,6 @@ def _outcome(result: CitedResponse) -> str:
     if not result.source_nodes:
         return "not_covered"
     return "cited" if result.cited else "uncited"
-
-
-class MetricsMiddleware:
-    """Counts each HTTP request by route template, method, status and outcome, and times it
-    to the end of its response (pure ASGI: streams pass through untouched)."""
-
-    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
-        self.app = app
-        self.metrics = metrics
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        status = 500
-
-        async def send_counted(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_counted)
-        finally:
-            route = getattr(scope.get("route"), "path", None) or "unmatched"
-            method = scope["method"] if scope["method"] in METHODS else "OTHER"
-            outcome = (
-                "rate_limited"
-                if status == 429
-                else "ok"
-                if status < 400
-                else "client_error"
-                if status < 500
-                else "server_error"
-            )
-            self.metrics.requests.labels(route, method, str(status), outcome).inc()
-            self.metrics.request_seconds.labels(route).observe(time.perf_counter() - started)
 
 
 router = APIRouter(tags=["health"], dependencies=[Depends(require_api_key)])
