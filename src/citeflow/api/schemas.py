@@ -116,9 +116,9 @@ class Conversation:
         texts: list[str] = []
         for index, message in enumerate(messages):
             if message.role not in ROLES:
-                raise _param_error(
+                raise BadRequestError(
                     f"messages[{index}].role {message.role!r} is not one of: {', '.join(ROLES)}",
-                    f"messages[{index}].role",
+                    param=f"messages[{index}].role",
                 )
             text = message.text()
             if len(text) > max_chars:
@@ -129,13 +129,15 @@ class Conversation:
             texts.append(text)
         last = len(messages) - 1
         if messages[last].role != "user":
-            raise _param_error(
+            raise BadRequestError(
                 f"the last message must come from the user, not {messages[last].role!r}",
-                f"messages[{last}].role",
+                param=f"messages[{last}].role",
             )
         query = texts[last].strip()
         if not query:
-            raise _param_error("the last user message is empty", f"messages[{last}].content")
+            raise BadRequestError(
+                "the last user message is empty", param=f"messages[{last}].content"
+            )
         prompt_text = "\n".join(texts)
         turns = [(m.role, t) for m, t in zip(messages, texts, strict=True)]
         conversational = [(r, t) for r, t in turns if r in ("user", "assistant")]
@@ -163,10 +165,6 @@ def _llama_role(role: str) -> MessageRole:
     if role in ("system", "developer"):
         return MessageRole.SYSTEM
     return MessageRole.USER
-
-
-def _param_error(message: str, param: str) -> BadRequestError:
-    return BadRequestError(message, param=param)
 
 
 # --- responses -----------------------------------------------------------------------------------
