@@ -3,7 +3,7 @@ the documents' and ``POST /search``'s models.
 
 Requests accept and ignore what citeflow does not use (``tools``, ``tool_choice``,
 ``temperature``, ...): Open WebUI sends some thirty tool definitions with every chat. Interpreting
-a request (which message is the question, which ones are history) is `Conversation.from_request`.
+a request (which message is the question, which ones are history) is `Conversation.from_messages`.
 """
 
 from __future__ import annotations
@@ -96,19 +96,15 @@ class Conversation:
     prompt_text: str = ""
 
     @classmethod
-    def from_request(cls, request: ChatCompletionRequest, *, max_chars: int) -> Conversation:
-        """Validate the messages and split them into question and history.
+    def from_messages(cls, messages: Sequence[ChatMessageIn], *, max_chars: int) -> Conversation:
+        """Validate a request's messages (a chat completion's, or ``POST /search``'s) and split
+        them into question and history.
 
         Raises:
             BadRequestError: no messages, an unknown role, or a last message that is not a
                 non-empty user message (HTTP 400).
             PayloadTooLargeError: a message longer than ``max_chars`` (HTTP 413).
         """
-        return cls.from_messages(request.messages, max_chars=max_chars)
-
-    @classmethod
-    def from_messages(cls, messages: Sequence[ChatMessageIn], *, max_chars: int) -> Conversation:
-        """`from_request` for the messages alone (also ``POST /search``'s ``messages``)."""
         if not messages:
             raise BadRequestError(
                 "'messages' is empty; send at least one user message", param="messages"
