@@ -8,7 +8,6 @@ import socket
 import threading
 import time
 from collections.abc import AsyncGenerator, Sequence
-from types import TracebackType
 from typing import Any
 
 import httpx
@@ -223,9 +222,8 @@ class LiveServer:
     """``app`` served by uvicorn on 127.0.0.1 (a free port) in a background thread."""
 
     def __init__(self, app: FastAPI) -> None:
-        self.app = app
         self.port = 0
-        self._server: uvicorn.Server | None = None
+        self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
         self._thread: threading.Thread | None = None
 
     @property
@@ -238,8 +236,6 @@ class LiveServer:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))
         self.port = sock.getsockname()[1]
-        config = uvicorn.Config(self.app, log_level="warning", lifespan="off")
-        self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [sock]}, daemon=True
         )
@@ -251,13 +247,8 @@ class LiveServer:
             time.sleep(0.01)
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        assert self._server is not None and self._thread is not None
+    def __exit__(self, *exc_info: object) -> None:
+        assert self._thread is not None
         self._server.should_exit = True
         self._thread.join(timeout=10)
 
