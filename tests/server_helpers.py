@@ -8,12 +8,12 @@ import socket
 import threading
 import time
 from collections.abc import AsyncGenerator, Sequence
-from types import TracebackType
 from typing import Any
 
 import httpx
 import uvicorn
 from fastapi import FastAPI
+from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.llms import ChatMessage, ChatResponse
 from pydantic import PrivateAttr
 
@@ -134,9 +134,14 @@ def assert_error(
         assert body["error"]["param"] == param, body["error"]
 
 
-def asgi_client(engine: Engine, **headers: str) -> httpx.AsyncClient:
-    """An HTTP client calling the app over ``engine`` in-process (no socket)."""
-    transport = httpx.ASGITransport(app=create_app(engine))
+def asgi_client(
+    app: Engine | FastAPI, *, address: str = "127.0.0.1", **headers: str
+) -> httpx.AsyncClient:
+    """An HTTP client calling ``app`` (or the app over an engine) in-process (no socket), as a
+    client at ``address``."""
+    transport = httpx.ASGITransport(
+        app=create_app(app) if isinstance(app, Engine) else app, client=(address, 40000)
+    )
     return httpx.AsyncClient(transport=transport, base_url="http://testserver", headers=headers)
 
 
@@ -144,7 +149,7 @@ def make_engine(
     kb: KnowledgeBase,
     llm: ScriptedLLM,
     *,
-    embed_model: HashEmbedding | None = None,
+    embed_model: BaseEmbedding | None = None,
     **server: Any,
 ) -> Engine:
     """An engine over the test knowledge base (collection ``kb``) with a fake LLM; ``server``:
@@ -217,9 +222,8 @@ class LiveServer:
     """``app`` served by uvicorn on 127.0.0.1 (a free port) in a background thread."""
 
     def __init__(self, app: FastAPI) -> None:
-        self.app = app
         self.port = 0
-        self._server: uvicorn.Server | None = None
+        self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
         self._thread: threading.Thread | None = None
 
     @property
@@ -232,8 +236,6 @@ class LiveServer:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))
         self.port = sock.getsockname()[1]
-        config = uvicorn.Config(self.app, log_level="warning", lifespan="off")
-        self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [sock]}, daemon=True
         )
@@ -245,13 +247,8 @@ class LiveServer:
             time.sleep(0.01)
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        assert self._server is not None and self._thread is not None
+    def __exit__(self, *exc_info: object) -> None:
+        assert self._thread is not None
         self._server.should_exit = True
         self._thread.join(timeout=10)
 

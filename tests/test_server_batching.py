@@ -5,12 +5,11 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from contextlib import closing
 
-import httpx
 import pytest
 from llama_index.core.base.embeddings.base import BaseEmbedding
 
-from citeflow.api.engine import Engine
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.query.batching import (
     BatchedQueryEmbedding,
@@ -20,10 +19,16 @@ from citeflow.query.batching import (
     query_batch_function,
 )
 from citeflow.query.retrieval import Retriever
-from citeflow.server import create_app
 from citeflow.testing.embedding import HashEmbedding
 from citeflow.testing.llm import ScriptedLLM
-from tests.server_helpers import CountingEmbedding, content_of, make_engine, parse_sse
+from tests.server_helpers import (
+    CountingEmbedding,
+    asgi_client,
+    chat_request,
+    content_of,
+    make_engine,
+    parse_sse,
+)
 
 Vectors = list[list[float]]
 QUESTIONS = [f"Who bought Viaweb, and where do ducks live? ({i})" for i in range(24)]
@@ -50,22 +55,18 @@ class SlowBatch:
 # --- the batcher ---------------------------------------------------------------------------------
 async def test_a_lone_query_is_embedded_at_once_alone() -> None:
     calls = SlowBatch(delay=0.0)
-    batcher = QueryBatcher(calls)
-    try:
+    with closing(QueryBatcher(calls)) as batcher:
         started = time.perf_counter()
         assert await batcher.aembed("hello") == [5.0, 0.0]
         assert time.perf_counter() - started < 0.5
         assert batcher.embed("hi") == [2.0, 0.0]  # the sync API too
         assert calls.batches == [["hello"], ["hi"]]
         assert calls.threads == {"citeflow-embed"}
-    finally:
-        batcher.close()
 
 
 async def test_concurrent_queries_share_calls_and_keep_their_order() -> None:
     calls = SlowBatch(delay=0.05)
-    batcher = QueryBatcher(calls, max_batch=8)
-    try:
+    with closing(QueryBatcher(calls, max_batch=8)) as batcher:
         vectors = await asyncio.gather(*(batcher.aembed(q) for q in QUESTIONS))
         # each caller gets the vector of its own query
         assert [v[0] for v in vectors] == [float(len(q)) for q in QUESTIONS]
@@ -74,25 +75,19 @@ async def test_concurrent_queries_share_calls_and_keep_their_order() -> None:
         assert len(calls.batches) <= 5  # the first alone, then the waiting ones together
         stats = batcher.stats
         assert stats.queries == 24 and stats.batches == len(calls.batches) and stats.largest == 8
-    finally:
-        batcher.close()
 
 
 async def test_sync_callers_on_threads_are_batched_too() -> None:
     calls = SlowBatch(delay=0.05)
-    batcher = QueryBatcher(calls)
-    try:
+    with closing(QueryBatcher(calls)) as batcher:
         vectors = await asyncio.gather(*(asyncio.to_thread(batcher.embed, q) for q in QUESTIONS))
         assert [v[0] for v in vectors] == [float(len(q)) for q in QUESTIONS]
         assert len(calls.batches) < len(QUESTIONS)
-    finally:
-        batcher.close()
 
 
 async def test_a_failing_query_fails_alone() -> None:
     calls = SlowBatch(delay=0.02, fail_on=QUESTIONS[3])
-    batcher = QueryBatcher(calls)
-    try:
+    with closing(QueryBatcher(calls)) as batcher:
         results = await asyncio.gather(
             *(batcher.aembed(q) for q in QUESTIONS), return_exceptions=True
         )
@@ -102,32 +97,25 @@ async def test_a_failing_query_fails_alone() -> None:
         for i, (result, query) in enumerate(zip(results, QUESTIONS, strict=True)):
             if i != 3:
                 assert not isinstance(result, BaseException) and result[0] == float(len(query))
-    finally:
-        batcher.close()
 
 
 async def test_wrong_vector_count_is_an_error() -> None:
-    batcher = QueryBatcher(lambda queries: [[1.0]])
-    try:
+    with closing(QueryBatcher(lambda queries: [[1.0]])) as batcher:
         assert await batcher.aembed("one") == [1.0]
         results = await asyncio.gather(
             batcher.aembed("a"), batcher.aembed("b"), batcher.aembed("c")
         )
         assert results == [[1.0], [1.0], [1.0]]  # retried one by one, each returns one vector
-    finally:
-        batcher.close()
-    broken = QueryBatcher(lambda queries: [])
-    try:
-        with pytest.raises(RuntimeError, match="0 vectors for 1 queries"):
-            await broken.aembed("x")
-    finally:
-        broken.close()
+    with (
+        closing(QueryBatcher(lambda queries: [])) as broken,
+        pytest.raises(RuntimeError, match="0 vectors for 1 queries"),
+    ):
+        await broken.aembed("x")
 
 
 async def test_cancelled_callers_are_skipped() -> None:
     calls = SlowBatch(delay=0.2)
-    batcher = QueryBatcher(calls)
-    try:
+    with closing(QueryBatcher(calls)) as batcher:
         first = asyncio.create_task(batcher.aembed("first"))
         await asyncio.sleep(0.05)  # "first" is being embedded
         gone = asyncio.create_task(batcher.aembed("gone"))
@@ -136,8 +124,6 @@ async def test_cancelled_callers_are_skipped() -> None:
         gone.cancel()
         assert (await first)[0] == 5.0 and (await kept)[0] == 4.0
         assert calls.batches == [["first"], ["kept"]]
-    finally:
-        batcher.close()
 
 
 def test_close_finishes_pending_work_then_refuses() -> None:
@@ -157,8 +143,7 @@ def test_close_finishes_pending_work_then_refuses() -> None:
 # --- the embedding wrapper -----------------------------------------------------------------------
 async def test_batched_embedding_gives_the_same_vectors() -> None:
     inner = HashEmbedding()
-    batched = BatchedQueryEmbedding(inner)
-    try:
+    with closing(BatchedQueryEmbedding(inner)) as batched:
         for query in QUESTIONS[:3]:
             expected = inner.get_query_embedding(query)
             assert batched.get_query_embedding(query) == expected
@@ -169,8 +154,6 @@ async def test_batched_embedding_gives_the_same_vectors() -> None:
         vectors = await asyncio.gather(*(batched.aget_query_embedding(q) for q in QUESTIONS))
         assert vectors == [inner.get_query_embedding(q) for q in QUESTIONS]
         assert batched.inner is inner and batched.model_name == inner.model_name
-    finally:
-        batched.close()
 
 
 def test_only_in_process_embedders_are_wrapped() -> None:
@@ -208,8 +191,7 @@ def test_batch_function_of_an_embedder_with_a_batch_api_uses_one_call() -> None:
 
 
 async def test_the_retriever_awaits_a_batched_embedder(kb: KnowledgeBase) -> None:
-    batched = BatchedQueryEmbedding(kb.embed_model)
-    try:
+    with closing(BatchedQueryEmbedding(kb.embed_model)) as batched:
         retriever = Retriever(kb.store, batched, collection="kb", top_k=3)
         plain = Retriever(kb.store, kb.embed_model, collection="kb", top_k=3)
         assert retriever._native and not plain._native
@@ -219,29 +201,18 @@ async def test_the_retriever_awaits_a_batched_embedder(kb: KnowledgeBase) -> Non
             assert [(n.node.node_id, n.score) for n in ours] == [
                 (n.node.node_id, n.score) for n in theirs
             ]
-    finally:
-        batched.close()
 
 
 # --- through the server --------------------------------------------------------------------------
 async def test_concurrent_chats_share_query_embeddings(kb: KnowledgeBase) -> None:
     counting = CountingEmbedding()
     batched = BatchedQueryEmbedding(counting)
-    engine = make_engine(kb, ScriptedLLM(["Yahoo bought Viaweb in 1998 [1]."]))
-    engine = Engine(engine.settings, store=kb.store, embed_model=batched, llm=engine.llm)
-    transport = httpx.ASGITransport(app=create_app(engine))
+    engine = make_engine(kb, ScriptedLLM(["Yahoo bought Viaweb in 1998 [1]."]), embed_model=batched)
     try:
-        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        async with asgi_client(engine) as client:
             answers = await asyncio.gather(
                 *(
-                    client.post(
-                        "/v1/chat/completions",
-                        json={
-                            "model": "citeflow-kb",
-                            "stream": True,
-                            "messages": [{"role": "user", "content": q}],
-                        },
-                    )
+                    client.post("/v1/chat/completions", json=chat_request(q, stream=True))
                     for q in QUESTIONS
                 )
             )
@@ -268,16 +239,13 @@ def _minilm(backend: str) -> BaseEmbedding:
 @pytest.mark.parametrize("backend", ["onnx", "torch"])
 async def test_minilm_batches_match_single_queries(backend: str) -> None:
     model = _minilm(backend)
-    batched = BatchedQueryEmbedding(model)
-    try:
+    with closing(BatchedQueryEmbedding(model)) as batched:
         alone = [model.get_query_embedding(q) for q in QUESTIONS[:8]]
         assert await batched.aget_query_embedding(QUESTIONS[0]) == alone[0]  # a batch of one
         together = await asyncio.gather(*(batched.aget_query_embedding(q) for q in QUESTIONS[:8]))
         assert batched.batcher.stats.largest > 1
         for a, b in zip(alone, together, strict=True):  # padding changes the last float bits
             assert max(abs(x - y) for x, y in zip(a, b, strict=True)) < 1e-5
-    finally:
-        batched.close()
 
 
 def test_serve_gives_the_local_embedder_one_thread() -> None:

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import httpx
 import pytest
 from pydantic import SecretStr
 
 from citeflow.api.engine import Engine
 from citeflow.api.exposure import docs_enabled
 from citeflow.knowledge_base import KnowledgeBase
-from citeflow.server import create_app
 from citeflow.settings import Settings
 from citeflow.testing.llm import ScriptedLLM
-from tests.server_helpers import make_engine
+from tests.server_helpers import asgi_client, make_engine
 
 DOCS = ("/openapi.json", "/docs", "/redoc")
 KEY = {"Authorization": "Bearer k1"}
@@ -21,11 +19,6 @@ KEY = {"Authorization": "Bearer k1"}
 @pytest.fixture
 def engine(kb: KnowledgeBase) -> Engine:
     return make_engine(kb, ScriptedLLM(["An answer [1]."]))
-
-
-def _client(engine: Engine) -> httpx.AsyncClient:
-    transport = httpx.ASGITransport(app=create_app(engine))
-    return httpx.AsyncClient(transport=transport, base_url="http://testserver")
 
 
 @pytest.mark.parametrize(
@@ -45,7 +38,7 @@ def test_docs_are_on_by_default_only_on_loopback(host: str, setting: str, enable
 
 
 async def test_docs_on_loopback_without_keys(engine: Engine) -> None:
-    async with _client(engine) as c:
+    async with asgi_client(engine) as c:
         schema = await c.get("/openapi.json")
         assert schema.status_code == 200 and "/v1/chat/completions" in schema.json()["paths"]
         for path in ("/docs", "/redoc"):
@@ -56,7 +49,7 @@ async def test_docs_on_loopback_without_keys(engine: Engine) -> None:
 async def test_docs_are_off_on_a_network_address_by_default(engine: Engine) -> None:
     engine.settings.server.host = "0.0.0.0"
     engine.settings.server.api_keys = [SecretStr("k1")]
-    async with _client(engine) as c:
+    async with asgi_client(engine) as c:
         for path in DOCS:
             response = await c.get(path, headers=KEY)
             assert response.status_code == 404, path
@@ -65,7 +58,7 @@ async def test_docs_are_off_on_a_network_address_by_default(engine: Engine) -> N
 
 async def test_docs_off(engine: Engine) -> None:
     engine.settings.server.api_docs = "off"
-    async with _client(engine) as c:
+    async with asgi_client(engine) as c:
         for path in DOCS:
             assert (await c.get(path)).status_code == 404, path
 
@@ -74,7 +67,7 @@ async def test_docs_on_with_keys_need_the_key(engine: Engine) -> None:
     engine.settings.server.host = "0.0.0.0"
     engine.settings.server.api_docs = "on"
     engine.settings.server.api_keys = [SecretStr("k1")]
-    async with _client(engine) as c:
+    async with asgi_client(engine) as c:
         for path in DOCS:
             refused = await c.get(path)
             assert refused.status_code == 401, path
@@ -92,7 +85,7 @@ def _refs(node: object) -> list[str]:
 
 
 async def test_schema_declares_the_bearer_scheme_and_the_chat_request(engine: Engine) -> None:
-    async with _client(engine) as c:
+    async with asgi_client(engine) as c:
         schema = (await c.get("/openapi.json")).json()
     schemes = schema["components"]["securitySchemes"]
     (name,) = schemes

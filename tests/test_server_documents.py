@@ -22,9 +22,11 @@ from citeflow.knowledge_base import KnowledgeBase
 from citeflow.server import create_app
 from citeflow.store import DocumentRecord
 from citeflow.testing.llm import ScriptedLLM
-from tests.server_helpers import LiveServer, make_engine
+from tests.server_helpers import LiveServer, asgi_client, make_engine
 
 OWLS = b"Owls hunt at night. Barn owls eat mice and voles. An owl can turn its head far around."
+#: the upload route of the collection the tests upload to
+ANIMALS = "/v1/collections/animals/documents"
 BEES = b"Bees make honey from nectar. A hive has one queen bee and many worker bees."
 
 
@@ -37,8 +39,7 @@ def engine(kb: KnowledgeBase) -> Engine:
 
 @pytest.fixture
 async def client(engine: Engine) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=create_app(engine))
-    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
+    async with asgi_client(engine) as c:
         yield c
 
 
@@ -46,12 +47,14 @@ def _files(*items: tuple[str, bytes]) -> list[tuple[str, tuple[str, bytes, str]]
     return [("file", (name, data, "text/plain")) for name, data in items]
 
 
+def _empty(folder: Path) -> bool:
+    return not folder.exists() or not any(folder.iterdir())
+
+
 async def test_upload_list_ask_and_fetch_the_original(
     client: httpx.AsyncClient, engine: Engine
 ) -> None:
-    response = await client.post(
-        "/v1/collections/animals/documents", files=_files(("owls.txt", OWLS), ("bees.md", BEES))
-    )
+    response = await client.post(ANIMALS, files=_files(("owls.txt", OWLS), ("bees.md", BEES)))
     assert response.status_code == 200, response.text
     body = response.json()
     assert body["collection"] == "animals" and body["added"] == 2 and body["chunks"] >= 2
@@ -59,10 +62,10 @@ async def test_upload_list_ask_and_fetch_the_original(
     assert (engine.upload_dir("animals") / "owls.txt").read_bytes() == OWLS
 
     # the same file again is unchanged
-    again = await client.post("/v1/collections/animals/documents", files=_files(("owls.txt", OWLS)))
+    again = await client.post(ANIMALS, files=_files(("owls.txt", OWLS)))
     assert again.json()["unchanged"] == 1 and again.json()["chunks"] == 0
 
-    listed = (await client.get("/v1/collections/animals/documents")).json()
+    listed = (await client.get(ANIMALS)).json()
     assert [d["file_name"] for d in listed["data"]] == ["bees.md", "owls.txt"]
     assert all(d["complete"] for d in listed["data"])
     models = (await client.get("/v1/models")).json()
@@ -87,14 +90,12 @@ async def test_upload_list_ask_and_fetch_the_original(
 async def test_delete_removes_chunks_and_the_upload(
     client: httpx.AsyncClient, engine: Engine
 ) -> None:
-    body = (
-        await client.post("/v1/collections/animals/documents", files=_files(("owls.txt", OWLS)))
-    ).json()
+    body = (await client.post(ANIMALS, files=_files(("owls.txt", OWLS)))).json()
     doc_id = body["data"][0]["doc_id"]
     deleted = await client.delete(f"/v1/collections/animals/documents/{doc_id}")
     assert deleted.json() == {"id": doc_id, "object": "document", "deleted": True}
     assert not (engine.upload_dir("animals") / "owls.txt").exists()
-    assert (await client.get("/v1/collections/animals/documents")).json()["data"] == []
+    assert (await client.get(ANIMALS)).json()["data"] == []
     missing = await client.delete(f"/v1/collections/animals/documents/{doc_id}")
     assert missing.status_code == 404 and missing.json()["error"]["type"] == "not_found_error"
     # the collection is now empty: a clear error, not an empty answer
@@ -116,14 +117,14 @@ async def test_documents_of_an_existing_collection_and_their_files(
 @pytest.mark.parametrize(
     ("url", "files", "status", "words"),
     [
-        ("/v1/collections/animals/documents", [("owls.exe", OWLS)], 400, ["unsupported"]),
-        ("/v1/collections/animals/documents", [("empty.txt", b"   ")], 422, ["empty file"]),
-        ("/v1/collections/animals/documents", [("big.txt", b"x" * 1001)], 413, ["1000 bytes"]),
+        (ANIMALS, [("owls.exe", OWLS)], 400, ["unsupported"]),
+        (ANIMALS, [("empty.txt", b"   ")], 422, ["empty file"]),
+        (ANIMALS, [("big.txt", b"x" * 1001)], 413, ["1000 bytes"]),
         ("/v1/collections/bad%20name/documents", [("owls.txt", OWLS)], 400, ["collection name"]),
         ("/v1/collections/.../documents", [("owls.txt", OWLS)], 400, ["'...' is not valid"]),
         ("/v1/collections/_x/documents", [("owls.txt", OWLS)], 400, ["1-64 letters"]),
         (f"/v1/collections/{'a' * 65}/documents", [("owls.txt", OWLS)], 400, ["1-64 letters"]),
-        ("/v1/collections/animals/documents", [("..", OWLS)], 400, ["not usable"]),
+        (ANIMALS, [("..", OWLS)], 400, ["not usable"]),
     ],
 )
 async def test_bad_uploads(
@@ -138,8 +139,7 @@ async def test_bad_uploads(
     assert response.status_code == status, response.text
     for word in words:
         assert word in response.json()["error"]["message"]
-    folder = engine.upload_dir("animals")
-    assert not folder.exists() or not any(folder.iterdir())  # nothing left behind
+    assert _empty(engine.upload_dir("animals"))  # nothing left behind
 
 
 async def test_a_corrupt_upload_loses_nothing_already_stored(
@@ -148,12 +148,11 @@ async def test_a_corrupt_upload_loses_nothing_already_stored(
     """A corrupt file in place of an uploaded one is refused and the original stays (its
     document's source links still open it); a corrupt file among good ones is reported and not
     kept."""
-    url = "/v1/collections/animals/documents"
-    first = await client.post(url, files=_files(("owls.txt", OWLS)))
+    first = await client.post(ANIMALS, files=_files(("owls.txt", OWLS)))
     [doc] = first.json()["data"]
     folder = engine.upload_dir("animals")
 
-    corrupt = await client.post(url, files=_files(("owls.txt", b"  \n ")))
+    corrupt = await client.post(ANIMALS, files=_files(("owls.txt", b"  \n ")))
     assert corrupt.status_code == 422, corrupt.text
     assert corrupt.json()["error"]["message"] == "owls.txt: empty file"
     assert sorted(p.name for p in folder.iterdir()) == ["owls.txt"]
@@ -161,12 +160,12 @@ async def test_a_corrupt_upload_loses_nothing_already_stored(
     assert original.status_code == 200 and original.content == OWLS
 
     response = await client.post(
-        url, files=_files(("bees.md", BEES), ("broken.pdf", b"%PDF-1.4 not really a pdf"))
+        ANIMALS, files=_files(("bees.md", BEES), ("broken.pdf", b"%PDF-1.4 not really a pdf"))
     )
     assert response.status_code == 200, response.text
     assert [f["file"] for f in response.json()["failed"]] == ["broken.pdf"]
     assert sorted(p.name for p in folder.iterdir()) == ["bees.md", "owls.txt"]
-    listed = (await client.get(url)).json()["data"]
+    listed = (await client.get(ANIMALS)).json()["data"]
     assert [(d["file_name"], d["complete"]) for d in listed] == [
         ("bees.md", True),
         ("owls.txt", True),
@@ -194,7 +193,7 @@ async def test_collection_names_are_checked_on_every_route(
 
 
 async def test_missing_file_part_and_unknown_collection(client: httpx.AsyncClient) -> None:
-    response = await client.post("/v1/collections/animals/documents", data={"x": "1"})
+    response = await client.post(ANIMALS, data={"x": "1"})
     assert response.status_code == 400 and response.json()["error"]["param"] == "file"
     response = await client.get("/v1/collections/nothing/documents")
     assert response.status_code == 404 and response.json()["error"]["type"] == "not_found_error"
@@ -202,10 +201,9 @@ async def test_missing_file_part_and_unknown_collection(client: httpx.AsyncClien
 
 async def test_documents_need_the_key(engine: Engine, tmp_path: Path) -> None:
     engine.settings.server.api_keys = [SecretStr("k")]
-    transport = httpx.ASGITransport(app=create_app(engine))
-    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
+    async with asgi_client(engine) as c:
         assert (await c.get("/v1/collections/kb/documents")).status_code == 401
-        upload = await c.post("/v1/collections/animals/documents", files=_files(("o.txt", OWLS)))
+        upload = await c.post(ANIMALS, files=_files(("o.txt", OWLS)))
         assert upload.status_code == 401
         ok = await c.get("/v1/collections/kb/documents", headers={"Authorization": "Bearer k"})
         assert ok.status_code == 200
@@ -219,9 +217,9 @@ async def test_no_response_names_a_server_path(
     (handbook / "intro.md").write_bytes(BEES)
     (handbook / "guides" / "owls.txt").write_bytes(OWLS)
     await engine.ingest_files("animals", [handbook / "intro.md", handbook / "guides" / "owls.txt"])
-    upload = await client.post("/v1/collections/animals/documents", files=_files(("b.md", BEES)))
+    upload = await client.post(ANIMALS, files=_files(("b.md", BEES)))
     assert [d["file_path"] for d in upload.json()["data"]] == ["b.md"]
-    listed = await client.get("/v1/collections/animals/documents")
+    listed = await client.get(ANIMALS)
     paths = {d["file_name"]: d["file_path"] for d in listed.json()["data"]}
     # relative to what was ingested (the handbook folder), an upload by its name
     assert paths == {"intro.md": "intro.md", "owls.txt": "guides/owls.txt", "b.md": "b.md"}
@@ -280,14 +278,9 @@ def temp_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return folder
 
 
-def _empty(folder: Path) -> bool:
-    return not folder.exists() or not any(folder.iterdir())
-
-
 def _nothing_left(engine: Engine, temp_dir: Path) -> None:
-    folder = engine.upload_dir("animals")
-    assert not folder.exists() or not any(folder.iterdir()), list(folder.iterdir())
-    assert not any(temp_dir.iterdir()), list(temp_dir.iterdir())
+    assert _empty(engine.upload_dir("animals")), list(engine.upload_dir("animals").iterdir())
+    assert _empty(temp_dir), list(temp_dir.iterdir())
 
 
 async def test_a_declared_content_length_over_the_limit_is_413_before_reading(
@@ -295,7 +288,7 @@ async def test_a_declared_content_length_over_the_limit_is_413_before_reading(
 ) -> None:
     body = Body(_part("big.txt"), then=b"x" * 65536, times=100)
     response = await client.post(
-        "/v1/collections/animals/documents",
+        ANIMALS,
         content=body,
         headers={**MULTIPART, "content-length": str(10**9)},
     )
@@ -311,18 +304,14 @@ async def test_a_streamed_upload_stops_being_read_past_the_limit(
 ) -> None:
     # chunked (no Content-Length): one file past its limit
     body = Body(_part("big.txt")[:-2], then=b"x" * 600, times=10_000)
-    response = await client.post(
-        "/v1/collections/animals/documents", content=body, headers=MULTIPART
-    )
+    response = await client.post(ANIMALS, content=body, headers=MULTIPART)
     assert response.status_code == 413, response.text
     assert "big.txt is over the upload limit of 1000 bytes" in response.json()["error"]["message"]
     assert body.read <= 3
     _nothing_left(engine, temp_dir)
     # many small files past the limit of the whole body
     body = Body(*[_part(f"f{i}.txt", b"y" * 999) for i in range(80)], END)
-    response = await client.post(
-        "/v1/collections/animals/documents", content=body, headers=MULTIPART
-    )
+    response = await client.post(ANIMALS, content=body, headers=MULTIPART)
     assert response.status_code == 413, response.text
     assert "files of one request together" in response.json()["error"]["message"]
     assert body.read < 80
@@ -334,9 +323,7 @@ async def test_a_streamed_upload_within_the_limit_is_kept(
 ) -> None:
     half = len(OWLS) // 2
     body = Body(_part("owls.txt")[:-2], OWLS[:half], OWLS[half:] + b"\r\n", _part("e.md"), END)
-    response = await client.post(
-        "/v1/collections/animals/documents", content=body, headers=MULTIPART
-    )
+    response = await client.post(ANIMALS, content=body, headers=MULTIPART)
     assert response.status_code == 200, response.text
     assert response.json()["added"] == 1  # the empty file is reported as failed, and not kept
     assert [f["file"] for f in response.json()["failed"]] == ["e.md"]
@@ -364,9 +351,7 @@ async def test_a_streamed_upload_within_the_limit_is_kept(
 async def test_bad_file_names_and_bodies_are_400_and_leave_nothing(
     client: httpx.AsyncClient, engine: Engine, temp_dir: Path, body: bytes, words: list[str]
 ) -> None:
-    response = await client.post(
-        "/v1/collections/animals/documents", content=body, headers=MULTIPART
-    )
+    response = await client.post(ANIMALS, content=body, headers=MULTIPART)
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert error["param"] == "file"
@@ -378,13 +363,13 @@ async def test_bad_file_names_and_bodies_are_400_and_leave_nothing(
 
 async def test_a_file_name_of_255_bytes_is_fine(client: httpx.AsyncClient, engine: Engine) -> None:
     name = "o" * 251 + ".txt"
-    response = await client.post("/v1/collections/animals/documents", files=_files((name, OWLS)))
+    response = await client.post(ANIMALS, files=_files((name, OWLS)))
     assert response.status_code == 200, response.text
     assert (engine.upload_dir("animals") / name).read_bytes() == OWLS
 
 
 async def test_not_multipart_is_400(client: httpx.AsyncClient) -> None:
-    response = await client.post("/v1/collections/animals/documents", json={"file": "x"})
+    response = await client.post(ANIMALS, json={"file": "x"})
     assert response.status_code == 400
     assert "multipart/form-data" in response.json()["error"]["message"]
 

@@ -128,8 +128,7 @@ async def test_chats_past_the_concurrency_limit_get_429(kb: KnowledgeBase) -> No
     llm = PacedLLM([ANSWER], delay=0.2)  # each answer holds its slot for 2 s or more
     app = create_app(make_engine(kb, llm, max_concurrent_chats=2))
     limits: ChatLimits = app.state.limits
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
+    async with asgi_client(app) as client:
         running = [asyncio.create_task(client.post("/v1/chat/completions", json=_chat()))]
         running.append(asyncio.create_task(client.post("/v1/chat/completions", json=_chat(True))))
         await wait_until(lambda: limits.concurrency.active == 2, within=5.0)

@@ -15,7 +15,7 @@ from citeflow.knowledge_base import KnowledgeBase
 from citeflow.server import create_app
 from citeflow.settings import Settings
 from citeflow.testing.llm import ScriptedLLM
-from tests.server_helpers import make_engine
+from tests.server_helpers import asgi_client, assert_error, make_engine
 
 OWLS = b"Owls hunt at night. Barn owls eat mice and voles. An owl can turn its head far around."
 KEY = {"Authorization": "Bearer k1"}
@@ -23,11 +23,6 @@ CHAT = {
     "model": "citeflow-animals",
     "messages": [{"role": "user", "content": "What do barn owls eat?"}],
 }
-
-
-def _client(engine: Engine) -> httpx.AsyncClient:
-    transport = httpx.ASGITransport(app=create_app(engine))
-    return httpx.AsyncClient(transport=transport, base_url="http://testserver")
 
 
 @pytest.fixture
@@ -51,15 +46,8 @@ async def _source_url(client: httpx.AsyncClient) -> str:
 
 @pytest.fixture
 async def client(engine: Engine) -> AsyncIterator[httpx.AsyncClient]:
-    async with _client(engine) as c:
+    async with asgi_client(engine) as c:
         yield c
-
-
-def _assert_error(response: httpx.Response, status: int, kind: str) -> None:
-    assert response.status_code == status, response.text
-    body = response.json()
-    assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}
-    assert body["error"]["type"] == kind
 
 
 async def test_signed_link_opens_the_file_without_the_key(client: httpx.AsyncClient) -> None:
@@ -84,36 +72,37 @@ async def test_unsigned_tampered_and_foreign_links_are_refused(
     parts = urlsplit(url)
     query = {k: v[0] for k, v in parse_qs(parts.query).items()}
 
-    _assert_error(await client.get(parts.path), 401, "authentication_error")
-    _assert_error(await client.get(parts.path, params={"sig": query["sig"]}), 401,
-                  "authentication_error")  # fmt: skip
+    assert_error(await client.get(parts.path), 401, "authentication_error")
+    assert_error(
+        await client.get(parts.path, params={"sig": query["sig"]}), 401, "authentication_error"
+    )
     tampered = {**query, "sig": query["sig"][:-2] + ("AA" if query["sig"][-2:] != "AA" else "BB")}
     response = await client.get(parts.path, params=tampered)
-    _assert_error(response, 403, "permission_error")
+    assert_error(response, 403, "permission_error")
     assert response.json()["error"]["code"] == "invalid_signature"
     later = {**query, "expires": str(int(query["expires"]) + 3600)}  # a longer life: refused
-    _assert_error(await client.get(parts.path, params=later), 403, "permission_error")
-    _assert_error(await client.get(parts.path, params={**query, "expires": "soon"}), 403,
-                  "permission_error")  # fmt: skip
+    assert_error(await client.get(parts.path, params=later), 403, "permission_error")
+    assert_error(
+        await client.get(parts.path, params={**query, "expires": "soon"}), 403, "permission_error"
+    )
     # the signature of one document opens no other
     other = parts.path.replace("/animals/", "/kb/")
-    _assert_error(await client.get(other, params=query), 403, "permission_error")
+    assert_error(await client.get(other, params=query), 403, "permission_error")
     # a wrong bearer key is not rescued by a valid signature
     bad_key = {"Authorization": "Bearer nope"}
-    _assert_error(await client.get(url, headers=bad_key), 401, "authentication_error")
+    assert_error(await client.get(url, headers=bad_key), 401, "authentication_error")
 
 
 async def test_expired_link_is_refused(engine: Engine) -> None:
     app = create_app(engine)
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
+    async with asgi_client(app) as client:
         url = await _source_url(client)
         links: DocumentLinks = app.state.links
         expires = int(parse_qs(urlsplit(url).query)["expires"][0])
         assert expires - links.clock() == pytest.approx(engine.settings.server.link_ttl, abs=5)
         links.clock = lambda: expires + 1.0
         response = await client.get(url)
-        _assert_error(response, 403, "permission_error")
+        assert_error(response, 403, "permission_error")
         assert response.json()["error"]["code"] == "link_expired"
         links.clock = lambda: expires - 1.0
         assert (await client.get(url)).status_code == 200
@@ -122,7 +111,7 @@ async def test_expired_link_is_refused(engine: Engine) -> None:
 async def test_public_url_and_open_servers(kb: KnowledgeBase) -> None:
     engine = make_engine(kb, ScriptedLLM(["Barn owls eat mice and voles [1]."]))
     engine.settings.server.public_url = "https://docs.example.com/citeflow/"
-    async with _client(engine) as client:
+    async with asgi_client(engine) as client:
         url = await _source_url(client)  # no keys: an open server, plain links
         assert url.startswith("https://docs.example.com/citeflow/v1/documents/animals/")
         assert "?" not in url

@@ -19,6 +19,7 @@ from tests.server_helpers import (
     FailingLLM,
     LiveServer,
     PacedLLM,
+    chat_request,
     make_engine,
     parse_sse,
     wait_until,
@@ -48,61 +49,58 @@ def _sdk(server: LiveServer) -> openai.AsyncOpenAI:
 
 
 async def test_openai_sdk_non_streaming(server: LiveServer) -> None:
-    client = _sdk(server)
-    models = await client.models.list()
-    assert [m.id for m in models.data] == ["citeflow-kb"]
-    completion = await client.chat.completions.create(
-        model="citeflow-kb", messages=[{"role": "user", "content": QUESTION}]
-    )
-    content = completion.choices[0].message.content or ""
-    assert cited_numbers(content) == [1, 2]
-    assert completion.usage is not None and completion.usage.total_tokens > 0
-    extra: dict[str, Any] = completion.model_extra or {}
-    assert [s["metadata"][0]["source"] for s in extra["sources"]] == ["viaweb#1", "ducks#2"]
-    with pytest.raises(openai.NotFoundError) as info:
-        await client.chat.completions.create(
-            model="citeflow-nope", messages=[{"role": "user", "content": QUESTION}]
+    async with _sdk(server) as client:
+        models = await client.models.list()
+        assert [m.id for m in models.data] == ["citeflow-kb"]
+        completion = await client.chat.completions.create(
+            model="citeflow-kb", messages=[{"role": "user", "content": QUESTION}]
         )
-    assert info.value.code == "model_not_found"
-    await client.close()
+        content = completion.choices[0].message.content or ""
+        assert cited_numbers(content) == [1, 2]
+        assert completion.usage is not None and completion.usage.total_tokens > 0
+        extra: dict[str, Any] = completion.model_extra or {}
+        assert [s["metadata"][0]["source"] for s in extra["sources"]] == ["viaweb#1", "ducks#2"]
+        with pytest.raises(openai.NotFoundError) as info:
+            await client.chat.completions.create(
+                model="citeflow-nope", messages=[{"role": "user", "content": QUESTION}]
+            )
+        assert info.value.code == "model_not_found"
 
 
 async def test_openai_sdk_streaming(server: LiveServer) -> None:
-    client = _sdk(server)
-    stream = await client.chat.completions.create(
-        model="citeflow-kb",
-        messages=[{"role": "user", "content": QUESTION}],
-        stream=True,
-        stream_options={"include_usage": True},
-        tools=[{"type": "function", "function": {"name": "web_search", "parameters": {}}}],
-    )
-    text, sources, usage = "", [], None
-    async for chunk in stream:
-        event = (chunk.model_extra or {}).get("event")
-        if event and event["type"] == "source":
-            sources.append(event["data"]["metadata"][0]["source"])
-        if chunk.choices and chunk.choices[0].delta.content:
-            text += chunk.choices[0].delta.content
-        usage = chunk.usage or usage
-    assert cited_numbers(text) == [1, 2]
-    assert sources == ["viaweb#1", "ducks#2"]
-    assert usage is not None and usage.completion_tokens > 0
-    await client.close()
+    async with _sdk(server) as client:
+        stream = await client.chat.completions.create(
+            model="citeflow-kb",
+            messages=[{"role": "user", "content": QUESTION}],
+            stream=True,
+            stream_options={"include_usage": True},
+            tools=[{"type": "function", "function": {"name": "web_search", "parameters": {}}}],
+        )
+        text, sources, usage = "", [], None
+        async for chunk in stream:
+            event = (chunk.model_extra or {}).get("event")
+            if event and event["type"] == "source":
+                sources.append(event["data"]["metadata"][0]["source"])
+            if chunk.choices and chunk.choices[0].delta.content:
+                text += chunk.choices[0].delta.content
+            usage = chunk.usage or usage
+        assert cited_numbers(text) == [1, 2]
+        assert sources == ["viaweb#1", "ducks#2"]
+        assert usage is not None and usage.completion_tokens > 0
 
 
 async def test_answer_is_delivered_incrementally(kb: KnowledgeBase) -> None:
     llm = PacedLLM([LONG_ANSWER], delay=0.005)
     with LiveServer(create_app(make_engine(kb, llm))) as live:
-        client = _sdk(live)
-        started = time.monotonic()
-        stream = await client.chat.completions.create(
-            model="citeflow-kb", messages=[{"role": "user", "content": QUESTION}], stream=True
-        )
-        arrivals: list[float] = []
-        async for chunk in stream:
-            if chunk.choices and chunk.choices[0].delta.content:
-                arrivals.append(time.monotonic() - started)
-        await client.close()
+        async with _sdk(live) as client:
+            started = time.monotonic()
+            stream = await client.chat.completions.create(
+                model="citeflow-kb", messages=[{"role": "user", "content": QUESTION}], stream=True
+            )
+            arrivals: list[float] = []
+            async for chunk in stream:
+                if chunk.choices and chunk.choices[0].delta.content:
+                    arrivals.append(time.monotonic() - started)
     # ~210 words at 5 ms each: the first sentence arrives long before the last one
     assert len(arrivals) >= 20
     assert arrivals[0] < 0.5 * arrivals[-1]
@@ -112,11 +110,7 @@ async def test_answer_is_delivered_incrementally(kb: KnowledgeBase) -> None:
 async def test_client_disconnect_cancels_the_run(kb: KnowledgeBase) -> None:
     llm = PacedLLM([LONG_ANSWER], delay=0.05)  # ~10 s if never cancelled
     with LiveServer(create_app(make_engine(kb, llm))) as live:
-        body = {
-            "model": "citeflow-kb",
-            "messages": [{"role": "user", "content": QUESTION}],
-            "stream": True,
-        }
+        body = chat_request(QUESTION, stream=True)
         async with (
             httpx.AsyncClient(base_url=live.base_url) as client,
             client.stream("POST", "/v1/chat/completions", json=body) as response,
@@ -136,7 +130,7 @@ async def test_client_disconnect_cancels_the_run(kb: KnowledgeBase) -> None:
 async def test_non_streaming_disconnect_cancels_the_run(kb: KnowledgeBase) -> None:
     llm = PacedLLM([LONG_ANSWER], delay=0.05)
     with LiveServer(create_app(make_engine(kb, llm))) as live:
-        body = {"model": "citeflow-kb", "messages": [{"role": "user", "content": QUESTION}]}
+        body = chat_request(QUESTION)
         async with httpx.AsyncClient(base_url=live.base_url) as client:
             with pytest.raises(httpx.ReadTimeout):
                 await client.post("/v1/chat/completions", json=body, timeout=0.5)
@@ -147,11 +141,7 @@ async def test_non_streaming_disconnect_cancels_the_run(kb: KnowledgeBase) -> No
 async def test_llm_failure_mid_stream_ends_with_error_then_done(kb: KnowledgeBase) -> None:
     llm = FailingLLM([LONG_ANSWER], delay=0.01)
     with LiveServer(create_app(make_engine(kb, llm))) as live:
-        body = {
-            "model": "citeflow-kb",
-            "messages": [{"role": "user", "content": QUESTION}],
-            "stream": True,
-        }
+        body = chat_request(QUESTION, stream=True)
         async with httpx.AsyncClient(base_url=live.base_url, timeout=5) as client:
             response = await client.post("/v1/chat/completions", json=body)
         items = parse_sse(response.text)
@@ -165,11 +155,10 @@ async def test_llm_failure_mid_stream_ends_with_error_then_done(kb: KnowledgeBas
             if isinstance(i, dict) and i.get("choices")
         )
         # the SDK surfaces the error line as an exception
-        client2 = _sdk(live)
-        stream = await client2.chat.completions.create(
-            model="citeflow-kb", messages=[{"role": "user", "content": QUESTION}], stream=True
-        )
-        with pytest.raises(openai.APIError, match="the LLM provider failed"):
-            async for _ in stream:
-                pass
-        await client2.close()
+        async with _sdk(live) as client2:
+            stream = await client2.chat.completions.create(
+                model="citeflow-kb", messages=[{"role": "user", "content": QUESTION}], stream=True
+            )
+            with pytest.raises(openai.APIError, match="the LLM provider failed"):
+                async for _ in stream:
+                    pass

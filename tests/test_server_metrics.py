@@ -78,19 +78,14 @@ async def test_no_label_holds_user_text_keys_or_names(kb: KnowledgeBase) -> None
         scraped = (await client.get("/metrics", headers=good)).text
     for secret in secrets:
         assert secret not in scraped
-    routes = {
-        dict(labels)["route"]
-        for name, labels in samples(scraped)
-        if name == "citeflow_http_requests_total"
-    }
+    requests = [
+        dict(labels) for name, labels in samples(scraped) if name == "citeflow_http_requests_total"
+    ]
+    routes = {labels["route"] for labels in requests}
     assert "unmatched" in routes
     assert all(r == "unmatched" or (r.startswith("/") and "{" in r) or "." not in r for r in routes)
     assert "/v1/documents/{name}/{doc_id}/file" in routes
-    methods = {
-        dict(labels)["method"]
-        for name, labels in samples(scraped)
-        if name == "citeflow_http_requests_total"
-    }
+    methods = {labels["method"] for labels in requests}
     assert "BREW" not in methods and "OTHER" in methods
 
 

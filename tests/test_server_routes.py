@@ -12,7 +12,6 @@ import pytest
 from llama_index.core.schema import Document
 from pydantic import SecretStr
 
-from citeflow.api.engine import Engine
 from citeflow.citations.markers import cited_numbers
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.server import create_app
@@ -20,6 +19,7 @@ from citeflow.store import Store
 from citeflow.testing.llm import ScriptedLLM
 from tests.server_helpers import (
     CountingEmbedding,
+    asgi_client,
     assert_error,
     content_of,
     events_of,
@@ -49,9 +49,11 @@ def _chat(content: str = QUESTION, **extra: Any) -> dict[str, Any]:
     return {"model": "citeflow-kb", "messages": [{"role": "user", "content": content}], **extra}
 
 
-async def _client(engine: Engine, **headers: str) -> httpx.AsyncClient:
-    transport = httpx.ASGITransport(app=create_app(engine))
-    return httpx.AsyncClient(transport=transport, base_url="http://testserver", headers=headers)
+async def _post_raw(client: httpx.AsyncClient, body: bytes) -> httpx.Response:
+    """A chat completion request of ``body`` as it is (JSON that ``json=`` would not send)."""
+    return await client.post(
+        "/v1/chat/completions", content=body, headers={"content-type": "application/json"}
+    )
 
 
 @pytest.fixture
@@ -61,7 +63,7 @@ async def llm() -> ScriptedLLM:
 
 @pytest.fixture
 async def client(kb: KnowledgeBase, llm: ScriptedLLM) -> AsyncIterator[httpx.AsyncClient]:
-    async with await _client(make_engine(kb, llm)) as c:
+    async with asgi_client(make_engine(kb, llm)) as c:
         yield c
 
 
@@ -86,7 +88,7 @@ async def test_models_list_one_model_per_collection(
 async def test_health_needs_no_key(kb: KnowledgeBase, llm: ScriptedLLM) -> None:
     engine = make_engine(kb, llm)
     engine.settings.server.api_keys = [SecretStr("k1")]
-    async with await _client(engine) as c:
+    async with asgi_client(engine) as c:
         assert (await c.get("/health")).json() == {"status": "ok"}
         ready = await c.get("/health/ready")
         # open to anyone: its status only (no store path, no provider names or versions)
@@ -101,7 +103,7 @@ async def test_unready_health_says_only_so(kb: KnowledgeBase, llm: ScriptedLLM) 
 
     engine = make_engine(kb, llm)
     engine.store = UnreachableStore(kb.store.engine)
-    async with await _client(engine) as c:
+    async with asgi_client(engine) as c:
         ready = await c.get("/health/ready")
     assert ready.status_code == 503 and ready.json() == {"status": "unavailable"}
 
@@ -170,7 +172,7 @@ async def test_tools_and_sampling_parameters_are_accepted(client: httpx.AsyncCli
 
 async def test_multi_turn_history_reaches_the_workflow(kb: KnowledgeBase) -> None:
     llm = ScriptedLLM(["Who bought Viaweb", "Yahoo bought Viaweb in 1998 [1]."])
-    async with await _client(make_engine(kb, llm)) as c:
+    async with asgi_client(make_engine(kb, llm)) as c:
         messages = [
             {"role": "system", "content": "You are helpful."},
             {"role": "user", "content": "Tell me about Viaweb."},
@@ -206,7 +208,7 @@ async def test_markdown_source_list_per_request(client: httpx.AsyncClient) -> No
 async def test_open_webui_task_is_answered_without_retrieval(kb: KnowledgeBase) -> None:
     llm = ScriptedLLM(['Here you go: {"title": "🦆 Ducks and Viaweb"} Enjoy!'])
     embed = CountingEmbedding()
-    async with await _client(make_engine(kb, llm, embed_model=embed)) as c:
+    async with asgi_client(make_engine(kb, llm, embed_model=embed)) as c:
         task = (
             "### Task:\nGenerate a concise title for the chat.\n"
             '### Output:\nJSON format: { "title": ... }'
@@ -227,7 +229,7 @@ async def test_llm_failure(kb: KnowledgeBase) -> None:
     from citeflow.errors import UpstreamError
 
     llm = ScriptedLLM([UpstreamError("the LLM provider answered HTTP 500: overloaded")])
-    async with await _client(make_engine(kb, llm)) as c:
+    async with asgi_client(make_engine(kb, llm)) as c:
         plain = await c.post("/v1/chat/completions", json=_chat())
         streamed = await c.post("/v1/chat/completions", json=_chat(stream=True))
     assert_error(plain, 502, "upstream_error", "provider failed", "server log")
@@ -274,9 +276,7 @@ async def test_llm_failure(kb: KnowledgeBase) -> None:
 async def test_bad_requests_are_openai_errors(
     client: httpx.AsyncClient, body: bytes, status: int, words: list[str]
 ) -> None:
-    response = await client.post(
-        "/v1/chat/completions", content=body, headers={"content-type": "application/json"}
-    )
+    response = await _post_raw(client, body)
     assert_error(response, status, "invalid_request_error", *words)
 
 
@@ -289,11 +289,11 @@ async def test_param_names_the_offending_field(client: httpx.AsyncClient) -> Non
 
 
 async def test_huge_message_is_413(kb: KnowledgeBase, llm: ScriptedLLM) -> None:
-    async with await _client(make_engine(kb, llm, max_message_chars=1000)) as c:
+    async with asgi_client(make_engine(kb, llm, max_message_chars=1000)) as c:
         response = await c.post("/v1/chat/completions", json=_chat("x" * 1001))
         assert_error(response, 413, "invalid_request_error", "1001 characters", "1000")
         assert response.json()["error"]["param"] == "messages[0].content"
-    async with await _client(make_engine(kb, llm, max_body_bytes=2000)) as c:
+    async with asgi_client(make_engine(kb, llm, max_body_bytes=2000)) as c:
         response = await c.post("/v1/chat/completions", json=_chat("x" * 3000))
         assert_error(response, 413, "invalid_request_error", "2000 bytes")
 
@@ -316,7 +316,7 @@ async def test_empty_collection_is_a_clear_error(
 async def test_bearer_keys(kb: KnowledgeBase, llm: ScriptedLLM) -> None:
     engine = make_engine(kb, llm)
     engine.settings.server.api_keys = [SecretStr("first-key"), SecretStr("second-key")]
-    async with await _client(engine) as c:
+    async with asgi_client(engine) as c:
         missing = await c.get("/v1/models")
         assert_error(missing, 401, "authentication_error", "Authorization: Bearer")
         assert missing.headers["www-authenticate"] == "Bearer"
@@ -369,10 +369,8 @@ async def test_a_lone_surrogate_is_400_before_any_work(
     embed = CountingEmbedding()
     if stream:
         body = body[:-1] + b', "stream": true}'
-    async with await _client(make_engine(kb, llm, embed_model=embed)) as c:
-        response = await c.post(
-            "/v1/chat/completions", content=body, headers={"content-type": "application/json"}
-        )
+    async with asgi_client(make_engine(kb, llm, embed_model=embed)) as c:
+        response = await _post_raw(c, body)
     assert_error(response, 400, "invalid_request_error", "lone UTF-16 surrogate", "\\ud", param)
     assert response.json()["error"]["param"] == param
     assert response.json()["error"]["code"] == "invalid_unicode"
@@ -381,9 +379,7 @@ async def test_a_lone_surrogate_is_400_before_any_work(
 
 async def test_a_surrogate_pair_is_fine(client: httpx.AsyncClient) -> None:
     body = _raw('"Where do ducks \\ud83e\\udd86 live?"', stream="true")
-    response = await client.post(
-        "/v1/chat/completions", content=body, headers={"content-type": "application/json"}
-    )
+    response = await _post_raw(client, body)
     assert response.status_code == 200, response.text
     assert parse_sse(response.text)[-1] == "[DONE]"
 
@@ -391,11 +387,7 @@ async def test_a_surrogate_pair_is_fine(client: httpx.AsyncClient) -> None:
 @pytest.mark.parametrize("depth", [65, 1000, 100_000])
 async def test_deeply_nested_json_is_400(client: httpx.AsyncClient, depth: int) -> None:
     nested = "[" * depth + "]" * depth
-    response = await client.post(
-        "/v1/chat/completions",
-        content=_raw('"hi"', tools=nested),
-        headers={"content-type": "application/json"},
-    )
+    response = await _post_raw(client, _raw('"hi"', tools=nested))
     assert_error(response, 400, "invalid_request_error", "more than 64 levels deep")
 
 
@@ -410,11 +402,7 @@ async def test_reasonable_nesting_and_big_bodies_are_fine(client: httpx.AsyncCli
     big = _chat(padding="x" * 300_000)
     assert (await client.post("/v1/chat/completions", json=big)).status_code == 200
     big["messages"][0]["content"] = "\ud800"
-    response = await client.post(
-        "/v1/chat/completions",
-        content=json.dumps(big).encode(),
-        headers={"content-type": "application/json"},
-    )
+    response = await _post_raw(client, json.dumps(big).encode())
     assert_error(response, 400, "invalid_request_error", "surrogate")
 
 
@@ -467,7 +455,7 @@ async def test_a_lone_surrogate_from_the_provider_reaches_the_client_escaped(
     """A provider's answer may hold half a surrogate pair (split across two streamed chunks):
     the answer still goes out, as valid UTF-8 with the JSON escape of that code unit."""
     llm = ScriptedLLM(["Ducks \ud83e live near \udd86 ponds [1]."])
-    async with await _client(make_engine(kb, llm)) as c:
+    async with asgi_client(make_engine(kb, llm)) as c:
         plain = await c.post("/v1/chat/completions", json=_chat("Where do ducks live?"))
         streamed = await c.post(
             "/v1/chat/completions", json=_chat("Where do ducks live?", stream=True)

@@ -25,13 +25,16 @@ from citeflow.server import create_app
 from citeflow.testing.embedding import HashEmbedding, RecordingEmbedding
 from citeflow.testing.llm import ScriptedLLM
 from citeflow.testing.openai_server import FakeOpenAIServer, fake_embedding
-from tests.server_helpers import asgi_client
+from tests.server_helpers import asgi_client, make_engine
 from tests.settings_helpers import settings_of
 
 URL = "/v1/skills/embeddings"
 AZURE_KEY = "azure-key-abcdef"
 APIM_KEY = "apim-subscription-key-42"
 API_VERSION = "2024-06-01"
+#: a client over an engine and its embedder (the fixtures `local` and `remote`)
+Local = tuple[httpx.AsyncClient, RecordingEmbedding]
+Remote = tuple[httpx.AsyncClient, BaseEmbedding]
 
 
 def records(texts: list[Any]) -> dict[str, Any]:
@@ -40,16 +43,11 @@ def records(texts: list[Any]) -> dict[str, Any]:
 
 
 def engine_with(kb: KnowledgeBase, embed_model: BaseEmbedding, **options: Any) -> Engine:
-    return Engine(
-        kb.settings.updated(server=options),
-        store=kb.store,
-        embed_model=embed_model,
-        llm=ScriptedLLM(),
-    )
+    return make_engine(kb, ScriptedLLM(), embed_model=embed_model, **options)
 
 
 @pytest.fixture
-async def local(kb: KnowledgeBase) -> AsyncIterator[tuple[httpx.AsyncClient, RecordingEmbedding]]:
+async def local(kb: KnowledgeBase) -> AsyncIterator[Local]:
     """A client over an engine whose (in-process) embedder records its batches."""
     embed = RecordingEmbedding(embed_batch_size=4)
     async with asgi_client(engine_with(kb, embed)) as client:
@@ -78,9 +76,7 @@ def azure_embedder(server: FakeOpenAIServer, **values: Any) -> BaseEmbedding:
 
 
 @pytest.fixture
-async def remote(
-    kb: KnowledgeBase, azure: FakeOpenAIServer
-) -> AsyncIterator[tuple[httpx.AsyncClient, BaseEmbedding]]:
+async def remote(kb: KnowledgeBase, azure: FakeOpenAIServer) -> AsyncIterator[Remote]:
     embed = azure_embedder(azure, embed_batch_size=8)
     async with asgi_client(engine_with(kb, embed)) as client:
         yield client, embed
@@ -98,9 +94,7 @@ def texts_of_lengths(n: int) -> list[str]:
 
 
 # --- the skill with an in-process embedder --------------------------------------------------------
-async def test_vectors_are_the_embedders_own_in_the_order_of_the_records(
-    local: tuple[httpx.AsyncClient, RecordingEmbedding],
-) -> None:
+async def test_vectors_are_the_embedders_own_in_the_order_of_the_records(local: Local) -> None:
     client, embed = local
     texts = texts_of_lengths(10)
 
@@ -117,9 +111,7 @@ async def test_vectors_are_the_embedders_own_in_the_order_of_the_records(
     assert lengths == sorted(lengths)
 
 
-async def test_bad_records_get_their_errors_and_the_others_their_vectors(
-    local: tuple[httpx.AsyncClient, RecordingEmbedding],
-) -> None:
+async def test_bad_records_get_their_errors_and_the_others_their_vectors(local: Local) -> None:
     client, _ = local
     good = {"recordId": "good", "data": {"text": "Ducks eat plants."}}
     longest = {"recordId": "longest", "data": {"text": "a" * 32_000}}
@@ -161,9 +153,7 @@ async def test_bad_records_get_their_errors_and_the_others_their_vectors(
         assert len(out["errors"]) == 1 and message in out["errors"][0]["message"], (name, out)
 
 
-async def test_a_lone_surrogate_is_that_records_error(
-    local: tuple[httpx.AsyncClient, RecordingEmbedding],
-) -> None:
+async def test_a_lone_surrogate_is_that_records_error(local: Local) -> None:
     client, embed = local
     body = '{"values": [{"recordId": "a", "data": {"text": "bad \\ud800 text"}},' + (
         '{"recordId": "b", "data": {"text": "good text"}}]}'
@@ -178,9 +168,7 @@ async def test_a_lone_surrogate_is_that_records_error(
     assert embed.batches == [["good text"]]
 
 
-async def test_no_text_to_embed_is_no_embedder_call(
-    local: tuple[httpx.AsyncClient, RecordingEmbedding],
-) -> None:
+async def test_no_text_to_embed_is_no_embedder_call(local: Local) -> None:
     client, embed = local
     empty = await client.post(URL, json={"values": []})
     only_bad = await client.post(URL, json=records(["", None]))
@@ -189,9 +177,7 @@ async def test_no_text_to_embed_is_no_embedder_call(
     assert embed.batches == []
 
 
-async def test_a_thousand_records_pass_and_one_more_is_refused(
-    local: tuple[httpx.AsyncClient, RecordingEmbedding],
-) -> None:
+async def test_a_thousand_records_pass_and_one_more_is_refused(local: Local) -> None:
     client, embed = local
     texts = [f"record number {i}" for i in range(1001)]
 
@@ -222,7 +208,7 @@ async def test_a_thousand_records_pass_and_one_more_is_refused(
     ids=["not-json", "not-object", "no-values", "values-object", "values-string", "deep"],
 )
 async def test_a_call_that_is_not_a_skill_call_is_400(
-    local: tuple[httpx.AsyncClient, RecordingEmbedding], body: bytes, message: str
+    local: Local, body: bytes, message: str
 ) -> None:
     client, _ = local
     response = await client.post(URL, content=body, headers={"content-type": "application/json"})
@@ -231,9 +217,7 @@ async def test_a_call_that_is_not_a_skill_call_is_400(
     assert error["type"] == "invalid_request_error" and message in error["message"]
 
 
-async def test_an_unknown_input_type_is_400(
-    local: tuple[httpx.AsyncClient, RecordingEmbedding],
-) -> None:
+async def test_an_unknown_input_type_is_400(local: Local) -> None:
     client, _ = local
     response = await client.post(URL, params={"input_type": "passage"}, json=records(["x"]))
     assert response.status_code == 400, response.text
@@ -347,7 +331,7 @@ async def test_an_embedder_that_loses_vectors_is_502_not_500(kb: KnowledgeBase) 
 
 # --- the skill with Azure OpenAI behind API Management -------------------------------------------
 async def test_azure_vectors_with_the_api_management_headers(
-    remote: tuple[httpx.AsyncClient, BaseEmbedding], azure: FakeOpenAIServer
+    remote: Remote, azure: FakeOpenAIServer
 ) -> None:
     client, embed = remote
     texts = texts_of_lengths(20)
@@ -366,9 +350,7 @@ async def test_azure_vectors_with_the_api_management_headers(
         assert request.headers["ocp-apim-subscription-key"] == APIM_KEY
 
 
-async def test_azure_vectorizer_call(
-    remote: tuple[httpx.AsyncClient, BaseEmbedding], azure: FakeOpenAIServer
-) -> None:
+async def test_azure_vectorizer_call(remote: Remote, azure: FakeOpenAIServer) -> None:
     client, embed = remote
     call = {"values": [{"recordId": "0", "data": {"text": "Where do ducks live?"}}]}
 
@@ -384,7 +366,7 @@ async def test_azure_vectorizer_call(
 )
 @pytest.mark.parametrize("input_type", ["document", "query"])
 async def test_an_upstream_rate_limit_is_429_with_retry_after(
-    remote: tuple[httpx.AsyncClient, BaseEmbedding],
+    remote: Remote,
     azure: FakeOpenAIServer,
     given: float | None,
     expected: str,
@@ -407,9 +389,7 @@ async def test_an_upstream_rate_limit_is_429_with_retry_after(
     assert "org-Secret123" not in response.text
 
 
-async def test_an_upstream_failure_is_502(
-    remote: tuple[httpx.AsyncClient, BaseEmbedding], azure: FakeOpenAIServer
-) -> None:
+async def test_an_upstream_failure_is_502(remote: Remote, azure: FakeOpenAIServer) -> None:
     client, _ = remote
     azure.fail_next(500, message="Internal error at account org-Secret123.")
     response = await client.post(URL, json=records(texts_of_lengths(20)))
@@ -419,7 +399,7 @@ async def test_an_upstream_failure_is_502(
 
 
 async def test_a_text_the_provider_refuses_is_that_records_error(
-    remote: tuple[httpx.AsyncClient, BaseEmbedding], azure: FakeOpenAIServer
+    remote: Remote, azure: FakeOpenAIServer
 ) -> None:
     client, embed = remote
     azure.max_input_tokens = 50
@@ -463,9 +443,7 @@ def test_the_openapi_schema_describes_the_skill(kb: KnowledgeBase) -> None:
 
 
 # --- the wire format ------------------------------------------------------------------------------
-async def test_the_answer_is_compact_json_that_azure_reads(
-    local: tuple[httpx.AsyncClient, RecordingEmbedding],
-) -> None:
+async def test_the_answer_is_compact_json_that_azure_reads(local: Local) -> None:
     client, _ = local
     call = {"values": [{"recordId": 'é\u2028"', "data": {"text": "x"}}, {"recordId": "2"}]}
     response = await client.post(URL, json=call)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import httpx
 import pytest
 from pydantic import SecretStr
 
@@ -12,7 +11,7 @@ from citeflow.api.throttle import FailedKeys
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.server import create_app
 from citeflow.testing.llm import ScriptedLLM
-from tests.server_helpers import make_engine
+from tests.server_helpers import asgi_client, make_engine
 
 GOOD = {"Authorization": "Bearer right-key"}
 BAD = {"Authorization": "Bearer guess"}
@@ -93,14 +92,9 @@ def engine(kb: KnowledgeBase) -> Engine:
     return engine
 
 
-def _client(app: object, address: str = "192.0.2.10") -> httpx.AsyncClient:
-    transport = httpx.ASGITransport(app=app, client=(address, 40000))  # type: ignore[arg-type]
-    return httpx.AsyncClient(transport=transport, base_url="http://testserver")
-
-
 async def test_wrong_keys_get_429_but_the_right_key_always_passes(engine: Engine) -> None:
     app = create_app(engine)
-    async with _client(app) as c:
+    async with asgi_client(app) as c:
         for _ in range(3):
             assert (await c.get("/v1/models", headers=BAD)).status_code == 401
         throttled = await c.get("/v1/models", headers=BAD)
@@ -118,13 +112,12 @@ async def test_wrong_keys_get_429_but_the_right_key_always_passes(engine: Engine
         upload = await c.post("/v1/collections/x/documents", headers=BAD, files={"file": b""})
         assert upload.status_code == 429
         assert (await c.get("/v1/documents/kb/ducks/file", headers=BAD)).status_code == 429
-    async with _client(app, "192.0.2.11") as other:  # another address is not affected
+    async with asgi_client(app, address="192.0.2.11") as other:  # another address is not affected
         assert (await other.get("/v1/models", headers=BAD)).status_code == 401
 
 
 async def test_right_keys_never_count(engine: Engine) -> None:
-    app = create_app(engine)
-    async with _client(app) as c:
+    async with asgi_client(engine) as c:
         for _ in range(20):
             assert (await c.get("/v1/models", headers=GOOD)).status_code == 200
         assert (await c.get("/v1/models", headers=BAD)).status_code == 401
@@ -132,7 +125,6 @@ async def test_right_keys_never_count(engine: Engine) -> None:
 
 async def test_the_limit_is_a_setting(engine: Engine) -> None:
     engine.settings.server.auth_max_failures = 0
-    app = create_app(engine)
-    async with _client(app) as c:
+    async with asgi_client(engine) as c:
         for _ in range(30):
             assert (await c.get("/v1/models", headers=BAD)).status_code == 401

@@ -30,6 +30,7 @@ from citeflow.api.engine import Engine
 from citeflow.api.exposure import check_bind, docs_enabled
 from citeflow.api.limits import ChatLimits
 from citeflow.api.links import DocumentLinks
+from citeflow.api.metrics import Metrics
 from citeflow.api.throttle import FailedKeys
 from citeflow.errors import ConfigError
 from citeflow.settings import EmbeddingSettings, ServerSettings, Settings
@@ -65,7 +66,7 @@ def create_app(engine: Engine) -> FastAPI:
         engine.settings.server.max_concurrent_chats, engine.settings.server.chats_per_minute
     )
     app.state.links = DocumentLinks.from_settings(engine.settings.server)
-    app.state.metrics = metrics.Metrics()
+    app.state.metrics = Metrics()
     app.state.failed_keys = FailedKeys(
         engine.settings.server.auth_max_failures, engine.settings.server.auth_failure_window
     )
@@ -81,8 +82,7 @@ def create_app(engine: Engine) -> FastAPI:
         app.include_router(docs.router)
     if engine.settings.server.metrics:
         app.include_router(metrics.router)
-    app.add_middleware(metrics.MetricsMiddleware, metrics=app.state.metrics)
-    app.add_middleware(AccessLog)
+    app.add_middleware(RequestLog, metrics=app.state.metrics)
     server = engine.settings.server
     if server.cors_origins:  # browsers calling the API: Open WebUI Direct Connections
         app.add_middleware(
@@ -95,45 +95,49 @@ def create_app(engine: Engine) -> FastAPI:
     return app
 
 
-class AccessLog:
-    """Logs each request's method, path, status and time to its response headers (pure ASGI,
-    so streams pass through untouched).
+class RequestLog:
+    """Logs each request's method, path, status and time to its response headers, and counts
+    it in the metrics, timed to the end of its response (`Metrics.requested`). Pure ASGI, so
+    streams pass through untouched.
 
-    An unhandled exception is logged as status 500 here: Starlette's outermost middleware sends
-    its 500 response (the generic body of `citeflow.api.errors`) outside this one.
+    An unhandled exception is logged and counted as status 500 here: Starlette's outermost
+    middleware sends its 500 response (the generic body of `citeflow.api.errors`) outside this one.
     """
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self.app = app
+        self.metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
-        responded = False
+        status: int | None = None
 
-        def line(status: int) -> None:
+        def line(code: int) -> None:
             ms = round(1000 * (time.perf_counter() - started))
-            extra: dict[str, Any] = {"status": status, "ms": ms}
+            extra: dict[str, Any] = {"status": code, "ms": ms}
             user = scope.get("state", {}).get("user")  # `citeflow.api.users`
             if user:
                 extra["user"] = user
-            log.info("%s %s %d", scope["method"], scope["path"], status, extra=extra)
+            log.info("%s %s %d", scope["method"], scope["path"], code, extra=extra)
 
         async def send_logged(message: Message) -> None:
-            nonlocal responded
+            nonlocal status
             if message["type"] == "http.response.start":
-                responded = True
-                line(message["status"])
+                status = message["status"]
+                line(status)
             await send(message)
 
         try:
             await self.app(scope, receive, send_logged)
         except Exception:
-            if not responded:
+            if status is None:
                 line(500)
             raise
+        finally:
+            self.metrics.requested(scope, status or 500, time.perf_counter() - started)
 
 
 def use_embed_threads(settings: EmbeddingSettings) -> None:

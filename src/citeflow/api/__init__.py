@@ -15,7 +15,7 @@
 | `limits` | `ChatLimits`: chat completions in progress and per client per minute (HTTP 429) |
 | `links` | `DocumentLinks`: signed, expiring source links a browser can open without the key |
 | `throttle` | `FailedKeys`: wrong API keys per client address; past a limit, HTTP 429 |
-| `deps` | FastAPI dependencies: the engine, its settings, limits, links, bearer-key auth |
+| `deps` | FastAPI dependencies: the engine, limits, links, bearer-key auth |
 | `exposure` | what may be served where: no keys on a non-loopback host refused; docs on or off |
 | `docs` | the OpenAPI schema (bearer scheme, request bodies) and ``/docs``, ``/redoc`` |
 | `routes` | the endpoints: health, models, chat completions |

@@ -1,4 +1,4 @@
-"""FastAPI dependencies: the engine, its settings, limits, links and auth.
+"""FastAPI dependencies: the engine, limits, links and auth (the app's state, `_app_state`).
 
 Auth is the bearer key (`require_api_key`); wrong keys are counted per client address and
 slowed down past a limit (`citeflow.api.throttle`).
@@ -10,7 +10,8 @@ its thread pool, a round trip through a worker thread (and the GIL) per dependen
 from __future__ import annotations
 
 import secrets
-from typing import Annotated
+from collections.abc import Callable, Coroutine
+from typing import Annotated, Any
 
 from fastapi import Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -20,38 +21,21 @@ from citeflow.api.errors import AuthenticationError
 from citeflow.api.limits import ChatLimits
 from citeflow.api.links import DocumentLinks
 from citeflow.api.throttle import FailedKeys
-from citeflow.settings import Settings
 
 
-async def get_engine(request: Request) -> Engine:
-    """The engine the app was created with (`citeflow.server.create_app`)."""
-    engine: Engine = request.app.state.engine
-    return engine
+def _app_state(name: str) -> Callable[[Request], Coroutine[Any, Any, Any]]:
+    """A dependency: the app's ``state.<name>``, set by `citeflow.server.create_app`."""
+
+    async def get(request: Request) -> Any:
+        return getattr(request.app.state, name)
+
+    return get
 
 
-async def get_settings(engine: Annotated[Engine, Depends(get_engine)]) -> Settings:
-    return engine.settings
-
-
-async def get_limits(request: Request) -> ChatLimits:
-    """The app's chat completion limits (`citeflow.server.create_app`)."""
-    limits: ChatLimits = request.app.state.limits
-    return limits
-
-
-async def get_links(request: Request) -> DocumentLinks:
-    """The app's document link signer (`citeflow.server.create_app`)."""
-    links: DocumentLinks = request.app.state.links
-    return links
-
-
-async def get_failed_keys(request: Request) -> FailedKeys:
-    """The app's count of wrong API keys per client (`citeflow.server.create_app`)."""
-    failed: FailedKeys = request.app.state.failed_keys
-    return failed
-
-
-FailedKeysDep = Annotated[FailedKeys, Depends(get_failed_keys)]
+EngineDep = Annotated[Engine, Depends(_app_state("engine"))]
+LimitsDep = Annotated[ChatLimits, Depends(_app_state("limits"))]
+LinksDep = Annotated[DocumentLinks, Depends(_app_state("links"))]
+FailedKeysDep = Annotated[FailedKeys, Depends(_app_state("failed_keys"))]
 
 #: ``Authorization: Bearer <key>``, declared in the OpenAPI schema; a missing or other header is
 #: None here, and `require_api_key` says what is wrong.
@@ -79,7 +63,7 @@ def check_key(token: str, keys: list[bytes]) -> bool:
 
 async def require_api_key(
     request: Request,
-    settings: Annotated[Settings, Depends(get_settings)],
+    engine: EngineDep,
     credentials: BearerDep,
     failed: FailedKeysDep,
 ) -> None:
@@ -92,7 +76,7 @@ async def require_api_key(
         AuthenticationError: the header is missing, malformed or names no configured key (401).
         AuthThrottledError: a wrong key from an address that sent too many of them (429).
     """
-    if not settings.server.api_keys:
+    if not engine.settings.server.api_keys:
         return
     token = credentials.credentials if credentials is not None else None
     if token is None:
@@ -100,7 +84,7 @@ async def require_api_key(
             "no API key: send the header 'Authorization: Bearer <key>' with a key from "
             "CITEFLOW_API_KEYS"
         )
-    keys = [key.get_secret_value().encode() for key in settings.server.api_keys]
+    keys = [key.get_secret_value().encode() for key in engine.settings.server.api_keys]
     if check_key(token, keys):
         return
     client = request.client.host if request.client else "unknown"
@@ -113,8 +97,8 @@ async def require_key_or_link(
     request: Request,
     name: str,
     doc_id: str,
-    settings: Annotated[Settings, Depends(get_settings)],
-    links: Annotated[DocumentLinks, Depends(get_links)],
+    engine: EngineDep,
+    links: LinksDep,
     credentials: BearerDep,
     failed: FailedKeysDep,
     expires: str | None = None,
@@ -126,14 +110,9 @@ async def require_key_or_link(
         AuthenticationError: no valid key and no signed link (401).
         PermissionDeniedError: a tampered or expired signed link (403).
     """
-    if not settings.server.api_keys:
+    if not engine.settings.server.api_keys:
         return
     if request.headers.get("authorization") or not sig:
-        await require_api_key(request, settings, credentials, failed)
+        await require_api_key(request, engine, credentials, failed)
         return
     links.check(name, doc_id, expires, sig)
-
-
-EngineDep = Annotated[Engine, Depends(get_engine)]
-LimitsDep = Annotated[ChatLimits, Depends(get_limits)]
-LinksDep = Annotated[DocumentLinks, Depends(get_links)]

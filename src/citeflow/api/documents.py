@@ -262,15 +262,12 @@ async def upload_documents(name: str, request: Request, engine: EngineDep) -> di
             whole = await asyncio.to_thread(_stored_whole, engine, collection, kept)
             await asyncio.to_thread(_settle, kept, keep=whole)
         raise
-    request.app.state.metrics.ingested(
-        {
-            "added": report.documents_added,
-            "replaced": report.replaced,
-            "unchanged": report.unchanged,
-            "failed": len(report.failed),
-        },
-        report.chunks,
-    )
+    counts = {
+        "added": report.documents_added,
+        "replaced": report.replaced,
+        "unchanged": report.unchanged,
+    }
+    request.app.state.metrics.ingested({**counts, "failed": len(report.failed)}, report.chunks)
     failed = {Path(path).name for path, _ in report.failed}
     await asyncio.to_thread(_settle, kept, keep=set(names) - failed)
     if report.failed and len(report.failed) == len(kept):
@@ -283,9 +280,7 @@ async def upload_documents(name: str, request: Request, engine: EngineDep) -> di
         "object": "list",
         "collection": collection,
         "data": [_info(records[n], shown).model_dump() for n in names if n in records],
-        "added": report.documents_added,
-        "replaced": report.replaced,
-        "unchanged": report.unchanged,
+        **counts,
         "chunks": report.chunks,
         "failed": [{"file": Path(p).name, "reason": r} for p, r in report.failed],
     }

@@ -279,8 +279,6 @@ def install(app: FastAPI) -> None:
         log.exception("unexpected error", extra={"path": request.url.path})
         return response_for(exc)
 
-    app.add_exception_handler(CiteflowError, on_citeflow)
-    app.add_exception_handler(RequestValidationError, on_citeflow)
-    app.add_exception_handler(ValidationError, on_citeflow)
-    app.add_exception_handler(StarletteHTTPException, on_citeflow)
+    for kind in (CiteflowError, RequestValidationError, ValidationError, StarletteHTTPException):
+        app.add_exception_handler(kind, on_citeflow)
     app.add_exception_handler(Exception, on_unexpected)

@@ -101,16 +101,12 @@ class DocumentLinks:
                 "no API key: send 'Authorization: Bearer <key>', or open the signed link from an "
                 "answer's sources"
             )
-        if not expires.isdigit() or len(expires) > 12:
+        when = int(expires) if expires.isdigit() and len(expires) <= 12 else None
+        if when is None or not self._signer.verify_signature(
+            _message(collection, doc_id, when), sig
+        ):
             raise PermissionDeniedError("invalid document link", code="invalid_signature")
-        when = int(expires)
-        if not self._signer.verify_signature(_message(collection, doc_id, when), sig):
-            raise PermissionDeniedError("invalid document link", code="invalid_signature")
-        if when == 0 and self.ttl:
-            raise PermissionDeniedError(
-                "this document link has expired; ask again for a fresh one", code="link_expired"
-            )
-        if when and when < self.clock():
+        if (when == 0 and self.ttl) or (when and when < self.clock()):
             raise PermissionDeniedError(
                 "this document link has expired; ask again for a fresh one", code="link_expired"
             )

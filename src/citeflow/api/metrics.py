@@ -3,7 +3,8 @@
 One `Metrics` per app, on its own registry (so two apps in one process, as in the tests, count
 apart). What is recorded, and where:
 
-* HTTP requests by route, method, status and outcome, and their duration: `MetricsMiddleware`;
+* HTTP requests by route, method, status and outcome, and their duration: `Metrics.requested`,
+  from `citeflow.server.RequestLog`;
 * answers (`Metrics.answered`, from `observe_events` for streams and the chat route otherwise):
   outcome, whole-answer time, time to the first token of the answer, each workflow stage's time
   (the run's ``timings``: rewrite, embed, retrieve, grade, reformulate, cite, synthesize, judge
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncGenerator, AsyncIterable, Callable
+from functools import partial
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
@@ -36,7 +38,7 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope
 
 from citeflow.api.deps import require_api_key
 from citeflow.citations.repair import citation_actions
@@ -77,106 +79,95 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        r = self.registry
-        self.requests = Counter(
+        counter = partial(Counter, registry=self.registry)
+        histogram = partial(Histogram, registry=self.registry)
+        self.requests = counter(
             "citeflow_http_requests",
             "HTTP requests by route template, method, status and outcome",
             ("route", "method", "status", "outcome"),
-            registry=r,
         )
-        self.request_seconds = Histogram(
+        self.request_seconds = histogram(
             "citeflow_http_request_duration_seconds",
             "Time to the end of each HTTP response (a stream: to its last chunk)",
             ("route",),
             buckets=LATENCY_BUCKETS,
-            registry=r,
         )
-        self.answers = Counter("citeflow_answers", "Answers by outcome", ("outcome",), registry=r)
-        self.answer_seconds = Histogram(
+        self.answers = counter("citeflow_answers", "Answers by outcome", ("outcome",))
+        self.answer_seconds = histogram(
             "citeflow_answer_duration_seconds",
             "Whole-answer time, from the question to the last word",
             buckets=LATENCY_BUCKETS,
-            registry=r,
         )
-        self.first_token_seconds = Histogram(
+        self.first_token_seconds = histogram(
             "citeflow_time_to_first_token_seconds",
             "Time from the question to the answer's first text (streams)",
             buckets=LATENCY_BUCKETS,
-            registry=r,
         )
-        self.stage_seconds = Histogram(
+        self.stage_seconds = histogram(
             "citeflow_stage_duration_seconds",
             "Time per workflow stage per answer (llm: waiting for the LLM, within the others)",
             ("stage",),
             buckets=STAGE_BUCKETS,
-            registry=r,
         )
-        self.rounds = Histogram(
+        self.rounds = histogram(
             "citeflow_retrieval_rounds",
             "Retrieval rounds per answer (1: no retry)",
             buckets=(1, 2, 3, 4, 5),
-            registry=r,
         )
-        self.retries = Counter(
-            "citeflow_retrieval_retries", "Retrieval retries with a reworded query", registry=r
+        self.retries = counter(
+            "citeflow_retrieval_retries", "Retrieval retries with a reworded query"
         )
-        self.citations = Counter(
+        self.citations = counter(
             "citeflow_citations",
             "Citations in answers: the model's kept, moved to a supporting source, added where "
             "the model cited none, removed because no source supports the sentence",
             ("action",),
-            registry=r,
         )
-        self.unsupported = Counter(
+        self.unsupported = counter(
             "citeflow_unsupported_sentences",
             "Answer sentences that no source supports",
-            registry=r,
         )
-        self.judge_verdicts = Counter(
+        self.judge_verdicts = counter(
             "citeflow_judge_verdicts",
             "The LLM judge's verdicts on citations (when CITEFLOW_CITATION_JUDGE checks them)",
             ("verdict",),
-            registry=r,
         )
-        self.tokens = Counter(
+        self.tokens = counter(
             "citeflow_llm_tokens",
             "Tokens in (question and sources read) and out (answer), as the answer's usage "
             "estimates them",
             ("direction",),
-            registry=r,
         )
-        self.user_chats = Counter(
+        self.user_chats = counter(
             "citeflow_user_chats",
             "Chat completions by the forwarded Open WebUI user's role (none: no user forwarded) "
             "and whether Open WebUI signed it",
             ("role", "signed"),
-            registry=r,
         )
-        self.streams = Gauge("citeflow_streams_in_flight", "Answer streams being sent", registry=r)
-        self.rate_limited = Counter(
-            "citeflow_rate_limited", "HTTP 429 answers by reason", ("reason",), registry=r
+        self.streams = Gauge(
+            "citeflow_streams_in_flight", "Answer streams being sent", registry=self.registry
         )
-        self.ingested_documents = Counter(
+        self.rate_limited = counter(
+            "citeflow_rate_limited", "HTTP 429 answers by reason", ("reason",)
+        )
+        self.ingested_documents = counter(
             "citeflow_ingested_documents",
             "Documents uploaded through the API, by result",
             ("result",),
-            registry=r,
         )
-        self.ingested_chunks = Counter(
-            "citeflow_ingested_chunks", "Chunks written by uploads through the API", registry=r
+        self.ingested_chunks = counter(
+            "citeflow_ingested_chunks", "Chunks written by uploads through the API"
         )
-        for outcome in ANSWER_OUTCOMES:  # every series exists from the start, at zero
-            self.answers.labels(outcome)
-        for reason in RATE_LIMIT_REASONS:
-            self.rate_limited.labels(reason)
-        for result in INGEST_RESULTS:
-            self.ingested_documents.labels(result)
-        for action in ("kept", "moved", "added", "removed"):
-            self.citations.labels(action)
-        for stage in STAGES:
-            self.stage_seconds.labels(stage)
-        for verdict in JUDGE_VERDICTS:
-            self.judge_verdicts.labels(verdict)
+        for metric, values in (
+            (self.answers, ANSWER_OUTCOMES),
+            (self.rate_limited, RATE_LIMIT_REASONS),
+            (self.ingested_documents, INGEST_RESULTS),
+            (self.citations, ("kept", "moved", "added", "removed")),
+            (self.stage_seconds, STAGES),
+            (self.judge_verdicts, JUDGE_VERDICTS),
+        ):
+            for label in values:  # every series exists from the start, at zero
+                metric.labels(label)
 
     def exposition(self) -> tuple[bytes, str]:
         """The text exposition and its content type."""
@@ -253,6 +244,23 @@ class Metrics:
         label = "none" if role is None else (role if role in USER_ROLES else "other")
         self.user_chats.labels(label, "yes" if signed else "no").inc()
 
+    def requested(self, scope: Scope, status: int, seconds: float) -> None:
+        """Count one HTTP request by route template, method, status and outcome, and its time
+        to the end of its response (`citeflow.server.RequestLog`)."""
+        route = getattr(scope.get("route"), "path", None) or "unmatched"
+        method = scope["method"] if scope["method"] in METHODS else "OTHER"
+        outcome = (
+            "rate_limited"
+            if status == 429
+            else "ok"
+            if status < 400
+            else "client_error"
+            if status < 500
+            else "server_error"
+        )
+        self.requests.labels(route, method, str(status), outcome).inc()
+        self.request_seconds.labels(route).observe(seconds)
+
     def limited(self, reason: str) -> None:
         self.rate_limited.labels(reason if reason in RATE_LIMIT_REASONS else "upstream").inc()
 
@@ -268,45 +276,6 @@ def _outcome(result: CitedResponse) -> str:
     if not result.source_nodes:
         return "not_covered"
     return "cited" if result.cited else "uncited"
-
-
-class MetricsMiddleware:
-    """Counts each HTTP request by route template, method, status and outcome, and times it
-    to the end of its response (pure ASGI: streams pass through untouched)."""
-
-    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
-        self.app = app
-        self.metrics = metrics
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        status = 500
-
-        async def send_counted(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_counted)
-        finally:
-            route = getattr(scope.get("route"), "path", None) or "unmatched"
-            method = scope["method"] if scope["method"] in METHODS else "OTHER"
-            outcome = (
-                "rate_limited"
-                if status == 429
-                else "ok"
-                if status < 400
-                else "client_error"
-                if status < 500
-                else "server_error"
-            )
-            self.metrics.requests.labels(route, method, str(status), outcome).inc()
-            self.metrics.request_seconds.labels(route).observe(time.perf_counter() - started)
 
 
 router = APIRouter(tags=["health"], dependencies=[Depends(require_api_key)])

@@ -233,7 +233,7 @@ async def chat_completions(
 async def _chat(request: Request, engine: Engine, links: DocumentLinks, slot: Slot) -> Response:
     options = engine.settings.server
     chat = ChatCompletionRequest.model_validate(await read_json(request, options.max_body_bytes))
-    conversation = Conversation.from_request(chat, max_chars=options.max_message_chars)
+    conversation = Conversation.from_messages(chat.messages, max_chars=options.max_message_chars)
     if conversation.task:
         await engine.resolve(chat.model)
         text = await answer_task(engine.llm, conversation.task_messages)

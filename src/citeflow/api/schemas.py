@@ -3,7 +3,7 @@ the documents' and ``POST /search``'s models.
 
 Requests accept and ignore what citeflow does not use (``tools``, ``tool_choice``,
 ``temperature``, ...): Open WebUI sends some thirty tool definitions with every chat. Interpreting
-a request (which message is the question, which ones are history) is `Conversation.from_request`.
+a request (which message is the question, which ones are history) is `Conversation.from_messages`.
 """
 
 from __future__ import annotations
@@ -96,19 +96,15 @@ class Conversation:
     prompt_text: str = ""
 
     @classmethod
-    def from_request(cls, request: ChatCompletionRequest, *, max_chars: int) -> Conversation:
-        """Validate the messages and split them into question and history.
+    def from_messages(cls, messages: Sequence[ChatMessageIn], *, max_chars: int) -> Conversation:
+        """Validate a request's messages (a chat completion's, or ``POST /search``'s) and split
+        them into question and history.
 
         Raises:
             BadRequestError: no messages, an unknown role, or a last message that is not a
                 non-empty user message (HTTP 400).
             PayloadTooLargeError: a message longer than ``max_chars`` (HTTP 413).
         """
-        return cls.from_messages(request.messages, max_chars=max_chars)
-
-    @classmethod
-    def from_messages(cls, messages: Sequence[ChatMessageIn], *, max_chars: int) -> Conversation:
-        """`from_request` for the messages alone (also ``POST /search``'s ``messages``)."""
         if not messages:
             raise BadRequestError(
                 "'messages' is empty; send at least one user message", param="messages"
@@ -116,9 +112,9 @@ class Conversation:
         texts: list[str] = []
         for index, message in enumerate(messages):
             if message.role not in ROLES:
-                raise _param_error(
+                raise BadRequestError(
                     f"messages[{index}].role {message.role!r} is not one of: {', '.join(ROLES)}",
-                    f"messages[{index}].role",
+                    param=f"messages[{index}].role",
                 )
             text = message.text()
             if len(text) > max_chars:
@@ -129,13 +125,15 @@ class Conversation:
             texts.append(text)
         last = len(messages) - 1
         if messages[last].role != "user":
-            raise _param_error(
+            raise BadRequestError(
                 f"the last message must come from the user, not {messages[last].role!r}",
-                f"messages[{last}].role",
+                param=f"messages[{last}].role",
             )
         query = texts[last].strip()
         if not query:
-            raise _param_error("the last user message is empty", f"messages[{last}].content")
+            raise BadRequestError(
+                "the last user message is empty", param=f"messages[{last}].content"
+            )
         prompt_text = "\n".join(texts)
         turns = [(m.role, t) for m, t in zip(messages, texts, strict=True)]
         conversational = [(r, t) for r, t in turns if r in ("user", "assistant")]
@@ -163,10 +161,6 @@ def _llama_role(role: str) -> MessageRole:
     if role in ("system", "developer"):
         return MessageRole.SYSTEM
     return MessageRole.USER
-
-
-def _param_error(message: str, param: str) -> BadRequestError:
-    return BadRequestError(message, param=param)
 
 
 # --- responses -----------------------------------------------------------------------------------

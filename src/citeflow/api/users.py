@@ -12,13 +12,13 @@ a request is for, in one of two ways:
 
 The user's id then keys the per-minute chat limit (each Open WebUI user gets the budget, instead
 of all of them sharing the Open WebUI server's key) and goes into the access log line. Metrics
-never carry it (`citeflow.api.metrics`: no label holds a user).
+never carry it (`citeflow.api.metrics`: no label holds a user), only its role. Its name and
+e-mail address are not read.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from urllib.parse import unquote
 
 import jwt
 from starlette.requests import Request
@@ -27,21 +27,17 @@ from citeflow.api.errors import AuthenticationError
 
 JWT_HEADER = "x-openwebui-user-jwt"
 ID_HEADER = "x-openwebui-user-id"
-NAME_HEADER = "x-openwebui-user-name"
-EMAIL_HEADER = "x-openwebui-user-email"
 ROLE_HEADER = "x-openwebui-user-role"
 ISSUER = "open-webui"
-#: longest forwarded value kept (ids are UUIDs; names and e-mail addresses are short)
+#: longest forwarded value kept (ids are UUIDs; roles are short)
 MAX_CHARS = 256
 
 
 @dataclass(frozen=True, slots=True)
 class ForwardedUser:
-    """An Open WebUI user, as its server forwarded them."""
+    """An Open WebUI user, as its server forwarded them (what citeflow uses of them)."""
 
     id: str
-    name: str = ""
-    email: str = ""
     role: str = ""
     signed: bool = False
 
@@ -74,8 +70,6 @@ def forwarded_user(request: Request, jwt_secret: str | None) -> ForwardedUser | 
             ) from None
         return ForwardedUser(
             id=_clip(str(claims["sub"])),
-            name=_clip(str(claims.get("name", ""))),
-            email=_clip(str(claims.get("email", ""))),
             role=_clip(str(claims.get("role", ""))),
             signed=True,
         )
@@ -84,8 +78,6 @@ def forwarded_user(request: Request, jwt_secret: str | None) -> ForwardedUser | 
         return None
     return ForwardedUser(
         id=_clip(user_id),
-        name=_clip(unquote(headers.get(NAME_HEADER, "")).strip()),
-        email=_clip(headers.get(EMAIL_HEADER, "").strip()),
         role=_clip(headers.get(ROLE_HEADER, "").strip()),
     )
 

@@ -7,8 +7,7 @@ from collections.abc import Sequence
 
 from llama_index.core.llms import LLM, ChatMessage
 
-from citeflow.errors import CiteflowError
-from citeflow.providers.upstream_errors import as_upstream_error
+from citeflow.workflows.upstream import upstream
 
 
 async def answer_task(llm: LLM, messages: Sequence[ChatMessage]) -> str:
@@ -18,12 +17,8 @@ async def answer_task(llm: LLM, messages: Sequence[ChatMessage]) -> str:
     Raises:
         UpstreamError: the LLM failed.
     """
-    try:
+    with upstream("LLM"):
         reply = await llm.achat(list(messages))
-    except CiteflowError:
-        raise
-    except Exception as exc:
-        raise as_upstream_error(exc) from exc
     return extract_json(reply.message.content or "")
 
 
