@@ -36,7 +36,7 @@ from citeflow.names import check_collection_name
 from citeflow.prompts import NOT_COVERED_ANSWER
 from citeflow.providers.embeddings import build_embed_model
 from citeflow.providers.llm import build_llm
-from citeflow.query.grading import Grader, ScoreGrader, build_grader, fallback_hits
+from citeflow.query.grading import Grader, ScoreGrader, build_grader, fallback_hits, keep_best
 from citeflow.query.retrieval import Retriever
 from citeflow.query.rewriting import condense, reformulate
 from citeflow.query.synthesis import (
@@ -206,18 +206,15 @@ class CitationQueryWorkflow(Workflow):
             relevant = await self.grader.grade(ev.query, ev.nodes)
             annotate(current, relevant=len(relevant))
         trace = await self._trace(ctx)
-        query, pool = trace.query, trace.pool
-        for hit in ev.nodes:
-            known = pool.get(hit.node.node_id)
-            if known is None or (hit.score or 0.0) > (known.score or 0.0):
-                pool[hit.node.node_id] = hit
+        query = trace.query
+        keep_best(trace.pool, ev.nodes, key=lambda hit: hit.node.node_id)
         trace.rounds = ev.round
         trace.timed("grade", started)
         if relevant:
             return RelevantNodesEvent(query=query, nodes=relevant, graded_relevant=True)
         if ev.round < self.retrieval.max_rounds:
             return RetryEvent(original_query=query, failed_query=ev.query, round=ev.round + 1)
-        best = fallback_hits(pool.values(), self.retrieval)
+        best = fallback_hits(trace.pool.values(), self.retrieval)
         return RelevantNodesEvent(query=query, nodes=best, graded_relevant=False)
 
     @step
