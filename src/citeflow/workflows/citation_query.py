@@ -82,12 +82,7 @@ class CitationQueryWorkflow(Workflow):
         self.policy = policy or CitationPolicy()
         self.trace_content = trace_content
         self.grader = grader or ScoreGrader.of(self.retrieval)
-        self.synthesizer = CitationSynthesizer(
-            llm,
-            context_budget=self.policy.settings.context_budget,
-            policy=self.policy,
-            mode=citation_mode,
-        )
+        self.synthesizer = CitationSynthesizer(llm, policy=self.policy, mode=citation_mode)
 
     @classmethod
     def from_settings(
