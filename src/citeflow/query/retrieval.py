@@ -253,11 +253,6 @@ class Retriever:
         ranking = await self.asearch(query, top_k, embedding=embedding)
         return ranking.scored_by_relevance()
 
-    async def aretrieve_timed(self, query: str) -> tuple[list[NodeWithScore], float]:
-        """`aretrieve`, plus the seconds spent in the embedder."""
-        ranking = await self.asearch(query)
-        return ranking.scored_by_relevance(), ranking.embed_seconds
-
     async def check(self) -> int:
         """The collection's chunk count; a clear error when it is missing or empty."""
         return await asyncio.to_thread(self.store.require, self.collection)

@@ -183,13 +183,14 @@ class CitationQueryWorkflow(Workflow):
         started = time.perf_counter()
         self._status(ctx, "searching", f"Searching the documents for “{ev.query}”", ev.round)
         with span("retrieve", round=ev.round, query=ev.query) as current, upstream("embedding"):
-            nodes, embed_seconds = await self.retriever.aretrieve_timed(ev.query)
+            ranking = await self.retriever.asearch(ev.query)
+            nodes = ranking.scored_by_relevance()
             annotate(current, passages=len(nodes))
         if not nodes and ev.round == 1:
             await self.retriever.check()  # a missing or empty collection: one clear error
         trace = await self._trace(ctx)
         trace.timed("retrieve", started)
-        trace.timings["embed"] = trace.timings.get("embed", 0.0) + embed_seconds
+        trace.timings["embed"] = trace.timings.get("embed", 0.0) + ranking.embed_seconds
         return RetrievedEvent(query=ev.query, round=ev.round, nodes=nodes)
 
     @step
