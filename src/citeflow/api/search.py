@@ -179,10 +179,6 @@ class Found:
         return float(self.hit.score or 0.0)
 
 
-def _by_text(found: Found) -> str:
-    return found.key
-
-
 def _best_first(items: Sequence[Found]) -> list[Found]:
     return sorted(items, key=lambda f: -f.score)
 
@@ -260,7 +256,7 @@ class Search:
         merged: dict[str, Found] = {}
         for workflow, hits in zip(self.workflows, rankings, strict=True):
             collection = workflow.retriever.collection
-            keep_best(merged, (Found.of(collection, hit) for hit in hits), key=_by_text)
+            keep_best(merged, (Found.of(collection, hit) for hit in hits), key=lambda f: f.key)
         return _best_first(list(merged.values()))
 
     async def _query(self, query: str) -> list[Found]:
@@ -286,7 +282,7 @@ class Search:
                 hits = await self._within(self._retrieve(current))
             if hits is None:
                 break
-            keep_best(pool, hits, key=_by_text)
+            keep_best(pool, hits, key=lambda f: f.key)
             by_id = {f.hit.node.node_id: f for f in hits}
             with upstream("LLM"):
                 relevant = await self._within(workflow.grader.grade(current, [f.hit for f in hits]))
