@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 
+import pytest
 from llama_index.core.schema import NodeRelationship, NodeWithScore, RelatedNodeInfo, TextNode
 
 from citeflow.citations.markers import (
@@ -162,71 +163,54 @@ def test_support_picks_the_right_source_and_quote() -> None:
     assert support.score("Yahoo bought Viaweb in 1998.", 3).score < 0.2
 
 
-def test_repair_keeps_correct_citation() -> None:
-    text, cits, _ = _check(
-        SOURCES,
-        "The author wrote awful short stories [2].",
-        support_keep=0.21,
-        support_threshold=0.35,
-    )
-    assert text == "The author wrote awful short stories [2]."
-    assert [(c.number, c.origin) for c in cits] == [(2, "model")]
-    assert cits[0].quote.startswith("The author wrote short stories")
+#: the word support at which the model's marker stays, and at which one is moved or added
+LOOSE: dict[str, float | bool] = {"support_keep": 0.21, "support_threshold": 0.35}
 
 
-def test_repair_moves_wrong_citation() -> None:
-    text, cits, _ = _check(
-        SOURCES, "Yahoo bought Viaweb in 1998 [3].", support_keep=0.21, support_threshold=0.35
-    )
-    assert text == "Yahoo bought Viaweb in 1998 [1]."
-    assert cits[0].origin == "moved"
-
-
-def test_repair_drops_out_of_range_and_unsupported() -> None:
-    text, cits, _ = _check(
-        SOURCES,
-        "Quantum chromodynamics explains gluon confinement [7][3].",
-        support_keep=0.21,
-        support_threshold=0.35,
-    )
-    assert text == "Quantum chromodynamics explains gluon confinement."
-    assert cits == []
-
-
-def test_repair_adds_missing_citation() -> None:
-    text, cits, _ = _check(
-        SOURCES,
-        "Ducks are waterfowl that live near ponds.",
-        support_keep=0.21,
-        support_threshold=0.35,
-    )
-    assert text == "Ducks are waterfowl that live near ponds [3]."
-    assert cits[0].origin == "added"
+@pytest.mark.parametrize(
+    ("sentence", "expected", "cited"),
+    [
+        (  # supported: kept
+            "The author wrote awful short stories [2].",
+            "The author wrote awful short stories [2].",
+            [(2, "model")],
+        ),
+        ("Yahoo bought Viaweb in 1998 [3].", "Yahoo bought Viaweb in 1998 [1].", [(1, "moved")]),
+        (  # out of range and unsupported: dropped
+            "Quantum chromodynamics explains gluon confinement [7][3].",
+            "Quantum chromodynamics explains gluon confinement.",
+            [],
+        ),
+        (  # missing: added
+            "Ducks are waterfowl that live near ponds.",
+            "Ducks are waterfowl that live near ponds [3].",
+            [(3, "added")],
+        ),
+        (  # the supported marker kept when a sibling is wrong
+            "Yahoo bought Viaweb in 1998. [3][1]",
+            "Yahoo bought Viaweb in 1998. [1]",
+            [(1, "model")],
+        ),
+    ],
+)
+def test_repair(sentence: str, expected: str, cited: list[tuple[int, str]]) -> None:
+    text, cits, _ = _check(SOURCES, sentence, **LOOSE)
+    assert text == expected
+    assert [(c.number, c.origin) for c in cits] == cited
+    for c in cits:  # the quote is a passage of the cited source
+        assert c.quote and SOURCES[c.number - 1][c.quote_start : c.quote_end] == c.quote
 
 
 def test_repair_leaves_refusals_and_questions_alone() -> None:
     assert not needs_citation("The documents do not cover Viaweb's stores.")
-    refusal = _check(
-        SOURCES,
-        "The documents do not cover Viaweb stores.",
-        support_keep=0.21,
-        support_threshold=0.35,
-    )
+    refusal = _check(SOURCES, "The documents do not cover Viaweb stores.", **LOOSE)
     assert refusal[0].endswith("stores.") and not refusal[2]  # not reported unsupported
-    question = _check(
-        SOURCES, "What about ducks near ponds?", support_keep=0.21, support_threshold=0.35
-    )
+    question = _check(SOURCES, "What about ducks near ponds?", **LOOSE)
     assert question[1] == [] and not question[2]
 
 
 def test_repair_disabled_only_validates_numbers() -> None:
-    text, cits, unsupported = _check(
-        SOURCES,
-        "Yahoo bought Viaweb [3][8].",
-        support_keep=0.21,
-        support_threshold=0.35,
-        repair=False,
-    )
+    text, cits, unsupported = _check(SOURCES, "Yahoo bought Viaweb [3][8].", **LOOSE, repair=False)
     assert text == "Yahoo bought Viaweb [3]."  # [8] names no source; [3] is not second-guessed
     assert cits == [] and not unsupported
 
@@ -355,25 +339,15 @@ def test_inflected_and_irregular_forms_meet_their_base() -> None:
     assert content_terms("programming programs") == ["program"] * 2
 
 
-def test_repair_keeps_supported_marker_when_a_sibling_is_wrong() -> None:
-    text, cits, _ = _check(
-        SOURCES, "Yahoo bought Viaweb in 1998. [3][1]", support_keep=0.21, support_threshold=0.35
-    )
-    assert text == "Yahoo bought Viaweb in 1998. [1]"
-    assert [(c.number, c.origin) for c in cits] == [(1, "model")]
-
-
 def test_repair_moves_a_citation_far_below_the_best_source() -> None:
     sources = [
         "Ducks are birds. Geese migrate in autumn.",
         "Ducks are waterfowl birds that live near ponds and lakes.",
     ]
     sentence = "Ducks are waterfowl birds that live near ponds [1]."
-    loose = _check(sources, sentence, support_keep=0.21, support_threshold=0.35, relative=0.0)
+    loose = _check(sources, sentence, **LOOSE, relative=0.0)
     assert loose[0] == sentence  # weak, but above the keep floor
-    text, cits, _ = _check(
-        sources, sentence, support_keep=0.21, support_threshold=0.35, relative=0.9
-    )
+    text, cits, _ = _check(sources, sentence, **LOOSE, relative=0.9)
     assert text == "Ducks are waterfowl birds that live near ponds [2]."
     assert [(c.number, c.origin) for c in cits] == [(2, "moved")]
 
@@ -385,16 +359,11 @@ def test_repair_checks_the_statement_and_drops_uncheckable_markers() -> None:
     assert statement_of("No, it is not true that ducks quack.") == "ducks quack."
     assert statement_of("No evidence links them.") == "No evidence links them."
     text, cits, _ = _check(
-        SOURCES,
-        "Yes, it is true that Yahoo bought Viaweb in 1998 [1].",
-        support_keep=0.21,
-        support_threshold=0.35,
+        SOURCES, "Yes, it is true that Yahoo bought Viaweb in 1998 [1].", **LOOSE
     )
     assert text.endswith("[1].") and cits[0].score > 0.9  # "yes", "true" are no evidence
     assert cits[0].sentence.startswith("Yes, it is true")
-    text, cits, unsupported = _check(
-        SOURCES, "This is stated in [1] and [2].", support_keep=0.21, support_threshold=0.35
-    )
+    text, cits, unsupported = _check(SOURCES, "This is stated in [1] and [2].", **LOOSE)
     assert "[" not in text and cits == [] and not unsupported  # it states nothing
 
 
@@ -437,7 +406,7 @@ async def test_the_contract_over_a_whole_answer_streamed_in_any_chunks() -> None
         "Yahoo bought Viaweb in 1998 [3]. The author wrote awful short stories. "
         "Ducks are waterfowl [9]. Penguins compose symphonies on the moon [2]. Why? Because."
     )
-    policy = CitationPolicy().with_(support_keep=0.21, support_threshold=0.35)
+    policy = CitationPolicy().with_(**LOOSE)
     whole = await check_text(policy.checker(SOURCES), raw)
     assert whole.text == (
         "Yahoo bought Viaweb in 1998 [1]. The author wrote awful short stories [2]. "

@@ -17,8 +17,25 @@ from citeflow.testing.embedding import HashEmbedding, RecordingEmbedding
 from tests.conftest import SHARED_DATA, stored_points
 
 
-def _payloads(store: Store, collection: str) -> list[dict[str, object]]:
-    return [r.payload for r in stored_points(store, collection)]
+def _payloads(kb: KnowledgeBase) -> list[dict[str, object]]:
+    return [r.payload for r in stored_points(kb.store, kb.collection)]
+
+
+def _small(
+    store: Store, embed: HashEmbedding | None = None, *, overlap_writes: bool | None = None
+) -> Ingestor:
+    """An ingestor into collection "c" of small chunks, in windows and pools of two."""
+    return Ingestor(
+        store,
+        embed or HashEmbedding(dim=32),
+        collection="c",
+        chunk_size=64,
+        chunk_overlap=8,
+        window=2,
+        pool=2,
+        progress=False,
+        overlap_writes=overlap_writes,
+    )
 
 
 @pytest.fixture
@@ -50,17 +67,17 @@ def test_ingest_reports_and_skips_corrupt_files(disk_kb: KnowledgeBase, folder: 
     assert report.chunks == disk_kb.count() > 2
     summary = report.summary()
     assert "2 added" in summary and "1 failed" in summary and "broken.pdf" in summary
-    names = {p["file_name"] for p in _payloads(disk_kb.store, disk_kb.collection)}
+    names = {p["file_name"] for p in _payloads(disk_kb)}
     assert names == {"a.md", "b.txt"}
 
 
 def test_reingest_unchanged_does_nothing(disk_kb: KnowledgeBase, folder: Path) -> None:
     first = disk_kb.ingest([folder], progress=False)
-    ids_before = {p["_node_content"] for p in _payloads(disk_kb.store, disk_kb.collection)}
+    ids_before = {p["_node_content"] for p in _payloads(disk_kb)}
     second = disk_kb.ingest([folder], progress=False)
     assert second.unchanged == 2 and second.chunks == 0 and second.documents_added == 0
     assert disk_kb.count() == first.chunks
-    ids_after = {p["_node_content"] for p in _payloads(disk_kb.store, disk_kb.collection)}
+    ids_after = {p["_node_content"] for p in _payloads(disk_kb)}
     assert ids_before == ids_after
 
 
@@ -69,18 +86,9 @@ def test_changed_file_replaces_its_chunks(disk_kb: KnowledgeBase, folder: Path) 
     (folder / "a.md").write_text("# Alpha notes\n\nAlpha was rewritten entirely. Short now.")
     report = disk_kb.ingest([folder], progress=False)
     assert report.replaced == 1 and report.unchanged == 1
-    texts = [
-        str(p["_node_content"])
-        for p in _payloads(disk_kb.store, disk_kb.collection)
-        if p["file_name"] == "a.md"
-    ]
-    assert len(texts) == 1 and "rewritten entirely" in texts[0]
-    hashes = {
-        p["content_hash"]
-        for p in _payloads(disk_kb.store, disk_kb.collection)
-        if p["file_name"] == "a.md"
-    }
-    assert len(hashes) == 1
+    alpha = [p for p in _payloads(disk_kb) if p["file_name"] == "a.md"]
+    assert len(alpha) == 1 and "rewritten entirely" in str(alpha[0]["_node_content"])
+    assert len({p["content_hash"] for p in alpha}) == 1
 
 
 def test_prune_removes_documents_whose_files_are_gone(disk_kb: KnowledgeBase, folder: Path) -> None:
@@ -100,11 +108,11 @@ def test_delete_by_path(disk_kb: KnowledgeBase, folder: Path) -> None:
 
 def test_chunks_keep_file_metadata_and_stable_ids(disk_kb: KnowledgeBase, folder: Path) -> None:
     disk_kb.ingest([folder], progress=False)
-    for payload in _payloads(disk_kb.store, disk_kb.collection):
+    for payload in _payloads(disk_kb):
         assert payload["doc_id"] == doc_id_for(Path(str(payload["file_path"])))
         assert payload["title"]
         assert payload["file_name"] in ("a.md", "b.txt")
-    titles = {p["file_name"]: p["title"] for p in _payloads(disk_kb.store, disk_kb.collection)}
+    titles = {p["file_name"]: p["title"] for p in _payloads(disk_kb)}
     assert titles["a.md"] == "Alpha notes"
 
 
@@ -137,7 +145,7 @@ def test_mixed_formats_from_shared_docs(disk_kb: KnowledgeBase, tmp_path: Path) 
     shutil.copytree(SHARED_DATA / "docs", docs)
     report = disk_kb.ingest([docs], progress=False)
     assert report.documents_added >= 10
-    payloads = _payloads(disk_kb.store, disk_kb.collection)
+    payloads = _payloads(disk_kb)
     types = {str(p["file_name"]).rsplit(".", 1)[-1] for p in payloads}
     assert {"pdf", "docx", "html", "md"} <= types
     pages = {p.get("page_label") for p in payloads if p["file_name"] == "multi_page.pdf"}
@@ -176,12 +184,9 @@ def test_a_document_cut_short_is_written_again_not_taken_as_unchanged(folder: Pa
     store = Store.open_path(":memory:")
     shutil.rmtree(folder / "nested")
     (folder / "broken.pdf").unlink()
-    options = {"chunk_size": 64, "chunk_overlap": 8, "window": 2, "pool": 2, "progress": False}
     dying = RecordingEmbedding(dim=32, embed_batch_size=2, fail_on_batch=2)
     with pytest.raises(RuntimeError, match="embedder died"):
-        Ingestor(store, dying, collection="c", overlap_writes=False, **options).ingest_paths(
-            [folder]
-        )
+        _small(store, dying, overlap_writes=False).ingest_paths([folder])
     [record] = store.documents("c").values()
     assert 0 < record.chunks < record.expected_chunks  # type: ignore[operator]
     assert not record.complete and record.unfinished
@@ -191,14 +196,12 @@ def test_a_document_cut_short_is_written_again_not_taken_as_unchanged(folder: Pa
     stored = {p.id for p in stored_points(store, "c")}
     assert store.incomplete_points("c") == stored  # every chunk written so far is marked
 
-    report = Ingestor(store, HashEmbedding(dim=32), collection="c", **options).ingest_paths(
-        [folder]
-    )
+    report = _small(store).ingest_paths([folder])
     assert (report.unchanged, report.replaced) == (0, 1)
     [record] = store.documents("c").values()
     assert record.complete and record.chunks == record.expected_chunks == report.chunks
     assert store.count("c") == report.chunks and not store.incomplete_points("c")
-    again = Ingestor(store, HashEmbedding(dim=32), collection="c", **options).ingest_paths([folder])
+    again = _small(store).ingest_paths([folder])
     assert again.unchanged == 1 and again.chunks == 0
 
 
@@ -233,18 +236,17 @@ def test_chunks_of_a_write_cut_short_are_kept_out_of_searches(tmp_path: Path, en
     from llama_index.core.schema import Document
 
     store = Store.open_path(tmp_path / "q" if engine == "embedded" else ":memory:")
-    options = {"chunk_size": 64, "chunk_overlap": 8, "window": 2, "pool": 2, "progress": False}
     docs = [Document(id_="ducks", text=DUCKS), Document(id_="geese", text=GEESE)]
-    Ingestor(store, HashEmbedding(dim=32), collection="c", **options).ingest_documents(docs[:1])
+    _small(store).ingest_documents(docs[:1])
     dying = RecordingEmbedding(dim=32, embed_batch_size=2, fail_on_batch=3)
     with pytest.raises(RuntimeError, match="embedder died"):
-        Ingestor(store, dying, collection="c", **options).ingest_documents(docs[1:])
+        _small(store, dying).ingest_documents(docs[1:])
     assert store.count("c") == 1 + 3 * 2  # ducks, and three batches of geese
     geese = "Geese migrate south in V-shaped flocks"
     assert _doc_ids(store, "c", _search_ids(store, "c", geese)) == {"ducks"}
     assert not store.documents("c")["geese"].complete
 
-    Ingestor(store, HashEmbedding(dim=32), collection="c", **options).ingest_documents(docs[1:])
+    _small(store).ingest_documents(docs[1:])
     assert _doc_ids(store, "c", _search_ids(store, "c", geese)) == {"ducks", "geese"}
     assert store.documents("c")["geese"].complete
     store.close()
@@ -257,13 +259,12 @@ def test_a_replacement_cut_short_keeps_the_old_version_in_answers(folder: Path) 
     store = Store.open_path(":memory:")
     shutil.rmtree(folder / "nested")
     (folder / "broken.pdf").unlink()
-    options = {"chunk_size": 64, "chunk_overlap": 8, "window": 2, "pool": 2, "progress": False}
-    first = Ingestor(store, HashEmbedding(dim=32), collection="c", **options).ingest_paths([folder])
+    first = _small(store).ingest_paths([folder])
     old = store.documents("c")[doc_id_for(folder / "a.md")]
     (folder / "a.md").write_text(GEESE)
     dying = RecordingEmbedding(dim=32, embed_batch_size=2, fail_on_batch=2)
     with pytest.raises(RuntimeError, match="embedder died"):
-        Ingestor(store, dying, collection="c", **options).ingest_paths([folder])
+        _small(store, dying).ingest_paths([folder])
     record = store.documents("c")[old.doc_id]
     assert not record.complete and record.content_hash != old.content_hash
     assert record.chunks == 4 and record.expected_chunks is not None and record.expected_chunks > 4
@@ -272,9 +273,7 @@ def test_a_replacement_cut_short_keeps_the_old_version_in_answers(folder: Path) 
     assert {n.metadata["content_hash"] for n in found.values()} == {old.content_hash}
     assert not _search_ids(store, "c", "Geese migrate south in V-shaped flocks") - set(found)
 
-    report = Ingestor(store, HashEmbedding(dim=32), collection="c", **options).ingest_paths(
-        [folder]
-    )
+    report = _small(store).ingest_paths([folder])
     record = store.documents("c")[old.doc_id]
     assert report.replaced == 1 and record.complete and record.content_hash != old.content_hash
     assert store.count("c") == record.chunks == record.expected_chunks == report.chunks

@@ -298,11 +298,26 @@ def test_truncated_pdf(tmp_path: Path) -> None:
     _assert_ingest_error(path, "corrupt or unreadable PDF")
 
 
-def test_text_file_named_pdf(tmp_path: Path) -> None:
-    path = tmp_path / "fake.pdf"
-    path.write_text("just some text pretending to be a PDF\n", encoding="utf-8")
+@pytest.mark.parametrize(
+    ("name", "data", "reason"),
+    [
+        ("fake.pdf", b"just some text pretending to be a PDF\n", "not a PDF file"),
+        ("random.docx", os.urandom(4096), "not a valid .docx file"),
+        ("blob.txt", b"PK\x03\x04\x00\x00binary\x00stuff", "binary data, not text"),
+        (
+            "shell.html",
+            "<html><head><script>var x = 1;</script></head>"
+            "<body><nav>Home | About</nav><footer>© 2024</footer></body></html>".encode(),
+            "no text found",
+        ),
+        *[(f"empty.{kind}", b"", "empty file") for kind in ("txt", "md", "pdf", "docx", "html")],
+    ],
+)
+def test_unreadable_bytes(tmp_path: Path, name: str, data: bytes, reason: str) -> None:
+    path = tmp_path / name
+    path.write_bytes(data)
 
-    _assert_ingest_error(path, "not a PDF file")
+    _assert_ingest_error(path, reason)
 
 
 def test_pdf_without_text_is_reported_as_scanned(tmp_path: Path) -> None:
@@ -315,45 +330,12 @@ def test_pdf_without_text_is_reported_as_scanned(tmp_path: Path) -> None:
     _assert_ingest_error(path, "no extractable text (scanned PDF?)")
 
 
-def test_random_bytes_named_docx(tmp_path: Path) -> None:
-    path = tmp_path / "random.docx"
-    path.write_bytes(os.urandom(4096))
-
-    _assert_ingest_error(path, "not a valid .docx file")
-
-
 def test_zip_that_is_not_a_docx(tmp_path: Path) -> None:
     path = tmp_path / "archive.docx"
     with zipfile.ZipFile(path, "w") as archive:
         archive.writestr("readme.txt", "hello")
 
     _assert_ingest_error(path, "not a valid .docx file")
-
-
-@pytest.mark.parametrize("name", ["empty.txt", "empty.md", "empty.pdf", "empty.docx", "empty.html"])
-def test_empty_files(tmp_path: Path, name: str) -> None:
-    path = tmp_path / name
-    path.write_bytes(b"")
-
-    _assert_ingest_error(path, "empty file")
-
-
-def test_binary_data_named_txt(tmp_path: Path) -> None:
-    path = tmp_path / "blob.txt"
-    path.write_bytes(b"PK\x03\x04\x00\x00binary\x00stuff")
-
-    _assert_ingest_error(path, "binary data, not text")
-
-
-def test_html_with_only_scripts_and_navigation(tmp_path: Path) -> None:
-    path = tmp_path / "shell.html"
-    path.write_text(
-        "<html><head><script>var x = 1;</script></head>"
-        "<body><nav>Home | About</nav><footer>© 2024</footer></body></html>",
-        encoding="utf-8",
-    )
-
-    _assert_ingest_error(path, "no text found")
 
 
 def test_missing_and_unsupported_files(tmp_path: Path) -> None:

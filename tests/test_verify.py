@@ -21,7 +21,6 @@ from citeflow.citations.judge import (
 from citeflow.citations.repair import CitationPolicy, check_text
 from citeflow.citations.verify import JudgeVerifier, LexicalVerifier
 from citeflow.errors import ConfigError
-from citeflow.settings import Settings
 from tests.settings_helpers import settings_of
 
 
@@ -157,19 +156,15 @@ def test_the_policy_picks_the_verifier() -> None:
 
 def test_the_judge_verifies_by_default_for_hosted_llms_only() -> None:
     llm = ScriptedLogprobs({"Yes": 0.0})
-
-    def settings(**values: object) -> Settings:
-        return settings_of(**values)
-
     for provider in ("openai", "azure"):
-        assert judge_on(settings(llm_provider=provider))
-        assert isinstance(build_judge(settings(llm_provider=provider), llm), LLMJudge)
+        assert judge_on(settings_of(llm_provider=provider))
+        assert isinstance(build_judge(settings_of(llm_provider=provider), llm), LLMJudge)
     # the local model: word support by default (its judge took more right citations than wrong)
-    assert build_judge(settings(llm_provider="local"), llm) is None
-    assert build_judge(settings(llm_provider="local", citation_judge="on"), llm) is not None
-    assert build_judge(settings(llm_provider="openai", citation_judge="off"), llm) is None
-    assert build_judge(settings(llm_provider="openai", repair_citations=False), llm) is None
+    assert build_judge(settings_of(llm_provider="local"), llm) is None
+    assert build_judge(settings_of(llm_provider="local", citation_judge="on"), llm) is not None
+    assert build_judge(settings_of(llm_provider="openai", citation_judge="off"), llm) is None
+    assert build_judge(settings_of(llm_provider="openai", repair_citations=False), llm) is None
     # an LLM without log-probabilities: auto quietly goes without, on is a clear error
-    assert build_judge(settings(llm_provider="openai"), object()) is None
+    assert build_judge(settings_of(llm_provider="openai"), object()) is None
     with pytest.raises(ConfigError, match="CITEFLOW_CITATION_JUDGE=on"):
-        build_judge(settings(citation_judge="on"), object())
+        build_judge(settings_of(citation_judge="on"), object())

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import pytest
 from llama_index.core.llms import ChatMessage
 from llama_index.core.schema import NodeWithScore
+from workflows.handler import WorkflowHandler
 
 from citeflow.citations.markers import cited_numbers
 from citeflow.citations.repair import CitationPolicy
@@ -23,8 +24,9 @@ from citeflow.prompts import NOT_COVERED_ANSWER
 from citeflow.query.grading import KeepAllGrader, ScoreGrader
 from citeflow.query.rewriting import QUERY_MAX_TOKENS
 from citeflow.result import CitedResponse
-from citeflow.settings import CitationSettings, RetrievalSettings
+from citeflow.settings import CitationSettings, RetrievalSettings, Settings
 from citeflow.testing.llm import ScriptedLLM
+from citeflow.testing.openai_server import FakeOpenAIServer
 from citeflow.workflows.citation_query import CitationQueryWorkflow
 
 
@@ -57,6 +59,22 @@ def _source_of(result: CitedResponse, word: str) -> int:
         if word in node.node.get_content():
             return number
     raise AssertionError(f"no source mentions {word!r}")
+
+
+async def _streamed(handler: WorkflowHandler) -> str:
+    """The answer text a run streams (its `AnswerDeltaEvent`s joined)."""
+    return "".join(
+        [ev.text async for ev in handler.stream_events() if isinstance(ev, AnswerDeltaEvent)]
+    )
+
+
+def _openai_settings(server: FakeOpenAIServer, model: str) -> Settings:
+    """Settings whose LLM is ``model`` at the fake OpenAI server."""
+    return Settings(
+        _env_file=None,
+        llm={"provider": "openai", "model": model},
+        openai={"base_url": server.openai_base_url},
+    )
 
 
 async def test_answer_cites_existing_sources(kb: KnowledgeBase) -> None:
@@ -220,16 +238,11 @@ async def test_llm_failure_mid_stream_fails_the_run_promptly(kb: KnowledgeBase) 
 async def test_workflow_over_openai_compatible_http(kb: KnowledgeBase) -> None:
     """The whole workflow against a fake OpenAI server: answer streamed over HTTP, then a 500."""
     from citeflow.providers.llm import build_llm
-    from citeflow.settings import Settings
-    from citeflow.testing.openai_server import FakeOpenAIServer, Reply
+    from citeflow.testing.openai_server import Reply
 
     with FakeOpenAIServer() as server:
-        settings = Settings(
-            _env_file=None,
-            llm={"provider": "openai", "model": "qwen2.5:1.5b"},
-            openai={"base_url": server.openai_base_url},
-        )
-        workflow = _workflow(kb, build_llm(settings, max_retries=0))  # type: ignore[arg-type]
+        llm = build_llm(_openai_settings(server, "qwen2.5:1.5b"), max_retries=0)
+        workflow = _workflow(kb, llm)  # type: ignore[arg-type]
         server.script("Yahoo bought Viaweb in 1998 [1].")
         result = await workflow.run(query="Who bought Viaweb?")
         assert result.cited == [_source_of(result, "Yahoo bought")]
@@ -266,18 +279,13 @@ async def test_hosted_judge_verifies_citations_over_http(kb: KnowledgeBase) -> N
     streamed and final text and reports the sentence, "Yes" keeps it."""
     from citeflow.citations.judge import build_judge
     from citeflow.providers.llm import build_llm
-    from citeflow.settings import Settings
-    from citeflow.testing.openai_server import FakeOpenAIServer, RecordedRequest, Reply
+    from citeflow.testing.openai_server import RecordedRequest, Reply
 
     no = {"No": -0.1, "Yes": -2.5}
     yes = {"Yes": -0.1, "No": -2.5}
     answer = "Yahoo bought Viaweb in 1998 [1]."
     with FakeOpenAIServer() as server:
-        settings = Settings(
-            _env_file=None,
-            llm={"provider": "openai", "model": "gpt-4o-mini"},
-            openai={"base_url": server.openai_base_url},
-        )
+        settings = _openai_settings(server, "gpt-4o-mini")
         llm = build_llm(settings, max_retries=0)
         judge = build_judge(settings, llm)
         assert judge is not None  # auto: on for a hosted LLM with log-probabilities
@@ -291,13 +299,7 @@ async def test_hosted_judge_verifies_citations_over_http(kb: KnowledgeBase) -> N
 
             server.script(reply)
             handler = workflow.run(query="Who bought Viaweb?")
-            streamed = "".join(
-                [
-                    ev.text
-                    async for ev in handler.stream_events()
-                    if isinstance(ev, AnswerDeltaEvent)
-                ]
-            )
+            streamed = await _streamed(handler)
             result = await handler
             assert isinstance(result, CitedResponse)
             assert streamed == result.response
@@ -324,9 +326,7 @@ async def test_bad_model_output_still_gives_a_clean_answer(kb: KnowledgeBase) ->
     ):
         workflow = _workflow(kb, ScriptedLLM([reply]))
         handler = workflow.run(query="Who bought Viaweb?")
-        streamed = "".join(
-            [ev.text async for ev in handler.stream_events() if isinstance(ev, AnswerDeltaEvent)]
-        )
+        streamed = await _streamed(handler)
         result = await handler
         assert isinstance(result, CitedResponse)
         assert result.response and streamed == result.response

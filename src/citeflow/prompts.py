@@ -18,21 +18,16 @@ CITATION_SYSTEM_PROMPT = (
     "If the sources do not contain the answer, say that the documents do not cover it."
 )
 
-CITATION_QA_TEMPLATE = PromptTemplate(
+# the parts the markers and the JSON templates share: the worked example's sources and
+# question, the sources and question asked, and the refine prompt's answer so far
+_EXAMPLE = (
     "Example:\n"
     "[1] The sky is red in the evening and blue in the morning.\n"
     "[2] Water is wet when the sky is red.\n"
     "Question: When is water wet?\n"
-    "Answer: Water is wet when the sky is red [2]. That happens in the evening [1].\n"
-    "\n"
-    "Sources:\n"
-    "{context_str}\n"
-    "\n"
-    "Question: {query_str}\n"
-    "Answer in a few sentences, each ending with its source number in brackets."
 )
-
-CITATION_REFINE_TEMPLATE = PromptTemplate(
+_SOURCES_AND_QUESTION = "Sources:\n{context_str}\n\nQuestion: {query_str}\n"
+_EXISTING_AND_MORE = (
     "Existing answer (its [N] numbers refer to earlier sources and stay valid):\n"
     "{existing_answer}\n"
     "\n"
@@ -40,7 +35,18 @@ CITATION_REFINE_TEMPLATE = PromptTemplate(
     "{context_str}\n"
     "\n"
     "Question: {query_str}\n"
-    "Rewrite the answer using the new sources where they help, keeping every sentence's "
+)
+
+CITATION_QA_TEMPLATE = PromptTemplate(
+    _EXAMPLE
+    + "Answer: Water is wet when the sky is red [2]. That happens in the evening [1].\n\n"
+    + _SOURCES_AND_QUESTION
+    + "Answer in a few sentences, each ending with its source number in brackets."
+)
+
+CITATION_REFINE_TEMPLATE = PromptTemplate(
+    _EXISTING_AND_MORE
+    + "Rewrite the answer using the new sources where they help, keeping every sentence's "
     "source numbers in brackets. If they do not help, repeat the existing answer."
 )
 
@@ -52,29 +58,16 @@ CITATION_JSON_SYSTEM_PROMPT = (
 )
 
 CITATION_JSON_QA_TEMPLATE = PromptTemplate(
-    "Example:\n"
-    "[1] The sky is red in the evening and blue in the morning.\n"
-    "[2] Water is wet when the sky is red.\n"
-    "Question: When is water wet?\n"
-    'Answer: {"sentences": [{"sources": [2], "text": "Water is wet when the sky is red."}, '
-    '{"sources": [1], "text": "That happens in the evening."}]}\n'
-    "\n"
-    "Sources:\n"
-    "{context_str}\n"
-    "\n"
-    "Question: {query_str}\n"
-    "Answer in a few sentences, each with the numbers of the sources it is taken from."
+    _EXAMPLE
+    + 'Answer: {"sentences": [{"sources": [2], "text": "Water is wet when the sky is red."}, '
+    '{"sources": [1], "text": "That happens in the evening."}]}\n\n'
+    + _SOURCES_AND_QUESTION
+    + "Answer in a few sentences, each with the numbers of the sources it is taken from."
 )
 
 CITATION_JSON_REFINE_TEMPLATE = PromptTemplate(
-    "Existing answer (its [N] numbers refer to earlier sources and stay valid):\n"
-    "{existing_answer}\n"
-    "\n"
-    "More sources:\n"
-    "{context_str}\n"
-    "\n"
-    "Question: {query_str}\n"
-    "Rewrite the answer using the new sources where they help, each sentence with the numbers "
+    _EXISTING_AND_MORE
+    + "Rewrite the answer using the new sources where they help, each sentence with the numbers "
     "of the sources it is taken from. If they do not help, repeat the existing answer."
 )
 

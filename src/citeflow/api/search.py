@@ -57,7 +57,8 @@ from citeflow.api.routes import ERRORS, read_json, unless_disconnected
 from citeflow.api.schemas import Conversation, SearchMetadata, SearchRequest, SearchResponse
 from citeflow.api.source_events import source_payload
 from citeflow.citations.sources import Source
-from citeflow.query.grading import fallback_hits
+from citeflow.query.batching import embed_query
+from citeflow.query.grading import fallback_hits, keep_best
 from citeflow.query.rewriting import condense, reformulate
 from citeflow.workflows.citation_query import CitationQueryWorkflow
 from citeflow.workflows.upstream import upstream
@@ -178,14 +179,6 @@ class Found:
         return float(self.hit.score or 0.0)
 
 
-def _merge(into: dict[str, Found], items: Sequence[Found]) -> None:
-    """Add ``items`` to ``into`` (by text), keeping the better scored of equal texts."""
-    for item in items:
-        known = into.get(item.key)
-        if known is None or item.score > known.score:
-            into[item.key] = item
-
-
 def _best_first(items: Sequence[Found]) -> list[Found]:
     return sorted(items, key=lambda f: -f.score)
 
@@ -251,8 +244,9 @@ class Search:
         retriever = self.first.retriever
         embedding = None
         with upstream("embedding"):
+            # one collection: the retriever embeds the query its own way
             if len(self.workflows) > 1 and retriever.mode != "keyword":
-                embedding = await retriever.embed_query(query)  # one collection: its own way
+                embedding = await embed_query(retriever.embed_model, query)
             rankings = await asyncio.gather(
                 *(
                     w.retriever.aretrieve(query, self.plan.k, embedding=embedding)
@@ -261,7 +255,8 @@ class Search:
             )
         merged: dict[str, Found] = {}
         for workflow, hits in zip(self.workflows, rankings, strict=True):
-            _merge(merged, [Found.of(workflow.retriever.collection, hit) for hit in hits])
+            collection = workflow.retriever.collection
+            keep_best(merged, (Found.of(collection, hit) for hit in hits), key=lambda f: f.key)
         return _best_first(list(merged.values()))
 
     async def _query(self, query: str) -> list[Found]:
@@ -287,7 +282,7 @@ class Search:
                 hits = await self._within(self._retrieve(current))
             if hits is None:
                 break
-            _merge(pool, hits)
+            keep_best(pool, hits, key=lambda f: f.key)
             by_id = {f.hit.node.node_id: f for f in hits}
             with upstream("LLM"):
                 relevant = await self._within(workflow.grader.grade(current, [f.hit for f in hits]))
@@ -296,9 +291,7 @@ class Search:
             if relevant:
                 kept = [by_id[n.node.node_id] for n in relevant if n.node.node_id in by_id]
                 return _best_first(kept)[: self.plan.k]
-        by_id = {f.hit.node.node_id: f for f in pool.values()}
-        best = fallback_hits((f.hit for f in pool.values()), retrieval)
-        return [by_id[n.node.node_id] for n in best][: self.plan.k]
+        return fallback_hits(pool.values(), retrieval)[: self.plan.k]
 
 
 # --- the answer ----------------------------------------------------------------------------------

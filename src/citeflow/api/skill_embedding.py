@@ -27,7 +27,7 @@ from citeflow.api.skill_format import Record, errors_json, vector_json
 from citeflow.errors import CiteflowError, UpstreamError, UpstreamRateLimitError
 from citeflow.providers.embeddings import embeds_remotely
 from citeflow.providers.upstream_errors import as_upstream_error
-from citeflow.query.batching import is_async_native
+from citeflow.query.batching import embed_query
 
 log = logging.getLogger("citeflow.server")
 
@@ -168,15 +168,11 @@ class SkillEmbedding:
         """Embed ``texts`` one by one as queries (what citeflow's retrieval does with a
         question), at most `QUERY_CONCURRENCY` at a time."""
         limit = asyncio.Semaphore(QUERY_CONCURRENCY)
-        native = is_async_native(self.embed_model)
 
         async def one(position: int, text: str) -> None:
             async with limit:
                 try:
-                    if native:
-                        vector = await self.embed_model.aget_query_embedding(text)
-                    else:
-                        vector = await asyncio.to_thread(self.embed_model.get_query_embedding, text)
+                    vector = await embed_query(self.embed_model, text)
                 except Exception as exc:
                     if embeds_remotely(self.embed_model) and _refused(exc):
                         self._refuse(position, exc)

@@ -122,14 +122,7 @@ class CitationPolicy:
 
     def checker(self, texts: Sequence[str], question: str | None = None) -> CitationChecker:
         """The checker of one answer whose sources are ``texts``."""
-        return CitationChecker(
-            self.verifier(texts, question),
-            len(texts),
-            relative=self.relative,
-            decision_relative=self.decision_relative,
-            enabled=self.settings.repair,
-            question=question,
-        )
+        return CitationChecker(self, texts, question)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,23 +146,15 @@ class AnswerPiece:
 
 
 class CitationChecker:
-    """Checks the sentences of one answer against its numbered sources."""
+    """Checks the sentences of one answer against its numbered sources (``texts``, Source 1
+    first) under ``policy``."""
 
     def __init__(
-        self,
-        verifier: CitationVerifier,
-        count: int,
-        *,
-        relative: float = 0.8,
-        decision_relative: float = 0.65,
-        enabled: bool = True,
-        question: str | None = None,
+        self, policy: CitationPolicy, texts: Sequence[str], question: str | None = None
     ) -> None:
-        self.verifier = verifier
-        self._count = count
-        self._relative = relative
-        self._decision_relative = decision_relative
-        self._enabled = enabled
+        self.verifier = policy.verifier(texts, question)
+        self._policy = policy
+        self._count = len(texts)
         # what a bare "Yes." or "The answer is no." states: the question's proposition
         self._proposition = statement_of(question or "").strip().rstrip("?").strip()
 
@@ -184,17 +169,17 @@ class CitationChecker:
             )
         )
         statement = statement_of(bare)
-        if not self._enabled:
+        if not self._policy.settings.repair:
             return CheckedSentence(
                 renumber(sentence, {n: n for n in cited}), [], numbers=tuple(cited)
             )
         denied = frame_denies(bare)  # "No, it is not true that X": checked as not-X
         states = needs_citation(bare)
         decision = _BARE_DECISION.match(bare)
-        relative = self._relative
+        relative = self._policy.relative
         if decision and self._proposition and not content_terms(bare[decision.end() :]):
             statement, states = self._proposition, True  # "Yes." says the question's claim
-            relative = self._decision_relative
+            relative = self._policy.decision_relative
         if not content_terms(statement):
             return CheckedSentence(renumber(sentence, {}), [])  # states nothing to check
         ranking = await self.verifier.rank(statement, cited, denied=denied)

@@ -190,10 +190,6 @@ class LexicalSupport:
     def __len__(self) -> int:
         return len(self._texts)
 
-    @property
-    def texts(self) -> list[str]:
-        return list(self._texts)
-
     def score(self, statement: str, number: int) -> Support:
         """Support of ``statement`` by source ``number`` (1-based), with its quote."""
         return self._score(self._weighed(statement), number)

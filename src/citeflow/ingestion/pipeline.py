@@ -248,22 +248,20 @@ class Ingestor:
         nodes: list[BaseNode] = []
         for doc in docs:
             nodes.extend(self._split(doc))
-        out: list[BaseNode] = []
         for index, node in enumerate(nodes):
             assert isinstance(node, TextNode)
             node.id_ = str(uuid.uuid5(_NAMESPACE, f"{doc_id}:{digest}:{index}"))
-            node.metadata["doc_id"] = doc_id
-            node.metadata["content_hash"] = digest
-            node.metadata["chunk_index"] = index
-            node.metadata["chunk_count"] = len(nodes)
-            for key in ("doc_id", "content_hash", "chunk_index", "chunk_count"):
-                if key not in node.excluded_embed_metadata_keys:
-                    node.excluded_embed_metadata_keys.append(key)
-                if key not in node.excluded_llm_metadata_keys:
-                    node.excluded_llm_metadata_keys.append(key)
+            bookkeeping = {
+                "doc_id": doc_id,
+                "content_hash": digest,
+                "chunk_index": index,
+                "chunk_count": len(nodes),
+            }
+            node.metadata.update(bookkeeping)
+            for hidden in (node.excluded_embed_metadata_keys, node.excluded_llm_metadata_keys):
+                hidden.extend(key for key in bookkeeping if key not in hidden)
             node.relationships = {NodeRelationship.SOURCE: RelatedNodeInfo(node_id=doc_id)}
-            out.append(node)
-        return out
+        return nodes
 
     def chunk_documents(self, documents: Sequence[Document]) -> list[BaseNode]:
         """The chunks ingestion would write for these documents (ids, metadata, no vectors)."""

@@ -194,6 +194,14 @@ def is_async_native(embed_model: BaseEmbedding) -> bool:
     return "OpenAIEmbedding" in {cls.__name__ for cls in type(embed_model).__mro__}
 
 
+async def embed_query(embed_model: BaseEmbedding, query: str) -> Embedding:
+    """``query``'s embedding: awaited from an embedder whose async API does not block
+    (`is_async_native`), else computed on a worker thread (the event loop stays free)."""
+    if is_async_native(embed_model):
+        return await embed_model.aget_query_embedding(query)
+    return await asyncio.to_thread(embed_model.get_query_embedding, query)
+
+
 class BatchedQueryEmbedding(BaseEmbedding):
     """An embedding model whose query embeddings go through a `QueryBatcher`.
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
-from typing import Protocol
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol, TypeVar
 
 from llama_index.core.llms import LLM, ChatMessage
 from llama_index.core.schema import MetadataMode, NodeWithScore
@@ -150,9 +150,27 @@ def build_grader(settings: Settings, llm: LLM) -> Grader:
     return KeepAllGrader()
 
 
-def fallback_hits(
-    pool: Iterable[NodeWithScore], retrieval: RetrievalSettings
-) -> list[NodeWithScore]:
+class Scored(Protocol):
+    """A hit with its score: a `NodeWithScore`, or a ``POST /search`` result."""
+
+    @property
+    def score(self) -> float | None: ...
+
+
+HitT = TypeVar("HitT", bound=Scored)
+
+
+def keep_best(pool: dict[str, HitT], hits: Iterable[HitT], key: Callable[[HitT], str]) -> None:
+    """Add ``hits`` to ``pool``, each once by ``key``, the better scored of equals kept (the
+    first on a tie): the hits of a question's rounds (the workflow's ``grade`` step, ``POST
+    /search``), or of the knowledge bases one search covers."""
+    for hit in hits:
+        known = pool.get(key(hit))
+        if known is None or (hit.score or 0.0) > (known.score or 0.0):
+            pool[key(hit)] = hit
+
+
+def fallback_hits(pool: Iterable[HitT], retrieval: RetrievalSettings) -> list[HitT]:
     """What is kept when no round found a relevant hit: the ``fallback_chunks`` best of ``pool``
     (``on_no_relevant`` ``best``), or nothing (``refuse``)."""
     if retrieval.on_no_relevant == "refuse":

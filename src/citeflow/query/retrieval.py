@@ -20,17 +20,10 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import NodeWithScore
 
 from citeflow.bm25 import BM25Encoder
+from citeflow.query.batching import is_async_native
 from citeflow.query.fusion import fuse
 from citeflow.settings import RetrievalMode, RetrievalSettings, Settings
 from citeflow.store import Hits, Store, Vector
-
-
-def _async_native(embed_model: BaseEmbedding) -> bool:
-    """Whether the embedder's async API is really non-blocking (HTTP providers, batchers)."""
-    if getattr(embed_model, "async_native", False):  # e.g. query.batching.BatchedQueryEmbedding
-        return True
-    names = {cls.__name__ for cls in type(embed_model).__mro__}
-    return "OpenAIEmbedding" in names
 
 
 @dataclass(slots=True)
@@ -95,7 +88,7 @@ class Retriever:
         self.settings = settings or RetrievalSettings.defaults()
         self.top_k = top_k or self.settings.top_k
         self.encoder = encoder or BM25Encoder()
-        self._native = _async_native(embed_model)
+        self._native = is_async_native(embed_model)
 
     @classmethod
     def from_settings(
@@ -120,11 +113,6 @@ class Retriever:
     @property
     def mode(self) -> RetrievalMode:
         return self.settings.mode
-
-    async def embed_query(self, query: str) -> list[float]:
-        if self._native:
-            return await self.embed_model.aget_query_embedding(query)
-        return await asyncio.to_thread(self.embed_model.get_query_embedding, query)
 
     def _fetch(self, top_k: int) -> int:
         if self.mode == "hybrid":
@@ -237,7 +225,8 @@ class Retriever:
 
         An in-process embedder and the store share one worker-thread hop; an HTTP embedder is
         awaited natively first. ``embedding``: the query's embedding when the caller has it
-        already (one query searched in several collections: `embed_query` once).
+        already (one query searched in several collections: embedded once, with
+        `citeflow.query.batching.embed_query`).
         """
         k = top_k or self.top_k
         try:
@@ -263,11 +252,6 @@ class Retriever:
         as in `asearch`)."""
         ranking = await self.asearch(query, top_k, embedding=embedding)
         return ranking.scored_by_relevance()
-
-    async def aretrieve_timed(self, query: str) -> tuple[list[NodeWithScore], float]:
-        """`aretrieve`, plus the seconds spent in the embedder."""
-        ranking = await self.asearch(query)
-        return ranking.scored_by_relevance(), ranking.embed_seconds
 
     async def check(self) -> int:
         """The collection's chunk count; a clear error when it is missing or empty."""

@@ -1,10 +1,10 @@
 """Compact synthesis with the citation templates, streamed one checked sentence at a time.
 
 Compact mode: the numbered sources are packed into as few prompts as fit ``context_budget``
-tokens; the first prompt uses the QA template, each further one the refine template with the
-answer so far. Only the last call is streamed. Its sentences go through `RepairedAnswer` (each
-checked by a `CitationChecker` under the `CitationPolicy`), so every streamed piece is final,
-citation-checked text.
+tokens (of the policy's citation settings); the first prompt uses the QA template, each further
+one the refine template with the answer so far. Only the last call is streamed. Its sentences go
+through `RepairedAnswer` (each checked by a `CitationChecker` under the `CitationPolicy`), so
+every streamed piece is final, citation-checked text.
 
 How the model is asked to cite (`CitationMode`, ``CITEFLOW_CITATION_MODE``):
 
@@ -99,12 +99,10 @@ class CitationSynthesizer:
         self,
         llm: LLM,
         *,
-        context_budget: int,
         policy: CitationPolicy,
         mode: CitationMode = "markers",
     ) -> None:
         self.llm = llm
-        self.context_budget = context_budget
         self.policy = policy
         self.mode = mode
         self.structured = mode == "structured" and supports_response_format(llm)
@@ -142,7 +140,7 @@ class CitationSynthesizer:
         on_delta: Callable[[AnswerPiece], None] | None = None,
     ) -> Synthesis:
         """Answer ``query`` from ``sources``; ``on_delta`` receives each checked piece."""
-        groups = pack(sources, self.context_budget)
+        groups = pack(sources, self.policy.settings.context_budget)
         llm_seconds = 0.0
         answer = ""
         first = 1

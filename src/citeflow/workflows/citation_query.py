@@ -36,7 +36,7 @@ from citeflow.names import check_collection_name
 from citeflow.prompts import NOT_COVERED_ANSWER
 from citeflow.providers.embeddings import build_embed_model
 from citeflow.providers.llm import build_llm
-from citeflow.query.grading import Grader, ScoreGrader, build_grader, fallback_hits
+from citeflow.query.grading import Grader, ScoreGrader, build_grader, fallback_hits, keep_best
 from citeflow.query.retrieval import Retriever
 from citeflow.query.rewriting import condense, reformulate
 from citeflow.query.synthesis import (
@@ -82,12 +82,7 @@ class CitationQueryWorkflow(Workflow):
         self.policy = policy or CitationPolicy()
         self.trace_content = trace_content
         self.grader = grader or ScoreGrader.of(self.retrieval)
-        self.synthesizer = CitationSynthesizer(
-            llm,
-            context_budget=self.policy.settings.context_budget,
-            policy=self.policy,
-            mode=citation_mode,
-        )
+        self.synthesizer = CitationSynthesizer(llm, policy=self.policy, mode=citation_mode)
 
     @classmethod
     def from_settings(
@@ -188,13 +183,14 @@ class CitationQueryWorkflow(Workflow):
         started = time.perf_counter()
         self._status(ctx, "searching", f"Searching the documents for “{ev.query}”", ev.round)
         with span("retrieve", round=ev.round, query=ev.query) as current, upstream("embedding"):
-            nodes, embed_seconds = await self.retriever.aretrieve_timed(ev.query)
+            ranking = await self.retriever.asearch(ev.query)
+            nodes = ranking.scored_by_relevance()
             annotate(current, passages=len(nodes))
         if not nodes and ev.round == 1:
             await self.retriever.check()  # a missing or empty collection: one clear error
         trace = await self._trace(ctx)
         trace.timed("retrieve", started)
-        trace.timings["embed"] = trace.timings.get("embed", 0.0) + embed_seconds
+        trace.timings["embed"] = trace.timings.get("embed", 0.0) + ranking.embed_seconds
         return RetrievedEvent(query=ev.query, round=ev.round, nodes=nodes)
 
     @step
@@ -206,18 +202,15 @@ class CitationQueryWorkflow(Workflow):
             relevant = await self.grader.grade(ev.query, ev.nodes)
             annotate(current, relevant=len(relevant))
         trace = await self._trace(ctx)
-        query, pool = trace.query, trace.pool
-        for hit in ev.nodes:
-            known = pool.get(hit.node.node_id)
-            if known is None or (hit.score or 0.0) > (known.score or 0.0):
-                pool[hit.node.node_id] = hit
+        query = trace.query
+        keep_best(trace.pool, ev.nodes, key=lambda hit: hit.node.node_id)
         trace.rounds = ev.round
         trace.timed("grade", started)
         if relevant:
             return RelevantNodesEvent(query=query, nodes=relevant, graded_relevant=True)
         if ev.round < self.retrieval.max_rounds:
             return RetryEvent(original_query=query, failed_query=ev.query, round=ev.round + 1)
-        best = fallback_hits(pool.values(), self.retrieval)
+        best = fallback_hits(trace.pool.values(), self.retrieval)
         return RelevantNodesEvent(query=query, nodes=best, graded_relevant=False)
 
     @step
