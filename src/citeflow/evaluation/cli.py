@@ -190,17 +190,7 @@ def _run(
     from citeflow.evaluation.dense import default_cache_dir
     from citeflow.evaluation.runner import RETRIEVERS, EvalContext, evaluate_retrieval
 
-    size = args.chunk_size or settings.chunking.size
-    overlap = args.chunk_overlap if args.chunk_overlap is not None else settings.chunking.overlap
-    if not 0 <= overlap < size:
-        raise InvalidRequestError(
-            f"--chunk-overlap ({overlap}) must be at least 0 and below --chunk-size ({size})"
-        )
     progress = not args.quiet
-    dataset = load_beir(
-        args.dataset, split=args.split, limit=args.limit, corpus_limit=args.corpus_limit
-    )
-    _say(dataset.summary())
     cache_dir = (args.cache_dir or default_cache_dir()).expanduser()
     with ExitStack() as stack:
         context = EvalContext(
@@ -213,6 +203,15 @@ def _run(
             embed_model=embed_model,
             embedder_name=embedder_name,
         )
+        size, overlap = context.chunking()
+        if not 0 <= overlap < size:
+            raise InvalidRequestError(
+                f"--chunk-overlap ({overlap}) must be at least 0 and below --chunk-size ({size})"
+            )
+        dataset = load_beir(
+            args.dataset, split=args.split, limit=args.limit, corpus_limit=args.corpus_limit
+        )
+        _say(dataset.summary())
         retrievers = {}
         for name in names:
             retrievers[name] = RETRIEVERS[name](dataset, context)
@@ -226,7 +225,7 @@ def _run(
             progress=progress,
             concurrency=args.concurrency,
         )
-        tables = _citation_sections(args, dataset, context, report, llm)
+        answers = _answers_table(args, dataset, context, report, llm)
     report.extra["options"] = {
         "retrievers": names,
         "limit": args.limit,
@@ -237,8 +236,8 @@ def _run(
     }
     if names:
         print(report.table())
-    for table in tables:
-        print(table)
+    if answers is not None:
+        print(answers)
     out = args.out or (
         cache_dir / "reports" / f"{dataset.name}-{dataset.split}-"
         f"{datetime.now().strftime('%Y%m%d-%H%M%S')}.json"
@@ -247,32 +246,31 @@ def _run(
     return 0
 
 
-def _citation_sections(
+def _answers_table(
     args: argparse.Namespace,
     dataset: BeirDataset,
     context: EvalContext,
     report: EvalReport,
     llm: LLM | None,
-) -> list[str]:
-    """``--answers N``: its table, its section of the report."""
-    template = getattr(args, "question", None) or DEFAULT_QUESTION
-    tables = []
-    if getattr(args, "answers", None):
-        from citeflow.evaluation.answers import answers_section
-        from citeflow.evaluation.perfect_answers import perfect_section
+) -> str | None:
+    """``--answers N``: its table (None without the option); its section goes into ``report``."""
+    if not getattr(args, "answers", None):
+        return None
+    from citeflow.evaluation.answers import answers_section
+    from citeflow.evaluation.perfect_answers import perfect_section
 
-        variant = getattr(args, "perfect_model", None)
-        if variant:
-            shown, section = perfect_section(
-                dataset, context, count=args.answers, variant=variant, template=template
-            )
-        else:
-            shown, section = answers_section(
-                dataset, context, count=args.answers, template=template, llm=llm
-            )
-        report.extra["answers"] = section
-        tables.append(shown)
-    return tables
+    template = getattr(args, "question", None) or DEFAULT_QUESTION
+    variant = getattr(args, "perfect_model", None)
+    if variant:
+        shown, section = perfect_section(
+            dataset, context, count=args.answers, variant=variant, template=template
+        )
+    else:
+        shown, section = answers_section(
+            dataset, context, count=args.answers, template=template, llm=llm
+        )
+    report.extra["answers"] = section
+    return shown
 
 
 def main(argv: Sequence[str] | None = None) -> int:
