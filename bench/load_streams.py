@@ -65,9 +65,7 @@ from citeflow.testing.openai_server import (
     default_reply,
     split_tokens,
 )
-
-ROOT = Path(__file__).resolve().parents[1]
-
+from common import ROOT, proc_status_kb
 
 COLLECTION = "essay"
 MODEL = f"citeflow-{COLLECTION}"
@@ -212,16 +210,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def proc_status(pid: int) -> dict[str, int]:
-    """VmRSS and VmHWM (peak RSS) of a process, in kB."""
-    out = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            out[key] = int(value.split()[0])
-    return out
 
 
 def cpu_seconds(pid: int, tid: int | None = None) -> float:
@@ -369,7 +357,7 @@ async def run_level(
         last_start = ramp * (concurrency - 1) / concurrency
         level.outcomes = [o for o in outcomes if o.start >= last_start] if ramp else outcomes
         level.all = outcomes
-    memory = proc_status(pid)
+    memory = proc_status_kb(pid, "VmRSS", "VmHWM")
     level.rss_kb, level.hwm_kb = memory["VmRSS"], memory["VmHWM"]
     return level, offset + count
 

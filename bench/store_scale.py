@@ -57,7 +57,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-ROOT = Path(__file__).resolve().parents[1]
+from common import ROOT, proc_status_kb
+
 COLLECTION = "scale"
 DIM = 384
 BATCH = 256
@@ -112,10 +113,7 @@ def batches(n: int) -> Iterator[tuple[int, int]]:
 
 # --- workers (run with PYTHONPATH at the store's source) --------------------------------------
 def _peak_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+    return proc_status_kb("self", "VmHWM").get("VmHWM", float("nan")) / 1024
 
 
 def make_batch(batch: int, size: int, words: list[str], centres: Any, encoder: Any) -> Any:
@@ -344,12 +342,9 @@ class WorkerKilled(RuntimeError):
 
 def _rss_anon_kb(pid: int) -> int:
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("RssAnon:"):
-                return int(line.split()[1])
+        return proc_status_kb(pid, "RssAnon").get("RssAnon", 0)
     except (FileNotFoundError, ProcessLookupError):
-        pass
-    return 0
+        return 0
 
 
 def _disk_mb(path: Path) -> float:

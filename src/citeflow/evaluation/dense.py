@@ -33,6 +33,8 @@ from llama_index.core.schema import BaseNode, Document
 from tqdm.auto import tqdm
 
 from citeflow.errors import StoreLockedError
+from citeflow.evaluation.answer_cache import write_json
+from citeflow.evaluation.answers import doc_id_of
 from citeflow.evaluation.dataset import BeirDataset
 from citeflow.ingestion.pipeline import file_hash
 from citeflow.knowledge_base import KnowledgeBase
@@ -110,12 +112,6 @@ def _read_manifest(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _write_manifest(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    tmp.replace(path)
-
-
 def _documents(dataset: BeirDataset) -> list[Document]:
     return [
         Document(id_=doc.id, text=doc.text, metadata={"title": doc.title})
@@ -186,21 +182,15 @@ class DenseIndex:
             embedded = kept = 0
             if not complete:
                 if manifest.get("key") != key:
-                    _write_manifest(manifest_path, {"key": key, "complete": False, **facts})
+                    started_manifest = {"key": key, "complete": False, **facts}
+                    write_json(manifest_path, started_manifest, indent=2, sort_keys=True)
                 embedded, kept = _sync(kb, dataset, batch_chunks=batch_chunks, progress=progress)
             chunks = store.count(COLLECTION)
             seconds = time.perf_counter() - started
             if not complete:
-                _write_manifest(
-                    manifest_path,
-                    {
-                        "key": key,
-                        **facts,
-                        "complete": True,
-                        "chunks": chunks,
-                        "build_seconds": round(seconds, 3),
-                    },
-                )
+                built = {"key": key, **facts, "complete": True, "chunks": chunks}
+                built["build_seconds"] = round(seconds, 3)
+                write_json(manifest_path, built, indent=2, sort_keys=True)
         except BaseException:
             kb.close()
             raise
@@ -316,7 +306,7 @@ class DenseSearch:
             nodes = (await self.retriever.asearch(query, top_k=fetch)).hits
             best: dict[str, float] = {}
             for hit in nodes:
-                doc_id = str(hit.node.metadata.get("doc_id") or hit.node.ref_doc_id or "")
+                doc_id = doc_id_of(hit)
                 score = float(hit.score if hit.score is not None else 0.0)
                 if doc_id and (doc_id not in best or score > best[doc_id]):
                     best[doc_id] = score
