@@ -158,43 +158,28 @@ def run(
     Raises:
         CiteflowError: bad dataset, unknown retriever, locked cache, provider errors.
     """
-    from citeflow.evaluation.runner import RETRIEVERS
+    from citeflow.evaluation.dataset import load_beir
+    from citeflow.evaluation.dense import default_cache_dir
+    from citeflow.evaluation.runner import RETRIEVERS, EvalContext, evaluate_retrieval
     from citeflow.settings import load_settings
 
     names = [n.strip() for n in str(args.retrievers).split(",") if n.strip()]
-    extra = getattr(args, "answers", None)
-    if names == ["none"] and extra:
+    if names == ["none"] and args.answers:
         names = []  # answers only
     unknown = [n for n in names if n not in RETRIEVERS]
-    if unknown or (not names and not extra):
+    if unknown or (not names and not args.answers):
         raise InvalidRequestError(
             f"unknown retriever {', '.join(unknown) or '(none)'}; "
             f"available: {', '.join(RETRIEVERS)}"
         )
-    settings = settings or load_settings()
-    with warnings.catch_warnings():
-        # llama-index asks embedded Qdrant for payload indexes it does not need: noise
-        warnings.filterwarnings("ignore", message="Payload indexes have no effect")
-        return _run(args, names, settings, embed_model, embedder_name, llm)
-
-
-def _run(
-    args: argparse.Namespace,
-    names: list[str],
-    settings: Settings,
-    embed_model: BaseEmbedding | None,
-    embedder_name: str | None,
-    llm: LLM | None = None,
-) -> int:
-    from citeflow.evaluation.dataset import load_beir
-    from citeflow.evaluation.dense import default_cache_dir
-    from citeflow.evaluation.runner import RETRIEVERS, EvalContext, evaluate_retrieval
-
     progress = not args.quiet
     cache_dir = (args.cache_dir or default_cache_dir()).expanduser()
     with ExitStack() as stack:
+        stack.enter_context(warnings.catch_warnings())
+        # llama-index asks embedded Qdrant for payload indexes it does not need: noise
+        warnings.filterwarnings("ignore", message="Payload indexes have no effect")
         context = EvalContext(
-            settings=settings,
+            settings=settings or load_settings(),
             cache_dir=cache_dir,
             stack=stack,
             progress=progress,
@@ -254,16 +239,15 @@ def _answers_table(
     llm: LLM | None,
 ) -> str | None:
     """``--answers N``: its table (None without the option); its section goes into ``report``."""
-    if not getattr(args, "answers", None):
+    if not args.answers:
         return None
     from citeflow.evaluation.answers import answers_section
     from citeflow.evaluation.perfect_answers import perfect_section
 
-    template = getattr(args, "question", None) or DEFAULT_QUESTION
-    variant = getattr(args, "perfect_model", None)
-    if variant:
+    template = args.question or DEFAULT_QUESTION
+    if args.perfect_model:
         shown, section = perfect_section(
-            dataset, context, count=args.answers, variant=variant, template=template
+            dataset, context, count=args.answers, variant=args.perfect_model, template=template
         )
     else:
         shown, section = answers_section(
