@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
 
-from llama_index.core.llms import ChatMessage
+from llama_index.core.llms import LLM, ChatMessage
 from llama_index.core.schema import Document, TextNode
 
 from citeflow.citations.markers import cited_numbers, strip_markers
@@ -349,6 +349,12 @@ def _kb(settings: Settings, store: Store) -> KnowledgeBase:
     return kb
 
 
+def _workflow(kb: KnowledgeBase, llm: LLM) -> CitationQueryWorkflow:
+    """The workflow over ``kb``: top 3 chunks, score-graded at 0.2."""
+    retrieval = RetrievalSettings.defaults(relevance_threshold=0.2)
+    return CitationQueryWorkflow(retriever=kb.retriever(top_k=3), llm=llm, retrieval=retrieval)
+
+
 async def test_perfect_model_llm_answers_the_in_process_workflow(
     settings: Settings, store: Store
 ) -> None:
@@ -356,11 +362,7 @@ async def test_perfect_model_llm_answers_the_in_process_workflow(
     variants: tuple[Variant, ...] = ("verbatim", "wrong")
     for variant in variants:
         llm = PerfectModelLLM(PerfectAuthor(GOLDS, variant))
-        workflow = CitationQueryWorkflow(
-            retriever=kb.retriever(top_k=3),
-            llm=llm,
-            retrieval=RetrievalSettings.defaults(relevance_threshold=0.2),
-        )
+        workflow = _workflow(kb, llm)
         total = PerfectScore()
         for gold in GOLDS:
             result: object = await workflow.run(query=gold.question)
@@ -400,11 +402,7 @@ async def _run_over_http(
             llm={"provider": "openai", "model": "qwen2.5:1.5b"},
             openai={"base_url": server.openai_base_url},
         )
-        workflow = CitationQueryWorkflow(
-            retriever=kb.retriever(top_k=3),
-            llm=build_llm(llm_settings, max_retries=0),
-            retrieval=RetrievalSettings.defaults(relevance_threshold=0.2),
-        )
+        workflow = _workflow(kb, build_llm(llm_settings, max_retries=0))
         for gold in GOLDS:
             result: object = await workflow.run(query=gold.question)
             assert isinstance(result, CitedResponse)

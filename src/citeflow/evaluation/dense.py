@@ -222,13 +222,8 @@ class DenseIndex:
         )
         info = {**asdict(self.info), "mode": mode}
         if mode == "hybrid":
-            info.update(
-                fusion=options.fusion,
-                dense_weight=options.dense_weight,
-                rrf_k=options.rrf_k,
-                feedback_chunks=options.feedback_chunks,
-                feedback_weight=options.feedback_weight,
-            )
+            fused = {"fusion", "dense_weight", "rrf_k", "feedback_chunks", "feedback_weight"}
+            info.update(options.model_dump(include=fused))
         return DenseSearch(retriever, overfetch=overfetch, info=info)
 
     def close(self) -> None:
