@@ -73,6 +73,8 @@ API_KEY = "bench-key"
 #: Words quoted from a source per answer sentence (the first sentence's length is fixed).
 SENTENCE_WORDS = 10
 GRADE_REPLY = '{"relevant": [1, 2, 3]}'
+#: an answer sentence of the fake upstream's length
+TEMPLATE = " ".join(["Word"] * SENTENCE_WORDS) + " [1]."
 
 TOPICS = [
     "writing short stories before college",
@@ -186,23 +188,23 @@ def first_sentence_token(text: str) -> int:
     return len(split_tokens(text)) - 1
 
 
-def stream_seconds(args: argparse.Namespace) -> float:
-    """Seconds the upstream takes for one whole answer (and grading call)."""
-    template = " ".join(["Word"] * SENTENCE_WORDS) + " [1]."
-    seconds = args.ttft + (len(split_tokens(" ".join([template] * args.sentences))) - 1) / args.tps
+def upstream_seconds(args: argparse.Namespace, token: int) -> float:
+    """Seconds until the upstream sends the answer's token number ``token`` (from 0), its
+    grading call (``--grader llm``) included."""
+    seconds = args.ttft + token / args.tps
     if args.grader == "llm":
         seconds += args.ttft + (len(split_tokens(GRADE_REPLY)) - 1) / args.tps
     return seconds
+
+
+def stream_seconds(args: argparse.Namespace) -> float:
+    """Seconds the upstream takes for one whole answer (and grading call)."""
+    return upstream_seconds(args, len(split_tokens(" ".join([TEMPLATE] * args.sentences))) - 1)
 
 
 def upstream_reference(args: argparse.Namespace) -> float:
     """Seconds the upstream itself needs to deliver the answer's first complete sentence."""
-    template = " ".join(["Word"] * SENTENCE_WORDS) + " [1]."
-    k = first_sentence_token(f"{template} {template} {template}")
-    seconds = args.ttft + k / args.tps
-    if args.grader == "llm":
-        seconds += args.ttft + (len(split_tokens(GRADE_REPLY)) - 1) / args.tps
-    return seconds
+    return upstream_seconds(args, first_sentence_token(f"{TEMPLATE} {TEMPLATE} {TEMPLATE}"))
 
 
 # --- processes -----------------------------------------------------------------------------------
