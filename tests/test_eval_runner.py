@@ -150,13 +150,13 @@ def test_report_table_and_json(mini: BeirDataset, tmp_path: Path) -> None:
     assert set(static["per_query"]) == {"q1", "q2", "q3", "q4"}
 
 
-async def test_queries_run_concurrently_but_bounded(mini: BeirDataset) -> None:
+@pytest.mark.parametrize(("concurrency", "most"), [(2, 2), (8, 4)])  # 8: all four queries at once
+async def test_queries_run_concurrently_but_bounded(
+    mini: BeirDataset, concurrency: int, most: int
+) -> None:
     retriever = StaticRetriever({}, delay=0.02)
-    await aevaluate_retrieval(mini, {"slow": retriever}, progress=False, concurrency=2)
-    assert retriever.most_in_flight == 2
-    retriever = StaticRetriever({}, delay=0.02)
-    await aevaluate_retrieval(mini, {"slow": retriever}, progress=False, concurrency=8)
-    assert retriever.most_in_flight == 4  # all four queries at once
+    await aevaluate_retrieval(mini, {"slow": retriever}, progress=False, concurrency=concurrency)
+    assert retriever.most_in_flight == most
 
 
 async def test_a_failing_retriever_fails_the_evaluation(mini: BeirDataset) -> None:

@@ -36,6 +36,7 @@ from citeflow.errors import StoreLockedError
 from citeflow.evaluation.answer_cache import write_json
 from citeflow.evaluation.answers import doc_id_of
 from citeflow.evaluation.dataset import BeirDataset
+from citeflow.evaluation.metrics import best_scores
 from citeflow.ingestion.pipeline import file_hash
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.query.retrieval import Retriever
@@ -299,12 +300,8 @@ class DenseSearch:
         fetch = max(top_k, int(top_k * self.overfetch))
         while True:
             nodes = (await self.retriever.asearch(query, top_k=fetch)).hits
-            best: dict[str, float] = {}
-            for hit in nodes:
-                doc_id = doc_id_of(hit)
-                score = float(hit.score if hit.score is not None else 0.0)
-                if doc_id and (doc_id not in best or score > best[doc_id]):
-                    best[doc_id] = score
+            pairs = ((doc_id_of(hit), hit.score or 0.0) for hit in nodes)
+            best = best_scores((doc_id, score) for doc_id, score in pairs if doc_id)
             if len(best) >= top_k or len(nodes) < fetch:
                 break
             fetch *= 2

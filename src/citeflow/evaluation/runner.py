@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 
 from citeflow.errors import InvalidRequestError
 from citeflow.evaluation.dataset import BeirDataset
-from citeflow.evaluation.metrics import evaluate, metric_name, per_query, rank
+from citeflow.evaluation.metrics import best_scores, evaluate, metric_name, per_query, rank
 from citeflow.evaluation.table import text_table
 
 if TYPE_CHECKING:
@@ -197,12 +197,7 @@ async def _run_one(
     async def one(qid: str, text: str) -> None:
         async with gate:
             hits = await retriever.search(text, top_k)
-        scores: dict[str, float] = {}
-        for doc_id, score in hits:
-            doc, value = str(doc_id), float(score)
-            if doc not in scores or value > scores[doc]:
-                scores[doc] = value
-        run[qid] = scores
+        run[qid] = best_scores(hits)
         bar.update(1)
 
     started = time.perf_counter()
