@@ -174,13 +174,6 @@ def dataset_facts(dataset: BeirDataset) -> dict[str, Any]:
     }
 
 
-def _check_k_values(k_values: Sequence[int]) -> tuple[int, ...]:
-    ks = tuple(sorted(set(k_values)))
-    if not ks or ks[0] < 1:
-        raise InvalidRequestError(f"k values must be positive integers, got {list(k_values)}")
-    return ks
-
-
 async def _run_one(
     name: str,
     retriever: RetrieverLike,
@@ -222,7 +215,9 @@ async def aevaluate_retrieval(
     concurrency: int = 8,
 ) -> EvalReport:
     """Run each retriever on every query of ``dataset`` and score it (see `evaluate_retrieval`)."""
-    ks = _check_k_values(k_values)
+    ks = tuple(sorted(set(k_values)))
+    if not ks or ks[0] < 1:
+        raise InvalidRequestError(f"k values must be positive integers, got {list(k_values)}")
     if concurrency < 1:
         raise InvalidRequestError(f"concurrency must be at least 1, got {concurrency}")
     results: dict[str, RetrieverResult] = {}
