@@ -51,9 +51,8 @@ from llama_index.core.schema import NodeWithScore
 
 from citeflow.citations.sources import make_sources
 from citeflow.evaluation.answer_cache import write_json
-from citeflow.evaluation.answers import doc_id_of
 from citeflow.evaluation.dataset import load_beir
-from citeflow.evaluation.dense import DenseIndex, default_cache_dir
+from citeflow.evaluation.dense import DenseIndex, default_cache_dir, doc_id_of
 from citeflow.query.grading import Grader, KeepAllGrader, LLMGrader, ScoreGrader
 from citeflow.query.retrieval import Retriever
 from citeflow.query.rewriting import reformulate

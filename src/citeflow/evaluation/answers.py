@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any
 from tqdm.auto import tqdm
 
 from citeflow.evaluation.answer_cache import RECORD_FORMAT, AnswerCache, generation_facts
+from citeflow.evaluation.dense import doc_id_of
 
 if TYPE_CHECKING:
     from llama_index.core.llms import LLM
-    from llama_index.core.schema import NodeWithScore
 
     from citeflow.citations.repair import CitationPolicy
     from citeflow.evaluation.dataset import BeirDataset
@@ -45,12 +45,6 @@ def question_of(query: str, template: str = CLAIM_QUESTION) -> str:
     if text.endswith("?"):
         return text
     return template.format(claim=text.rstrip(". "))
-
-
-def doc_id_of(source: NodeWithScore) -> str:
-    """The corpus document a numbered source was cut from."""
-    node = source.node
-    return str(node.metadata.get("doc_id") or node.ref_doc_id or "")
 
 
 def record_of(

@@ -29,12 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
-from llama_index.core.schema import BaseNode, Document
+from llama_index.core.schema import BaseNode, Document, NodeWithScore
 from tqdm.auto import tqdm
 
 from citeflow.errors import StoreLockedError
 from citeflow.evaluation.answer_cache import write_json
-from citeflow.evaluation.answers import doc_id_of
 from citeflow.evaluation.dataset import BeirDataset
 from citeflow.evaluation.metrics import best_scores
 from citeflow.ingestion.pipeline import file_hash
@@ -50,6 +49,7 @@ __all__ = [
     "DenseSearch",
     "IndexInfo",
     "default_cache_dir",
+    "doc_id_of",
     "index_key",
 ]
 
@@ -59,6 +59,11 @@ COLLECTION = "corpus"
 #: (2: hybrid layout with BM25 sparse vectors)
 INDEX_FORMAT = 2
 _MANIFEST = "manifest.json"
+
+
+def doc_id_of(hit: NodeWithScore) -> str:
+    """The corpus document a chunk (or a source cut from one) comes from."""
+    return str(hit.node.metadata.get("doc_id") or hit.node.ref_doc_id or "")
 
 
 def default_cache_dir() -> Path:
