@@ -15,14 +15,11 @@ import statistics
 import tempfile
 import time
 import warnings
-from pathlib import Path
 
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.providers.local_llm import LocalLlamaCppLLM
 from citeflow.settings import load_settings
-
-ROOT = Path(__file__).resolve().parents[1]
-
+from common import ROOT
 
 QUESTIONS = [
     "What did the author work on before college?",

@@ -32,13 +32,12 @@ from pathlib import Path
 from typing import Any
 
 from citeflow.citations.repair import CitationPolicy
-from citeflow.evaluation.answer_cache import AnswerCache, generation_facts
-from citeflow.evaluation.answers import question_of, recheck, recheck_all
+from citeflow.evaluation.answers import answer_cache, question_of, recheck, recheck_all
 from citeflow.evaluation.dataset import BeirDataset, load_beir
 from citeflow.evaluation.dense import default_cache_dir
 from citeflow.evaluation.perfect_answers import perfect_answers, perfect_figures
 from citeflow.evaluation.perfect_model import AuthoredSentence, PerfectScore, score_answer
-from citeflow.evaluation.runner import EvalContext, index_key_of
+from citeflow.evaluation.runner import EvalContext
 from citeflow.evaluation.scoring import DatasetScore, score_all, table
 from citeflow.providers.llm import describe_llm
 from citeflow.settings import Settings, load_settings
@@ -54,11 +53,7 @@ Perfect = dict[str, list[tuple[dict[str, Any], list[AuthoredSentence]]]]
 
 def recorded(dataset: BeirDataset, context: EvalContext, count: int) -> dict[str, Any]:
     """The real model's answers recorded for the first ``count`` questions."""
-    settings = context.settings
-    facts = generation_facts(
-        settings, index_key=index_key_of(dataset, context), llm=describe_llm(settings)
-    )
-    cache = AnswerCache.under(context.cache_dir / "answers", dataset.name, facts)
+    cache = answer_cache(dataset, context, describe_llm(context.settings))
     out = {}
     for qid in list(dataset.queries)[:count]:
         record = cache.get(qid, question_of(dataset.queries[qid]))

@@ -29,11 +29,9 @@ import tempfile
 import time
 import warnings
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 from llama_index.core.query_engine import CitationQueryEngine
-from llama_index.core.schema import Document
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import (
@@ -55,9 +53,7 @@ from citeflow.store import Store
 from citeflow.testing.embedding import HashEmbedding
 from citeflow.testing.llm import ScriptedLLM
 from citeflow.workflows.citation_query import CitationQueryWorkflow
-
-ROOT = Path(__file__).resolve().parents[1]
-
+from common import essay_kb, p50_p95_ms
 
 QUESTIONS = [
     "What did the author work on before college?",
@@ -84,14 +80,8 @@ class Dropped(SpanExporter):
 
 def build() -> KnowledgeBase:
     settings = Settings(_env_file=None, chunking={"size": 512, "overlap": 64})
-    kb = KnowledgeBase(
-        settings,
-        store=Store.open_path(tempfile.mkdtemp(prefix="engine-overhead-")),
-        embed_model=HashEmbedding(),
-        collection="essay",
-    )
-    text = (ROOT / "data" / "paul_graham_essay.txt").read_text()
-    kb.add_documents([Document(id_="essay", text=text, metadata={"file_name": "essay.txt"})])
+    store = Store.open_path(tempfile.mkdtemp(prefix="engine-overhead-"))
+    kb = essay_kb(settings, store, HashEmbedding(), {"file_name": "essay.txt"})
     kb.store.optimize(kb.collection)
     return kb
 
@@ -216,8 +206,8 @@ def main() -> None:
     print(f"engine overhead per query, {args.queries} queries, essay in the embedded store")
     print(f"{'':48s} {'median ms':>10s} {'p95 ms':>8s}")
     for name, times in rows:
-        ms = sorted(t * 1000 for t in times)
-        print(f"{name:48s} {statistics.median(ms):10.2f} {ms[int(0.95 * len(ms)) - 1]:8.2f}")
+        p50, p95 = p50_p95_ms(times)
+        print(f"{name:48s} {p50:10.2f} {p95:8.2f}")
     added = statistics.median(observed["streamed + metrics + tracing"]) - statistics.median(
         observed["streamed"]
     )

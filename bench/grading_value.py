@@ -47,19 +47,18 @@ from pathlib import Path
 from typing import Any, cast
 
 from llama_index.core.llms import LLM, ChatMessage, ChatResponse
-from llama_index.core.schema import Document, NodeWithScore
+from llama_index.core.schema import NodeWithScore
 
 from citeflow.citations.sources import make_sources
+from citeflow.evaluation.answer_cache import write_json
 from citeflow.evaluation.dataset import load_beir
-from citeflow.evaluation.dense import DenseIndex, default_cache_dir
-from citeflow.knowledge_base import KnowledgeBase
+from citeflow.evaluation.dense import DenseIndex, default_cache_dir, doc_id_of
 from citeflow.query.grading import Grader, KeepAllGrader, LLMGrader, ScoreGrader
 from citeflow.query.retrieval import Retriever
 from citeflow.query.rewriting import reformulate
 from citeflow.settings import Settings
 from citeflow.store import Store
-
-ROOT = Path(__file__).resolve().parents[1]
+from common import SCIFACT, essay_kb
 
 THRESHOLDS = (0.10, 0.15, 0.20, 0.25, 0.30, 0.35, 0.40, 0.45, 0.50)
 
@@ -98,9 +97,7 @@ class ReplyCache:
             entry = {"reply": reply.message.content or "", "seconds": time.perf_counter() - started}
             self.data[key] = entry
             self.misses += 1
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(self.data, indent=1, sort_keys=True), encoding="utf-8")
-            tmp.replace(self.path)
+            write_json(self.path, self.data, sort_keys=True)
         self.last_seconds = float(entry["seconds"])
         return ChatResponse(message=ChatMessage(role="assistant", content=str(entry["reply"])))
 
@@ -114,9 +111,9 @@ class Claim:
     off_hits: list[NodeWithScore] = field(default_factory=list)
     """the same claim searched in an unrelated corpus (the essay): nothing there is relevant"""
 
-
-def doc_of(hit: NodeWithScore) -> str:
-    return str(hit.node.metadata.get("doc_id") or hit.node.ref_doc_id or "")
+    def relevant_in(self, hits: Sequence[NodeWithScore]) -> int:
+        """How many of ``hits`` are cut from an abstract judged relevant to the claim."""
+        return sum(doc_id_of(hit) in self.relevant for hit in hits)
 
 
 def best_hits(hits: Sequence[NodeWithScore], n: int) -> list[NodeWithScore]:
@@ -147,13 +144,13 @@ class Row:
     def figures(self) -> dict[str, float]:
         n = len(self.outcomes)
         kept = sum(len(g.kept) for _, g in self.outcomes)
-        kept_rel = sum(doc_of(h) in c.relevant for c, g in self.outcomes for h in g.kept)
-        retrieved_rel = sum(doc_of(h) in c.relevant for c, _ in self.outcomes for h in c.hits)
+        kept_rel = sum(c.relevant_in(g.kept) for c, g in self.outcomes)
+        retrieved_rel = sum(c.relevant_in(c.hits) for c, _ in self.outcomes)
         sources = sum(len(g.sources) for _, g in self.outcomes)
-        sources_rel = sum(doc_of(s) in c.relevant for c, g in self.outcomes for s in g.sources)
-        reached = sum(any(doc_of(s) in c.relevant for s in g.sources) for c, g in self.outcomes)
-        missed = [g for c, g in self.outcomes if not any(doc_of(h) in c.relevant for h in c.hits)]
-        found = [g for c, g in self.outcomes if any(doc_of(h) in c.relevant for h in c.hits)]
+        sources_rel = sum(c.relevant_in(g.sources) for c, g in self.outcomes)
+        reached = sum(c.relevant_in(g.sources) > 0 for c, g in self.outcomes)
+        missed = [g for c, g in self.outcomes if not c.relevant_in(c.hits)]
+        found = [g for c, g in self.outcomes if c.relevant_in(c.hits)]
         return {
             "kept/q": kept / n,
             "kept P": kept_rel / kept if kept else 0.0,
@@ -239,15 +236,15 @@ class Bench:
             if isinstance(grader, LLMGrader):
                 grade_seconds = self.llm.last_seconds
             seconds.append(llm_seconds + (graded_at - retrieved) + grade_seconds)
-            before = {doc_of(h) for h in claim.hits}
-            found_new += any(doc_of(h) in claim.relevant - before for h in hits)
+            before = {doc_id_of(h) for h in claim.hits}
+            found_new += any(doc_id_of(h) in claim.relevant - before for h in hits)
             kept2 += bool(kept)
             chosen = kept or best_hits(
                 [*claim.hits, *hits], self.settings.retrieval.fallback_chunks
             )
             after = self.sources(chosen, claim.text)
-            rel_before += any(doc_of(s) in claim.relevant for s in graded.sources)
-            rel_after += any(doc_of(s) in claim.relevant for s in after)
+            rel_before += claim.relevant_in(graded.sources) > 0
+            rel_after += claim.relevant_in(after) > 0
         n = len(rejected)
         return {
             "rejected": n,
@@ -314,24 +311,17 @@ async def run(args: argparse.Namespace) -> None:
     claims: list[Claim] = []
     searched = time.perf_counter()
     for qid, text in dataset.queries.items():
-        relevant = {doc for doc, grade in dataset.qrels[qid].items() if grade > 0}
-        claim = Claim(qid, text, relevant)
+        claim = Claim(qid, text, dataset.relevant(qid))
         claim.hits = await retriever.aretrieve(text)
         claims.append(claim)
     search_ms = 1000 * (time.perf_counter() - searched) / len(claims)
-    essay = KnowledgeBase(
-        settings,
-        store=Store.open_path(":memory:"),
-        embed_model=index.kb.embed_model,
-        collection="essay",
-    )
-    text = (ROOT / "data" / "paul_graham_essay.txt").read_text(encoding="utf-8")
-    essay.add_documents([Document(id_="essay", text=text, metadata={"title": "essay"})])
+    store = Store.open_path(":memory:")
+    essay = essay_kb(settings, store, index.kb.embed_model, {"title": "essay"})
     off_retriever = essay.retriever()
     bench = Bench(settings, retriever, off_retriever, llm)
     for claim in claims:
         claim.off_hits = await off_retriever.aretrieve(claim.text)
-    any_rel = sum(any(doc_of(h) in c.relevant for h in c.hits) for c in claims) / len(claims)
+    any_rel = sum(c.relevant_in(c.hits) > 0 for c in claims) / len(claims)
     search = settings.retrieval
     default = search.relevance_threshold
 
@@ -398,7 +388,7 @@ async def run(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--dataset", type=Path, default=ROOT.parent / "shared/data/scifact")
+    parser.add_argument("--dataset", type=Path, default=SCIFACT)
     parser.add_argument("--cache-dir", type=Path, default=default_cache_dir())
     parser.add_argument("--limit", type=int, default=None, help="first N claims only")
     parser.add_argument("--llm-sample", type=int, default=25, help="claims for the LLM grader")

@@ -20,12 +20,11 @@ With --baseline, LlamaIndex's `VectorStoreIndex` over the same embedded Qdrant i
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 import time
 import warnings
-from pathlib import Path
+from itertools import islice
 
 from llama_index.core.schema import Document, MetadataMode
 
@@ -33,22 +32,12 @@ from citeflow.ingestion.pipeline import Ingestor
 from citeflow.providers.embeddings import build_embed_model
 from citeflow.settings import Settings
 from citeflow.store import Store
-
-ROOT = Path(__file__).resolve().parents[1]
-CORPUS = ROOT.parent / "shared" / "data" / "scifact" / "corpus.jsonl"
+from common import scifact_abstracts
 
 
 def load(limit: int | None) -> list[Document]:
-    docs = []
-    with CORPUS.open() as fh:
-        for line in fh:
-            row = json.loads(line)
-            docs.append(
-                Document(id_=row["_id"], text=row["text"], metadata={"title": row["title"]})
-            )
-            if limit and len(docs) >= limit:
-                break
-    return docs
+    rows = islice(scifact_abstracts(), limit or None)
+    return [Document(id_=r["_id"], text=r["text"], metadata={"title": r["title"]}) for r in rows]
 
 
 def main() -> None:

@@ -65,9 +65,7 @@ from citeflow.testing.openai_server import (
     default_reply,
     split_tokens,
 )
-
-ROOT = Path(__file__).resolve().parents[1]
-
+from common import ROOT, proc_status_kb
 
 COLLECTION = "essay"
 MODEL = f"citeflow-{COLLECTION}"
@@ -75,6 +73,8 @@ API_KEY = "bench-key"
 #: Words quoted from a source per answer sentence (the first sentence's length is fixed).
 SENTENCE_WORDS = 10
 GRADE_REPLY = '{"relevant": [1, 2, 3]}'
+#: an answer sentence of the fake upstream's length
+TEMPLATE = " ".join(["Word"] * SENTENCE_WORDS) + " [1]."
 
 TOPICS = [
     "writing short stories before college",
@@ -188,23 +188,23 @@ def first_sentence_token(text: str) -> int:
     return len(split_tokens(text)) - 1
 
 
-def stream_seconds(args: argparse.Namespace) -> float:
-    """Seconds the upstream takes for one whole answer (and grading call)."""
-    template = " ".join(["Word"] * SENTENCE_WORDS) + " [1]."
-    seconds = args.ttft + (len(split_tokens(" ".join([template] * args.sentences))) - 1) / args.tps
+def upstream_seconds(args: argparse.Namespace, token: int) -> float:
+    """Seconds until the upstream sends the answer's token number ``token`` (from 0), its
+    grading call (``--grader llm``) included."""
+    seconds = args.ttft + token / args.tps
     if args.grader == "llm":
         seconds += args.ttft + (len(split_tokens(GRADE_REPLY)) - 1) / args.tps
     return seconds
+
+
+def stream_seconds(args: argparse.Namespace) -> float:
+    """Seconds the upstream takes for one whole answer (and grading call)."""
+    return upstream_seconds(args, len(split_tokens(" ".join([TEMPLATE] * args.sentences))) - 1)
 
 
 def upstream_reference(args: argparse.Namespace) -> float:
     """Seconds the upstream itself needs to deliver the answer's first complete sentence."""
-    template = " ".join(["Word"] * SENTENCE_WORDS) + " [1]."
-    k = first_sentence_token(f"{template} {template} {template}")
-    seconds = args.ttft + k / args.tps
-    if args.grader == "llm":
-        seconds += args.ttft + (len(split_tokens(GRADE_REPLY)) - 1) / args.tps
-    return seconds
+    return upstream_seconds(args, first_sentence_token(f"{TEMPLATE} {TEMPLATE} {TEMPLATE}"))
 
 
 # --- processes -----------------------------------------------------------------------------------
@@ -212,16 +212,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def proc_status(pid: int) -> dict[str, int]:
-    """VmRSS and VmHWM (peak RSS) of a process, in kB."""
-    out = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            out[key] = int(value.split()[0])
-    return out
 
 
 def cpu_seconds(pid: int, tid: int | None = None) -> float:
@@ -369,7 +359,7 @@ async def run_level(
         last_start = ramp * (concurrency - 1) / concurrency
         level.outcomes = [o for o in outcomes if o.start >= last_start] if ramp else outcomes
         level.all = outcomes
-    memory = proc_status(pid)
+    memory = proc_status_kb(pid, "VmRSS", "VmHWM")
     level.rss_kb, level.hwm_kb = memory["VmRSS"], memory["VmHWM"]
     return level, offset + count
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import time
 import warnings
 from pathlib import Path
@@ -42,18 +41,9 @@ from citeflow.query.batching import batch_queries
 from citeflow.server import create_app, tune_gc, use_one_blas_thread
 from citeflow.settings import Settings
 from citeflow.testing.llm import ScriptedLLM
-
-ROOT = Path(__file__).resolve().parents[1]
-SCIFACT = ROOT.parent / "shared" / "data" / "scifact"
-
+from common import SCIFACT, p50_p95_ms
 
 TARGET_P50_MS = 30.0
-
-
-def _ms(times: list[float]) -> tuple[float, float]:
-    """Median and 95th percentile, in milliseconds."""
-    ms = sorted(t * 1000 for t in times)
-    return statistics.median(ms), ms[max(0, int(0.95 * len(ms)) - 1)]
 
 
 async def measure(
@@ -136,8 +126,8 @@ def main() -> None:
     finally:
         engine.close()
     assert not llm.prompts, "the LLM was called"
-    p50, p95 = _ms(times)
-    e50, e95 = _ms(embeds)
+    p50, p95 = p50_p95_ms(times)
+    e50, e95 = p50_p95_ms(embeds)
     print(
         f"POST /search, {len(times)} requests ({len(claims)} claims x {args.passes}), k {args.k}, "
         f"hybrid retrieval, score grading, one at a time through ASGI"

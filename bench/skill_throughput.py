@@ -33,7 +33,6 @@ import json
 import statistics
 import time
 import warnings
-from pathlib import Path
 
 import httpx
 
@@ -44,24 +43,21 @@ from citeflow.server import create_app, use_one_blas_thread
 from citeflow.settings import Settings
 from citeflow.store import Store
 from citeflow.testing.llm import ScriptedLLM
-
-ROOT = Path(__file__).resolve().parents[1]
-CORPUS = ROOT.parent / "shared" / "data" / "scifact" / "corpus.jsonl"
+from common import scifact_abstracts
 
 
 def load(count: int, chars: int) -> list[str]:
     """The first ``count`` abstracts with text, cut to about ``chars`` characters (0: whole)."""
     texts: list[str] = []
-    with CORPUS.open() as fh:
-        for line in fh:
-            text = json.loads(line)["text"].strip()
-            if not text:
-                continue
-            if chars and len(text) > chars:
-                text = text[:chars].rsplit(" ", 1)[0]
-            texts.append(text)
-            if len(texts) >= count:
-                break
+    for row in scifact_abstracts():
+        text = row["text"].strip()
+        if not text:
+            continue
+        if chars and len(text) > chars:
+            text = text[:chars].rsplit(" ", 1)[0]
+        texts.append(text)
+        if len(texts) >= count:
+            break
     return texts
 
 

@@ -50,7 +50,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -247,74 +247,40 @@ def label(row: Row) -> str:
     return f"m{m}/efc{efc} {ef}"
 
 
+#: (heading, cell of a row given the exact row) of the first table: as `citeflow eval` runs it
+EVAL_COLUMNS: list[tuple[str, Callable[[Row, Row], str]]] = [
+    ("store, search", lambda r, _: label(r)),
+    ("build s", lambda r, _: f"{r.build:.1f}" if r.build is not None else "-"),
+    ("dense nDCG@10", lambda r, _: f"{r.ndcg['dense']:.4f}"),
+    ("Δ", lambda r, base: f"{r.ndcg['dense'] - base.ndcg['dense']:+.4f}"),
+    ("hybrid nDCG@10", lambda r, _: f"{r.ndcg['hybrid']:.4f}"),
+    ("Δ", lambda r, base: f"{r.ndcg['hybrid'] - base.ndcg['hybrid']:+.4f}"),
+    ("bm25 nDCG@10", lambda r, _: f"{r.ndcg['bm25']:.4f}"),
+    ("dense R@100", lambda r, _: f"{r.recall['dense']:.4f}"),
+    ("hybrid R@100", lambda r, _: f"{r.recall['hybrid']:.4f}"),
+    ("id R@10", lambda r, _: f"{r.ids10:.4f}"),
+]
+#: the second table's: at the app's search width, and the engine
+APP_COLUMNS: list[tuple[str, Callable[[Row, Row], str]]] = [
+    ("store, search", lambda r, _: label(r)),
+    ("app dense nDCG@10", lambda r, _: f"{r.app['dense']:.4f}"),
+    ("Δ", lambda r, base: f"{r.app['dense'] - base.app['dense']:+.4f}"),
+    ("app hybrid nDCG@10", lambda r, _: f"{r.app['hybrid']:.4f}"),
+    ("Δ", lambda r, base: f"{r.app['hybrid'] - base.app['hybrid']:+.4f}"),
+    ("id R@100", lambda r, _: f"{r.ids100:.4f}"),
+    ("rnd R@10", lambda r, _: f"{r.random10:.4f}"),
+    ("ms", lambda r, _: f"{r.ms:.2f}"),
+    ("unindexed", lambda r, _: str(r.unindexed)),
+]
+
+
 def tables(name: str, rows: list[Row]) -> str:
-    base = rows[0]
+    def table(title: str, columns: list[tuple[str, Callable[[Row, Row], str]]]) -> str:
+        cells = [[cell(r, rows[0]) for _, cell in columns] for r in rows]
+        return text_table(title, [heading for heading, _ in columns], cells)
 
-    def delta(value: float, exact: float) -> str:
-        return f"{value - exact:+.4f}"
-
-    eval_rows = []
-    for r in rows:
-        eval_rows.append(
-            [
-                label(r),
-                f"{r.build:.1f}" if r.build is not None else "-",
-                f"{r.ndcg['dense']:.4f}",
-                delta(r.ndcg["dense"], base.ndcg["dense"]),
-                f"{r.ndcg['hybrid']:.4f}",
-                delta(r.ndcg["hybrid"], base.ndcg["hybrid"]),
-                f"{r.ndcg['bm25']:.4f}",
-                f"{r.recall['dense']:.4f}",
-                f"{r.recall['hybrid']:.4f}",
-                f"{r.ids10:.4f}",
-            ]
-        )
-    first = text_table(
-        f"{name}: as citeflow eval runs it (Δ against exact)",
-        [
-            "store, search",
-            "build s",
-            "dense nDCG@10",
-            "Δ",
-            "hybrid nDCG@10",
-            "Δ",
-            "bm25 nDCG@10",
-            "dense R@100",
-            "hybrid R@100",
-            "id R@10",
-        ],
-        eval_rows,
-    )
-    app_rows = []
-    for r in rows:
-        app_rows.append(
-            [
-                label(r),
-                f"{r.app['dense']:.4f}",
-                delta(r.app["dense"], base.app["dense"]),
-                f"{r.app['hybrid']:.4f}",
-                delta(r.app["hybrid"], base.app["hybrid"]),
-                f"{r.ids100:.4f}",
-                f"{r.random10:.4f}",
-                f"{r.ms:.2f}",
-                str(r.unindexed),
-            ]
-        )
-    second = text_table(
-        f"{name}: at the app's search width (10 documents), and the engine",
-        [
-            "store, search",
-            "app dense nDCG@10",
-            "Δ",
-            "app hybrid nDCG@10",
-            "Δ",
-            "id R@100",
-            "rnd R@10",
-            "ms",
-            "unindexed",
-        ],
-        app_rows,
-    )
+    first = table(f"{name}: as citeflow eval runs it (Δ against exact)", EVAL_COLUMNS)
+    second = table(f"{name}: at the app's search width (10 documents), and the engine", APP_COLUMNS)
     return f"{first}\n{second}"
 
 

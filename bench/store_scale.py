@@ -57,7 +57,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-ROOT = Path(__file__).resolve().parents[1]
+from common import ROOT, proc_status_kb
+
 COLLECTION = "scale"
 DIM = 384
 BATCH = 256
@@ -112,10 +113,7 @@ def batches(n: int) -> Iterator[tuple[int, int]]:
 
 # --- workers (run with PYTHONPATH at the store's source) --------------------------------------
 def _peak_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+    return proc_status_kb("self", "VmHWM").get("VmHWM", float("nan")) / 1024
 
 
 def make_batch(batch: int, size: int, words: list[str], centres: Any, encoder: Any) -> Any:
@@ -344,12 +342,9 @@ class WorkerKilled(RuntimeError):
 
 def _rss_anon_kb(pid: int) -> int:
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("RssAnon:"):
-                return int(line.split()[1])
+        return proc_status_kb(pid, "RssAnon").get("RssAnon", 0)
     except (FileNotFoundError, ProcessLookupError):
-        pass
-    return 0
+        return 0
 
 
 def _disk_mb(path: Path) -> float:
@@ -440,6 +435,24 @@ def main() -> int:
     return 0
 
 
+#: the table's columns after chunks and store: heading, then (row key, decimals) of its figures
+COLUMNS: list[tuple[str, list[tuple[str, int]]]] = [
+    ("upserts/s", [("upserts_per_s", 0)]),
+    ("index build s", [("optimize_s", 1)]),
+    ("reopen + first search s", [("reopen_s", 2)]),
+    ("dense p50 / p95 ms", [("dense_p50", 2), ("dense_p95", 2)]),
+    ("hybrid p50 / p95 ms", [("hybrid_p50", 2), ("hybrid_p95", 2)]),
+    (
+        "hybrid while writing p50 / p95 / max ms",
+        [("writing_p50", 2), ("writing_p95", 2), ("writing_max", 1)],
+    ),
+    ("dense recall@10", [("dense_recall_at_10", 3)]),
+    ("peak MB ingest / serve (RSS)", [("ingest_peak_mb", 0), ("serve_peak_mb", 0)]),
+    ("peak MB ingest / serve (anonymous)", [("ingest_anon_peak_mb", 0), ("serve_anon_peak_mb", 0)]),
+    ("disk MB", [("disk_mb", 0)]),
+]
+
+
 def _print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     print(
         f"\nstore_scale: {os.cpu_count()} cores, {args.queries} queries per cell, "
@@ -451,36 +464,18 @@ def _print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
         )
         + "\n"
     )
-    header = (
-        "| chunks | store | upserts/s | index build s | reopen + first search s "
-        "| dense p50 / p95 ms | hybrid p50 / p95 ms | hybrid while writing p50 / p95 / max ms "
-        "| dense recall@10 "
-        "| peak MB ingest / serve (RSS) | peak MB ingest / serve (anonymous) | disk MB |"
-    )
-    print(header)
-    print("|" + " --- |" * 12)
+    headings = ["chunks", "store", *(heading for heading, _ in COLUMNS)]
+    print("| " + " | ".join(headings) + " |")
+    print("|" + " --- |" * len(headings))
     for row in rows:
+        cell = f"| {row['n']:,} | {row['store']} |"
         if row.get("skipped"):
-            print(
-                f"| {row['n']:,} | {row['store']} | not run: it holds every point in memory |"
-                + " |" * 7
-            )
-            continue
-        if row.get("killed"):
-            print(f"| {row['n']:,} | {row['store']} | {row['killed']} |" + " |" * 9)
-            continue
-        print(
-            f"| {row['n']:,} | {row['store']} | {_fmt(row['upserts_per_s'], 0)} "
-            f"| {_fmt(row['optimize_s'])} | {_fmt(row['reopen_s'], 2)} "
-            f"| {_fmt(row['dense_p50'], 2)} / {_fmt(row['dense_p95'], 2)} "
-            f"| {_fmt(row['hybrid_p50'], 2)} / {_fmt(row['hybrid_p95'], 2)} "
-            f"| {_fmt(row['writing_p50'], 2)} / {_fmt(row['writing_p95'], 2)} "
-            f"/ {_fmt(row['writing_max'], 1)} "
-            f"| {_fmt(row.get('dense_recall_at_10'), 3)} "
-            f"| {_fmt(row['ingest_peak_mb'], 0)} / {_fmt(row['serve_peak_mb'], 0)} "
-            f"| {_fmt(row['ingest_anon_peak_mb'], 0)} / {_fmt(row['serve_anon_peak_mb'], 0)} "
-            f"| {_fmt(row['disk_mb'], 0)} |"
-        )
+            print(f"{cell} not run: it holds every point in memory |" + " |" * 7)
+        elif row.get("killed"):
+            print(f"{cell} {row['killed']} |" + " |" * 9)
+        else:
+            figures = [" / ".join(_fmt(row.get(k), d) for k, d in keys) for _, keys in COLUMNS]
+            print(f"{cell} " + " | ".join(figures) + " |")
     print()
     for n, target in TARGETS.items():
         print(f"target at {n:,}: {target}")

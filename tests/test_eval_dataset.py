@@ -31,6 +31,13 @@ def _write(path: Path, lines: list[str]) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
+def _set_line(path: Path, index: int, text: str) -> None:
+    """Line ``index`` (from 0) of ``path`` becomes ``text``."""
+    lines = _lines(path)
+    lines[index] = text
+    _write(path, lines)
+
+
 # --- loading -----------------------------------------------------------------------------------
 def test_loads_the_mini_dataset() -> None:
     ds = load_beir(MINI)
@@ -137,9 +144,7 @@ def test_missing_split_lists_the_available_ones(mini: Path) -> None:
 
 
 def test_invalid_json_line(mini: Path) -> None:
-    lines = _lines(mini / "corpus.jsonl")
-    lines[2] = lines[2][:-5]
-    _write(mini / "corpus.jsonl", lines)
+    _set_line(mini / "corpus.jsonl", 2, _lines(mini / "corpus.jsonl")[2][:-5])
     err = _error(mini)
     assert str(err).startswith("corpus.jsonl line 3: invalid JSON (")
     assert (err.file, err.line) == ("corpus.jsonl", 3)
@@ -160,18 +165,15 @@ def test_line_that_is_not_an_object(mini: Path) -> None:
     ],
 )
 def test_missing_field(mini: Path, name: str, drop: str, message: str) -> None:
-    lines = _lines(mini / name)
-    obj = json.loads(lines[1])
+    obj = json.loads(_lines(mini / name)[1])
     del obj[drop]
-    lines[1] = json.dumps(obj)
-    _write(mini / name, lines)
+    _set_line(mini / name, 1, json.dumps(obj))
     assert str(_error(mini)) == message
 
 
 def test_field_of_the_wrong_type(mini: Path) -> None:
-    lines = _lines(mini / "corpus.jsonl")
-    lines[0] = json.dumps({"_id": "d1", "title": "Ducks", "text": ["not", "a", "string"]})
-    _write(mini / "corpus.jsonl", lines)
+    wrong = {"_id": "d1", "title": "Ducks", "text": ["not", "a", "string"]}
+    _set_line(mini / "corpus.jsonl", 0, json.dumps(wrong))
     assert str(_error(mini)) == "corpus.jsonl line 1: field 'text' must be a string"
 
 
@@ -182,9 +184,7 @@ def test_duplicate_id(mini: Path) -> None:
 
 
 def test_empty_query_text(mini: Path) -> None:
-    lines = _lines(mini / "queries.jsonl")
-    lines[2] = json.dumps({"_id": "q3", "text": "   "})
-    _write(mini / "queries.jsonl", lines)
+    _set_line(mini / "queries.jsonl", 2, json.dumps({"_id": "q3", "text": "   "}))
     err = _error(mini)
     assert str(err) == "queries.jsonl line 3: query 'q3' has no text"
     assert err.line == 3
@@ -192,19 +192,8 @@ def test_empty_query_text(mini: Path) -> None:
     assert load_beir(mini, split="train").queries == {"q5": "Why does Mars look red?"}
 
 
-def test_qrels_query_id_not_in_queries(mini: Path) -> None:
-    qrels = mini / "qrels" / "test.tsv"
-    _write(qrels, [*_lines(qrels), "q9\td1\t1"])
-    err = _error(mini)
-    assert str(err) == "qrels/test.tsv line 8: query id 'q9' is not in queries.jsonl"
-    assert (err.file, err.line) == ("qrels/test.tsv", 8)
-
-
 def test_qrels_corpus_id_not_in_corpus(mini: Path) -> None:
-    qrels = mini / "qrels" / "test.tsv"
-    lines = _lines(qrels)
-    lines[3] = "q2\td99\t1"
-    _write(qrels, lines)
+    _set_line(mini / "qrels" / "test.tsv", 3, "q2\td99\t1")
     assert str(_error(mini)) == "qrels/test.tsv line 4: corpus id 'd99' is not in corpus.jsonl"
 
 
@@ -214,12 +203,15 @@ def test_qrels_corpus_id_not_in_corpus(mini: Path) -> None:
         ("q1\td3", "expected 3 tab-separated fields (query-id corpus-id score), got 2"),
         ("q1\td3\thigh", "score 'high' is not an integer"),
         ("q1\td1\t0", "(q1, d1) judged twice with different scores"),
+        ("q9\td1\t1", "query id 'q9' is not in queries.jsonl"),
     ],
 )
 def test_bad_qrels_line(mini: Path, line: str, message: str) -> None:
     qrels = mini / "qrels" / "test.tsv"
     _write(qrels, [*_lines(qrels), line])
-    assert str(_error(mini)) == f"qrels/test.tsv line 8: {message}"
+    err = _error(mini)
+    assert str(err) == f"qrels/test.tsv line 8: {message}"
+    assert (err.file, err.line) == ("qrels/test.tsv", 8)
 
 
 def test_empty_qrels(mini: Path) -> None:
@@ -229,11 +221,9 @@ def test_empty_qrels(mini: Path) -> None:
 
 def test_evidence_sentence_index_out_of_range(mini: Path) -> None:
     path = mini / "evidence_test.jsonl"
-    lines = _lines(path)
-    obj = json.loads(lines[1])
+    obj = json.loads(_lines(path)[1])
     obj["evidence"][1]["sentences"] = [7]
-    lines[1] = json.dumps(obj)
-    _write(path, lines)
+    _set_line(path, 1, json.dumps(obj))
     assert str(_error(mini)) == (
         "evidence_test.jsonl line 2: sentence index 7 out of range for document 'd4' (3 sentences)"
     )
@@ -248,12 +238,8 @@ def test_evidence_needs_the_sentences_file(mini: Path) -> None:
 
 
 def test_evidence_unknown_document(mini: Path) -> None:
-    path = mini / "evidence_test.jsonl"
-    lines = _lines(path)
-    lines[0] = json.dumps(
-        {"_id": "q1", "evidence": [{"doc_id": "d77", "label": "SUPPORT", "sentences": [0]}]}
-    )
-    _write(path, lines)
+    unknown = {"doc_id": "d77", "label": "SUPPORT", "sentences": [0]}
+    _set_line(mini / "evidence_test.jsonl", 0, json.dumps({"_id": "q1", "evidence": [unknown]}))
     assert str(_error(mini)) == (
         "evidence_test.jsonl line 1: doc_id 'd77' is not in corpus_sentences.jsonl"
     )

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import Document
-from pydantic import PrivateAttr
 
 from citeflow.errors import InvalidRequestError, StoreLockedError
 from citeflow.evaluation.cli import build_parser, main, run
@@ -27,39 +26,19 @@ from citeflow.evaluation.runner import (
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.settings import Settings
 from citeflow.store import Store
-from citeflow.testing.embedding import HashEmbedding
+from citeflow.testing.embedding import HashEmbedding, RecordingEmbedding
 from tests.conftest import REPO, SHARED_DATA, stored_points
+from tests.server_helpers import CountingEmbedding as ServerCountingEmbedding
 
 MINI = REPO / "tests" / "data" / "beir_mini"
 
 
-class CountingEmbedding(HashEmbedding):
-    """HashEmbedding that counts what it embeds and can fail after ``fail_after`` texts."""
-
-    fail_after: int | None = None
-    _texts: int = PrivateAttr(default=0)
-    _queries: int = PrivateAttr(default=0)
+class CountingEmbedding(RecordingEmbedding, ServerCountingEmbedding):
+    """Counts the texts it embeds (and the queries); can fail on the ``fail_on_batch``-th batch."""
 
     @property
     def texts(self) -> int:
-        return self._texts
-
-    @property
-    def queries(self) -> int:
-        return self._queries
-
-    def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
-        if self.fail_after is not None and self._texts + len(texts) > self.fail_after:
-            raise RuntimeError("embedder went away")
-        self._texts += len(texts)
-        return super()._get_text_embeddings(texts)
-
-    def _get_text_embedding(self, text: str) -> list[float]:
-        return self._get_text_embeddings([text])[0]
-
-    def _get_query_embedding(self, query: str) -> list[float]:
-        self._queries += 1
-        return super()._get_query_embedding(query)
+        return sum(len(batch) for batch in self.batches)
 
 
 class StaticRetriever:
@@ -171,13 +150,13 @@ def test_report_table_and_json(mini: BeirDataset, tmp_path: Path) -> None:
     assert set(static["per_query"]) == {"q1", "q2", "q3", "q4"}
 
 
-async def test_queries_run_concurrently_but_bounded(mini: BeirDataset) -> None:
+@pytest.mark.parametrize(("concurrency", "most"), [(2, 2), (8, 4)])  # 8: all four queries at once
+async def test_queries_run_concurrently_but_bounded(
+    mini: BeirDataset, concurrency: int, most: int
+) -> None:
     retriever = StaticRetriever({}, delay=0.02)
-    await aevaluate_retrieval(mini, {"slow": retriever}, progress=False, concurrency=2)
-    assert retriever.most_in_flight == 2
-    retriever = StaticRetriever({}, delay=0.02)
-    await aevaluate_retrieval(mini, {"slow": retriever}, progress=False, concurrency=8)
-    assert retriever.most_in_flight == 4  # all four queries at once
+    await aevaluate_retrieval(mini, {"slow": retriever}, progress=False, concurrency=concurrency)
+    assert retriever.most_in_flight == most
 
 
 async def test_a_failing_retriever_fails_the_evaluation(mini: BeirDataset) -> None:
@@ -282,8 +261,8 @@ def test_interrupted_build_resumes_without_re_embedding(
     cache = tmp_path / "cache"
     small = {"chunk_size": 32, "chunk_overlap": 0, "batch_chunks": 2}
     # 16 chunks: d1 has one, d2 two; batches of 2 chunks split d2 across the first two batches
-    failing = CountingEmbedding(fail_after=3)
-    with pytest.raises(RuntimeError, match="embedder went away"):
+    failing = CountingEmbedding(fail_on_batch=1)
+    with pytest.raises(RuntimeError, match="embedder died"):
         _open(mini, settings, cache, failing, **small)
     assert failing.texts == 2  # the first batch was written: d1 whole, half of d2
     (directory,) = cache.iterdir()

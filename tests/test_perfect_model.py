@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
 
-from llama_index.core.llms import ChatMessage
+from llama_index.core.llms import LLM, ChatMessage
 from llama_index.core.schema import Document, TextNode
 
 from citeflow.citations.markers import cited_numbers, strip_markers
@@ -64,6 +64,11 @@ def _messages(texts: Sequence[str], question: str = QUESTION) -> list[dict[str, 
     return [{"role": "system", "content": "Cite."}, {"role": "user", "content": prompt}]
 
 
+#: the question asked over P1, a distractor and P2
+MESSAGES = _messages([P1, DISTRACTOR, P2])
+CHAT = [ChatMessage(role=m["role"], content=m["content"]) for m in MESSAGES]
+
+
 # --- parse_prompt --------------------------------------------------------------------------------
 
 
@@ -95,31 +100,28 @@ def test_parse_prompt_reads_the_refine_template_and_its_numbering() -> None:
 
 def test_verbatim_author_copies_the_first_evidence_sentence_of_each_supporting_source() -> None:
     author = PerfectAuthor([GOLD], "verbatim")
-    messages = _messages([P1, DISTRACTOR, P2])
-    assert author.reply(messages) == (
+    assert author.reply(MESSAGES) == (
         "Viaweb, a company known as a pioneer of online stores, was founded in 1995 by Paul "
         "Graham and Robert Morris (two friends from college) [1]. In 1998, Yahoo purchased "
         "Viaweb for about 49 million dollars [3]. The answer is Yahoo [3]."
     )
-    assert author.authored(messages) == [
+    assert author.authored(MESSAGES) == [
         AuthoredSentence(S1, frozenset({1}), (1,)),
         AuthoredSentence(S2, frozenset({3}), (3,)),
         AuthoredSentence("The answer is Yahoo.", frozenset({3}), (3,)),
     ]
     # a ChatMessage conversation is read the same way
-    chat = [ChatMessage(role=m["role"], content=m["content"]) for m in messages]
-    assert author.reply(chat) == author.reply(messages)
+    assert author.reply(CHAT) == author.reply(MESSAGES)
 
 
 def test_paraphrase_author_rewords_but_keeps_the_facts_and_the_citations() -> None:
     author = PerfectAuthor([GOLD], "paraphrase")
-    messages = _messages([P1, DISTRACTOR, P2])
-    assert author.reply(messages) == (
+    assert author.reply(MESSAGES) == (
         "Viaweb, a company called a pioneer of online stores, was established in 1995 by Paul "
         "Graham and Robert Morris [1]. Yahoo bought Viaweb for about 49 million dollars in "
         "1998 [3]. The answer is Yahoo [3]."
     )
-    authored = author.authored(messages)
+    authored = author.authored(MESSAGES)
     assert [(s.correct, s.written) for s in authored] == [
         (frozenset({1}), (1,)),
         (frozenset({3}), (3,)),
@@ -141,15 +143,14 @@ def test_paraphrase_drops_a_connective_and_cuts_a_long_sentence_at_a_clause() ->
 
 def test_wrong_author_cites_the_next_source_that_supports_nothing() -> None:
     author = PerfectAuthor([GOLD], "wrong")
-    messages = _messages([P1, DISTRACTOR, P2])
-    authored = author.authored(messages)
+    authored = author.authored(MESSAGES)
     assert [s.text for s in authored] == [S1, S2, "The answer is Yahoo."]
     assert [(s.correct, s.written) for s in authored] == [
         (frozenset({1}), (2,)),
         (frozenset({3}), (2,)),
         (frozenset({3}), (2,)),
     ]
-    assert author.reply(messages).endswith("49 million dollars [2]. The answer is Yahoo [2].")
+    assert author.reply(MESSAGES).endswith("49 million dollars [2]. The answer is Yahoo [2].")
     # every source supports: the wrong marker points past the last source
     everything = author.authored(_messages([P1, P2]))
     assert [s.written for s in everything] == [(3,), (3,), (3,)]
@@ -295,14 +296,12 @@ def test_golds_of_reads_rationales_else_relevant_documents_and_the_answers() -> 
 async def test_perfect_model_llm_streams_the_reply_word_by_word() -> None:
     author = PerfectAuthor([GOLD], "verbatim")
     llm = PerfectModelLLM(author)
-    messages = _messages([P1, DISTRACTOR, P2])
-    chat = [ChatMessage(role=m["role"], content=m["content"]) for m in messages]
-    deltas = [r.delta async for r in await llm.astream_chat(chat) if r.delta]
-    assert "".join(deltas) == author.reply(messages)
-    assert len(deltas) == len(author.reply(messages).split())
-    assert (await llm.achat(chat)).message.content == author.reply(messages)
-    assert llm.complete(messages[1]["content"]).text == author.reply(messages)
-    assert llm.authored_for(QUESTION) == author.authored(messages)
+    deltas = [r.delta async for r in await llm.astream_chat(CHAT) if r.delta]
+    assert "".join(deltas) == author.reply(MESSAGES)
+    assert len(deltas) == len(author.reply(MESSAGES).split())
+    assert (await llm.achat(CHAT)).message.content == author.reply(MESSAGES)
+    assert llm.complete(MESSAGES[1]["content"]).text == author.reply(MESSAGES)
+    assert llm.authored_for(QUESTION) == author.authored(MESSAGES)
     assert llm.authored_for("Never asked?") == []
     assert llm.metadata.context_window >= 32768 and llm.metadata.is_chat_model
 
@@ -349,6 +348,12 @@ def _kb(settings: Settings, store: Store) -> KnowledgeBase:
     return kb
 
 
+def _workflow(kb: KnowledgeBase, llm: LLM) -> CitationQueryWorkflow:
+    """The workflow over ``kb``: top 3 chunks, score-graded at 0.2."""
+    retrieval = RetrievalSettings.defaults(relevance_threshold=0.2)
+    return CitationQueryWorkflow(retriever=kb.retriever(top_k=3), llm=llm, retrieval=retrieval)
+
+
 async def test_perfect_model_llm_answers_the_in_process_workflow(
     settings: Settings, store: Store
 ) -> None:
@@ -356,11 +361,7 @@ async def test_perfect_model_llm_answers_the_in_process_workflow(
     variants: tuple[Variant, ...] = ("verbatim", "wrong")
     for variant in variants:
         llm = PerfectModelLLM(PerfectAuthor(GOLDS, variant))
-        workflow = CitationQueryWorkflow(
-            retriever=kb.retriever(top_k=3),
-            llm=llm,
-            retrieval=RetrievalSettings.defaults(relevance_threshold=0.2),
-        )
+        workflow = _workflow(kb, llm)
         total = PerfectScore()
         for gold in GOLDS:
             result: object = await workflow.run(query=gold.question)
@@ -400,11 +401,7 @@ async def _run_over_http(
             llm={"provider": "openai", "model": "qwen2.5:1.5b"},
             openai={"base_url": server.openai_base_url},
         )
-        workflow = CitationQueryWorkflow(
-            retriever=kb.retriever(top_k=3),
-            llm=build_llm(llm_settings, max_retries=0),
-            retrieval=RetrievalSettings.defaults(relevance_threshold=0.2),
-        )
+        workflow = _workflow(kb, build_llm(llm_settings, max_retries=0))
         for gold in GOLDS:
             result: object = await workflow.run(query=gold.question)
             assert isinstance(result, CitedResponse)

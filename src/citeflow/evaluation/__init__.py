@@ -5,11 +5,13 @@
 * `metrics`: nDCG@k, Recall@k, MRR@k as BEIR reports them, computed by trec_eval (pytrec_eval).
 * `dense`: citeflow's dense retrieval over a cached embedded-Qdrant index of the corpus.
 * `runner`: `evaluate_retrieval` runs `RetrieverLike`s and builds an `EvalReport` (table, JSON).
-* `citations`: the whole workflow's citations checked against gold evidence sentences (precision,
-  recall, no-citation and broken rates), cached per claim; the support threshold's calibration.
+* `answers`, `answer_cache`, `scoring`: the whole workflow's answers (``--answers``), recorded per
+  question, re-checked and scored (answers cited, citation precision, broken sentences, accuracy).
+* `perfect_model`, `perfect_answers`: a fake LLM whose citations are known right or wrong, and
+  what citeflow's check does with them (``--perfect-model``).
 * `cli`: ``python -m citeflow.evaluation`` (and ``citeflow eval``).
 
-Only the light modules are imported here; `dense`, `citations` and `cli` load on use.
+Only the light modules are imported here; the others load on use.
 """
 
 from citeflow.evaluation.dataset import (

@@ -65,13 +65,15 @@ class AnswerCache:
         self.directory.mkdir(parents=True, exist_ok=True)
         config = self.directory / "config.json"
         if not config.exists():
-            _write(config, self.facts)
-        _write(self._path(str(record["query_id"])), record)
+            write_json(config, self.facts)
+        write_json(self._path(str(record["query_id"])), record)
 
 
-def _write(target: Path, data: Any) -> None:
+def write_json(target: Path, data: Any, *, indent: int = 1, sort_keys: bool = False) -> None:
+    """``data`` as JSON at ``target``, whole or not at all (written beside it, then renamed)."""
     tmp = target.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str) + "\n", encoding="utf-8")
+    text = json.dumps(data, indent=indent, sort_keys=sort_keys, default=str)
+    tmp.write_text(text + "\n", encoding="utf-8")
     tmp.replace(target)
 
 

@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any
 from tqdm.auto import tqdm
 
 from citeflow.evaluation.answer_cache import RECORD_FORMAT, AnswerCache, generation_facts
+from citeflow.evaluation.dense import doc_id_of
 
 if TYPE_CHECKING:
     from llama_index.core.llms import LLM
-    from llama_index.core.schema import NodeWithScore
 
     from citeflow.citations.repair import CitationPolicy
     from citeflow.evaluation.dataset import BeirDataset
@@ -45,12 +45,6 @@ def question_of(query: str, template: str = CLAIM_QUESTION) -> str:
     if text.endswith("?"):
         return text
     return template.format(claim=text.rstrip(". "))
-
-
-def doc_id_of(source: NodeWithScore) -> str:
-    """The corpus document a numbered source was cut from."""
-    node = source.node
-    return str(node.metadata.get("doc_id") or node.ref_doc_id or "")
 
 
 def record_of(
@@ -138,6 +132,15 @@ async def recheck_all(
     return [await recheck(r, policy) for r in records.values()]
 
 
+def answer_cache(dataset: BeirDataset, context: EvalContext, llm: str) -> AnswerCache:
+    """Where the answers of ``llm`` (its name) to ``dataset`` are recorded under the context's
+    settings and corpus index."""
+    from citeflow.evaluation.runner import index_key_of
+
+    facts = generation_facts(context.settings, index_key=index_key_of(dataset, context), llm=llm)
+    return AnswerCache.under(context.cache_dir / "answers", dataset.name, facts)
+
+
 def answers_section(
     dataset: BeirDataset,
     context: EvalContext,
@@ -153,17 +156,13 @@ def answers_section(
 
     from citeflow.citations.judge import build_judge, judge_on
     from citeflow.citations.repair import CitationPolicy
-    from citeflow.evaluation.runner import corpus_index, index_key_of
+    from citeflow.evaluation.runner import corpus_index
     from citeflow.evaluation.scoring import score_all, table
     from citeflow.providers.llm import build_llm, describe_llm
 
     settings = context.settings
     name = describe_llm(settings) if llm is None else type(llm).__name__
-    cache = AnswerCache.under(
-        context.cache_dir / "answers",
-        dataset.name,
-        generation_facts(settings, index_key=index_key_of(dataset, context), llm=name),
-    )
+    cache = answer_cache(dataset, context, name)
     owned: list[LLM] = []
 
     def model() -> LLM:

@@ -158,53 +158,28 @@ def run(
     Raises:
         CiteflowError: bad dataset, unknown retriever, locked cache, provider errors.
     """
-    from citeflow.evaluation.runner import RETRIEVERS
+    from citeflow.evaluation.dataset import load_beir
+    from citeflow.evaluation.dense import default_cache_dir
+    from citeflow.evaluation.runner import RETRIEVERS, EvalContext, evaluate_retrieval
     from citeflow.settings import load_settings
 
     names = [n.strip() for n in str(args.retrievers).split(",") if n.strip()]
-    extra = getattr(args, "answers", None)
-    if names == ["none"] and extra:
+    if names == ["none"] and args.answers:
         names = []  # answers only
     unknown = [n for n in names if n not in RETRIEVERS]
-    if unknown or (not names and not extra):
+    if unknown or (not names and not args.answers):
         raise InvalidRequestError(
             f"unknown retriever {', '.join(unknown) or '(none)'}; "
             f"available: {', '.join(RETRIEVERS)}"
         )
-    settings = settings or load_settings()
-    with warnings.catch_warnings():
-        # llama-index asks embedded Qdrant for payload indexes it does not need: noise
-        warnings.filterwarnings("ignore", message="Payload indexes have no effect")
-        return _run(args, names, settings, embed_model, embedder_name, llm)
-
-
-def _run(
-    args: argparse.Namespace,
-    names: list[str],
-    settings: Settings,
-    embed_model: BaseEmbedding | None,
-    embedder_name: str | None,
-    llm: LLM | None = None,
-) -> int:
-    from citeflow.evaluation.dataset import load_beir
-    from citeflow.evaluation.dense import default_cache_dir
-    from citeflow.evaluation.runner import RETRIEVERS, EvalContext, evaluate_retrieval
-
-    size = args.chunk_size or settings.chunking.size
-    overlap = args.chunk_overlap if args.chunk_overlap is not None else settings.chunking.overlap
-    if not 0 <= overlap < size:
-        raise InvalidRequestError(
-            f"--chunk-overlap ({overlap}) must be at least 0 and below --chunk-size ({size})"
-        )
     progress = not args.quiet
-    dataset = load_beir(
-        args.dataset, split=args.split, limit=args.limit, corpus_limit=args.corpus_limit
-    )
-    _say(dataset.summary())
     cache_dir = (args.cache_dir or default_cache_dir()).expanduser()
     with ExitStack() as stack:
+        stack.enter_context(warnings.catch_warnings())
+        # llama-index asks embedded Qdrant for payload indexes it does not need: noise
+        warnings.filterwarnings("ignore", message="Payload indexes have no effect")
         context = EvalContext(
-            settings=settings,
+            settings=settings or load_settings(),
             cache_dir=cache_dir,
             stack=stack,
             progress=progress,
@@ -213,6 +188,15 @@ def _run(
             embed_model=embed_model,
             embedder_name=embedder_name,
         )
+        size, overlap = context.chunking()
+        if not 0 <= overlap < size:
+            raise InvalidRequestError(
+                f"--chunk-overlap ({overlap}) must be at least 0 and below --chunk-size ({size})"
+            )
+        dataset = load_beir(
+            args.dataset, split=args.split, limit=args.limit, corpus_limit=args.corpus_limit
+        )
+        _say(dataset.summary())
         retrievers = {}
         for name in names:
             retrievers[name] = RETRIEVERS[name](dataset, context)
@@ -226,7 +210,7 @@ def _run(
             progress=progress,
             concurrency=args.concurrency,
         )
-        tables = _citation_sections(args, dataset, context, report, llm)
+        answers = _answers_table(args, dataset, context, report, llm)
     report.extra["options"] = {
         "retrievers": names,
         "limit": args.limit,
@@ -237,8 +221,8 @@ def _run(
     }
     if names:
         print(report.table())
-    for table in tables:
-        print(table)
+    if answers is not None:
+        print(answers)
     out = args.out or (
         cache_dir / "reports" / f"{dataset.name}-{dataset.split}-"
         f"{datetime.now().strftime('%Y%m%d-%H%M%S')}.json"
@@ -247,32 +231,30 @@ def _run(
     return 0
 
 
-def _citation_sections(
+def _answers_table(
     args: argparse.Namespace,
     dataset: BeirDataset,
     context: EvalContext,
     report: EvalReport,
     llm: LLM | None,
-) -> list[str]:
-    """``--answers N``: its table, its section of the report."""
-    template = getattr(args, "question", None) or DEFAULT_QUESTION
-    tables = []
-    if getattr(args, "answers", None):
-        from citeflow.evaluation.answers import answers_section
-        from citeflow.evaluation.perfect_answers import perfect_section
+) -> str | None:
+    """``--answers N``: its table (None without the option); its section goes into ``report``."""
+    if not args.answers:
+        return None
+    from citeflow.evaluation.answers import answers_section
+    from citeflow.evaluation.perfect_answers import perfect_section
 
-        variant = getattr(args, "perfect_model", None)
-        if variant:
-            shown, section = perfect_section(
-                dataset, context, count=args.answers, variant=variant, template=template
-            )
-        else:
-            shown, section = answers_section(
-                dataset, context, count=args.answers, template=template, llm=llm
-            )
-        report.extra["answers"] = section
-        tables.append(shown)
-    return tables
+    template = args.question or DEFAULT_QUESTION
+    if args.perfect_model:
+        shown, section = perfect_section(
+            dataset, context, count=args.answers, variant=args.perfect_model, template=template
+        )
+    else:
+        shown, section = answers_section(
+            dataset, context, count=args.answers, template=template, llm=llm
+        )
+    report.extra["answers"] = section
+    return shown
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -29,11 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
-from llama_index.core.schema import BaseNode, Document
+from llama_index.core.schema import BaseNode, Document, NodeWithScore
 from tqdm.auto import tqdm
 
 from citeflow.errors import StoreLockedError
+from citeflow.evaluation.answer_cache import write_json
 from citeflow.evaluation.dataset import BeirDataset
+from citeflow.evaluation.metrics import best_scores
 from citeflow.ingestion.pipeline import file_hash
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.query.retrieval import Retriever
@@ -47,6 +49,7 @@ __all__ = [
     "DenseSearch",
     "IndexInfo",
     "default_cache_dir",
+    "doc_id_of",
     "index_key",
 ]
 
@@ -56,6 +59,11 @@ COLLECTION = "corpus"
 #: (2: hybrid layout with BM25 sparse vectors)
 INDEX_FORMAT = 2
 _MANIFEST = "manifest.json"
+
+
+def doc_id_of(hit: NodeWithScore) -> str:
+    """The corpus document a chunk (or a source cut from one) comes from."""
+    return str(hit.node.metadata.get("doc_id") or hit.node.ref_doc_id or "")
 
 
 def default_cache_dir() -> Path:
@@ -108,12 +116,6 @@ def _read_manifest(path: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
-
-
-def _write_manifest(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    tmp.replace(path)
 
 
 def _documents(dataset: BeirDataset) -> list[Document]:
@@ -186,21 +188,15 @@ class DenseIndex:
             embedded = kept = 0
             if not complete:
                 if manifest.get("key") != key:
-                    _write_manifest(manifest_path, {"key": key, "complete": False, **facts})
+                    started_manifest = {"key": key, "complete": False, **facts}
+                    write_json(manifest_path, started_manifest, indent=2, sort_keys=True)
                 embedded, kept = _sync(kb, dataset, batch_chunks=batch_chunks, progress=progress)
             chunks = store.count(COLLECTION)
             seconds = time.perf_counter() - started
             if not complete:
-                _write_manifest(
-                    manifest_path,
-                    {
-                        "key": key,
-                        **facts,
-                        "complete": True,
-                        "chunks": chunks,
-                        "build_seconds": round(seconds, 3),
-                    },
-                )
+                built = {"key": key, **facts, "complete": True, "chunks": chunks}
+                built["build_seconds"] = round(seconds, 3)
+                write_json(manifest_path, built, indent=2, sort_keys=True)
         except BaseException:
             kb.close()
             raise
@@ -232,13 +228,8 @@ class DenseIndex:
         )
         info = {**asdict(self.info), "mode": mode}
         if mode == "hybrid":
-            info.update(
-                fusion=options.fusion,
-                dense_weight=options.dense_weight,
-                rrf_k=options.rrf_k,
-                feedback_chunks=options.feedback_chunks,
-                feedback_weight=options.feedback_weight,
-            )
+            fused = {"fusion", "dense_weight", "rrf_k", "feedback_chunks", "feedback_weight"}
+            info.update(options.model_dump(include=fused))
         return DenseSearch(retriever, overfetch=overfetch, info=info)
 
     def close(self) -> None:
@@ -314,12 +305,8 @@ class DenseSearch:
         fetch = max(top_k, int(top_k * self.overfetch))
         while True:
             nodes = (await self.retriever.asearch(query, top_k=fetch)).hits
-            best: dict[str, float] = {}
-            for hit in nodes:
-                doc_id = str(hit.node.metadata.get("doc_id") or hit.node.ref_doc_id or "")
-                score = float(hit.score if hit.score is not None else 0.0)
-                if doc_id and (doc_id not in best or score > best[doc_id]):
-                    best[doc_id] = score
+            pairs = ((doc_id_of(hit), hit.score or 0.0) for hit in nodes)
+            best = best_scores((doc_id, score) for doc_id, score in pairs if doc_id)
             if len(best) >= top_k or len(nodes) < fetch:
                 break
             fetch *= 2

@@ -25,6 +25,7 @@ __all__ = [
     "FAMILIES",
     "Qrels",
     "Run",
+    "best_scores",
     "evaluate",
     "metric_name",
     "mrr_at_k",
@@ -46,6 +47,16 @@ _TREC_MEASURE = {"nDCG": "ndcg_cut", "Recall": "recall"}
 def rank(scores: Mapping[str, float]) -> list[str]:
     """Document ids best first: score descending, ties by document id descending (trec_eval)."""
     return [doc for doc, _ in sorted(scores.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)]
+
+
+def best_scores(hits: Iterable[tuple[object, float]]) -> dict[str, float]:
+    """A run's entry for one query from (document id, score) pairs: each document's best score."""
+    scores: dict[str, float] = {}
+    for doc_id, score in hits:
+        doc, value = str(doc_id), float(score)
+        if doc not in scores or value > scores[doc]:
+            scores[doc] = value
+    return scores
 
 
 def metric_name(family: str, k: int) -> str:

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -30,14 +31,14 @@ from tqdm.auto import tqdm
 
 from citeflow.errors import InvalidRequestError
 from citeflow.evaluation.dataset import BeirDataset
-from citeflow.evaluation.metrics import evaluate, metric_name, per_query, rank
+from citeflow.evaluation.metrics import best_scores, evaluate, metric_name, per_query, rank
 from citeflow.evaluation.table import text_table
 
 if TYPE_CHECKING:
     from llama_index.core.base.embeddings.base import BaseEmbedding
 
     from citeflow.evaluation.dense import DenseIndex
-    from citeflow.settings import Settings
+    from citeflow.settings import RetrievalMode, Settings
 
 __all__ = [
     "DEFAULT_K_VALUES",
@@ -48,7 +49,7 @@ __all__ = [
     "RetrieverLike",
     "RetrieverResult",
     "aevaluate_retrieval",
-    "build_dense",
+    "build_citeflow",
     "evaluate_retrieval",
 ]
 
@@ -173,13 +174,6 @@ def dataset_facts(dataset: BeirDataset) -> dict[str, Any]:
     }
 
 
-def _check_k_values(k_values: Sequence[int]) -> tuple[int, ...]:
-    ks = tuple(sorted(set(k_values)))
-    if not ks or ks[0] < 1:
-        raise InvalidRequestError(f"k values must be positive integers, got {list(k_values)}")
-    return ks
-
-
 async def _run_one(
     name: str,
     retriever: RetrieverLike,
@@ -196,12 +190,7 @@ async def _run_one(
     async def one(qid: str, text: str) -> None:
         async with gate:
             hits = await retriever.search(text, top_k)
-        scores: dict[str, float] = {}
-        for doc_id, score in hits:
-            doc, value = str(doc_id), float(score)
-            if doc not in scores or value > scores[doc]:
-                scores[doc] = value
-        run[qid] = scores
+        run[qid] = best_scores(hits)
         bar.update(1)
 
     started = time.perf_counter()
@@ -226,7 +215,9 @@ async def aevaluate_retrieval(
     concurrency: int = 8,
 ) -> EvalReport:
     """Run each retriever on every query of ``dataset`` and score it (see `evaluate_retrieval`)."""
-    ks = _check_k_values(k_values)
+    ks = tuple(sorted(set(k_values)))
+    if not ks or ks[0] < 1:
+        raise InvalidRequestError(f"k values must be positive integers, got {list(k_values)}")
     if concurrency < 1:
         raise InvalidRequestError(f"concurrency must be at least 1, got {concurrency}")
     results: dict[str, RetrieverResult] = {}
@@ -294,8 +285,8 @@ class EvalContext:
     embedder_name: str | None = None
     notes: list[str] = field(default_factory=list)
     """Lines for people (e.g. how an index was obtained), printed by the command."""
-    shared: dict[str, Any] = field(default_factory=dict)
-    """Resources that several retrievers share (the corpus index), by name."""
+    index: DenseIndex | None = None
+    """The corpus index, once opened: every retriever of the evaluation shares it."""
 
     def embedder(self) -> tuple[BaseEmbedding, str]:
         """The embedder (built from the settings on first use) and its name."""
@@ -303,11 +294,21 @@ class EvalContext:
             from citeflow.providers.embeddings import build_embed_model
 
             self.embed_model = build_embed_model(self.settings)
+        return self.embed_model, self.embedder_label()
+
+    def embedder_label(self) -> str:
+        """The embedder's name (the settings' unless one was given), without loading it."""
         if self.embedder_name is None:
             from citeflow.providers.embeddings import describe_embeddings
 
             self.embedder_name = describe_embeddings(self.settings)
-        return self.embed_model, self.embedder_name
+        return self.embedder_name
+
+    def chunking(self) -> tuple[int, int]:
+        """The chunk size and overlap: the options', else the settings'."""
+        size = self.chunk_size or self.settings.chunking.size
+        overlap = self.chunk_overlap
+        return size, self.settings.chunking.overlap if overlap is None else overlap
 
 
 #: builds a retriever for a dataset; registers its cleanup on ``context.stack``
@@ -318,16 +319,8 @@ def index_key_of(dataset: BeirDataset, context: EvalContext) -> str:
     """The corpus index's cache key, computed without opening it or loading the embedder."""
     from citeflow.evaluation.dense import index_key
 
-    settings = context.settings
-    name = context.embedder_name
-    if name is None:
-        from citeflow.providers.embeddings import describe_embeddings
-
-        name = describe_embeddings(settings)
-    size = context.chunk_size or settings.chunking.size
-    overlap = (
-        context.chunk_overlap if context.chunk_overlap is not None else settings.chunking.overlap
-    )
+    size, overlap = context.chunking()
+    name = context.embedder_label()
     key, _ = index_key(dataset, embedder=name, chunk_size=size, chunk_overlap=overlap)
     return key
 
@@ -336,11 +329,10 @@ def corpus_index(dataset: BeirDataset, context: EvalContext) -> DenseIndex:
     """The cached index of the dataset's corpus, opened once per evaluation."""
     from citeflow.evaluation.dense import DenseIndex
 
-    if "index" in context.shared:
-        index: DenseIndex = context.shared["index"]
-        return index
+    if context.index is not None:
+        return context.index
     embed_model, name = context.embedder()
-    index = DenseIndex.open(
+    index = context.index = DenseIndex.open(
         dataset,
         embed_model=embed_model,
         embedder=name,
@@ -351,7 +343,6 @@ def corpus_index(dataset: BeirDataset, context: EvalContext) -> DenseIndex:
         progress=context.progress,
     )
     context.stack.callback(index.close)
-    context.shared["index"] = index
     info = index.info
     how = (
         "reused"
@@ -368,24 +359,17 @@ def corpus_index(dataset: BeirDataset, context: EvalContext) -> DenseIndex:
     return index
 
 
-def build_dense(dataset: BeirDataset, context: EvalContext) -> RetrieverLike:
-    """citeflow's dense retrieval (the embedder's cosine similarity)."""
-    return corpus_index(dataset, context).retriever(mode="dense")
+def build_citeflow(
+    dataset: BeirDataset, context: EvalContext, mode: RetrievalMode = "dense"
+) -> RetrieverLike:
+    """citeflow's own retrieval over the corpus index, searching ``mode``'s side(s)."""
+    return corpus_index(dataset, context).retriever(mode=mode)
 
 
-def build_bm25(dataset: BeirDataset, context: EvalContext) -> RetrieverLike:
-    """citeflow's keyword retrieval (BM25 sparse vectors with Qdrant's IDF)."""
-    return corpus_index(dataset, context).retriever(mode="keyword")
-
-
-def build_hybrid(dataset: BeirDataset, context: EvalContext) -> RetrieverLike:
-    """Dense and BM25 fused as the settings say (citeflow's default search)."""
-    return corpus_index(dataset, context).retriever(mode="hybrid")
-
-
-#: retriever name → factory
+#: retriever name → factory: dense (the embedder's cosine similarity), bm25 (BM25 sparse vectors
+#: with Qdrant's IDF), hybrid (both fused as the settings say: citeflow's default search)
 RETRIEVERS: dict[str, RetrieverFactory] = {
-    "dense": build_dense,
-    "bm25": build_bm25,
-    "hybrid": build_hybrid,
+    "dense": partial(build_citeflow, mode="dense"),
+    "bm25": partial(build_citeflow, mode="keyword"),
+    "hybrid": partial(build_citeflow, mode="hybrid"),
 }

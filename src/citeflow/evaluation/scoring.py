@@ -173,37 +173,24 @@ def score_all(
     return total
 
 
+#: the table's columns: figure name → heading
+_COLUMNS = {
+    "answers": "answers",
+    "cited": "cited",
+    "doc_precision": "doc prec.",
+    "sentence_precision": "sent. prec.",
+    "citations_per_answer": "cit./answer",
+    "unsupported_per_answer": "unsupported",
+    "broken_sentences": "broken",
+    "accuracy": "accuracy",
+    "seconds_median": "s/answer",
+}
+
+
 def table(title: str, rows: Mapping[str, DatasetScore]) -> str:
     """One row per (dataset, variant): the issue's figures side by side."""
-    head = [
-        "answers",
-        "cited",
-        "doc prec.",
-        "sent. prec.",
-        "cit./answer",
-        "unsupported",
-        "broken",
-        "accuracy",
-        "s/answer",
-    ]
     body = []
     for name, score in rows.items():
         f = score.figures()
-        body.append(
-            [name]
-            + [
-                "-" if f[k] is None else str(f[k])
-                for k in (
-                    "answers",
-                    "cited",
-                    "doc_precision",
-                    "sentence_precision",
-                    "citations_per_answer",
-                    "unsupported_per_answer",
-                    "broken_sentences",
-                    "accuracy",
-                    "seconds_median",
-                )
-            ]
-        )
-    return text_table(title, ["set", *head], body)
+        body.append([name] + ["-" if f[k] is None else str(f[k]) for k in _COLUMNS])
+    return text_table(title, ["set", *_COLUMNS.values()], body)

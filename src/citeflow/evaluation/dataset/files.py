@@ -89,6 +89,14 @@ def _field_text(obj: Mapping[str, Any], key: str, name: str, number: int, *, req
     return value
 
 
+def _first_time(lines: dict[str, int], record_id: str, name: str, number: int) -> None:
+    """Note that ``record_id`` is on line ``number``; a `DatasetError` if an earlier line was."""
+    if record_id in lines:
+        first = lines[record_id]
+        raise DatasetError(name, number, f"duplicate _id {record_id!r} (first on line {first})")
+    lines[record_id] = number
+
+
 def read_corpus(path: Path, root: Path) -> dict[str, CorpusDocument]:
     name = relative_name(path, root)
     corpus: dict[str, CorpusDocument] = {}
@@ -97,13 +105,9 @@ def read_corpus(path: Path, root: Path) -> dict[str, CorpusDocument]:
         doc_id = _field_id(obj, "_id", name, number)
         text = _field_text(obj, "text", name, number, required=True)
         title = _field_text(obj, "title", name, number, required=False)
-        if doc_id in lines:
-            raise DatasetError(
-                name, number, f"duplicate _id {doc_id!r} (first on line {lines[doc_id]})"
-            )
+        _first_time(lines, doc_id, name, number)
         if not text.strip() and not title.strip():
             raise DatasetError(name, number, f"document {doc_id!r} has no title and no text")
-        lines[doc_id] = number
         corpus[doc_id] = CorpusDocument(doc_id, title, text)
     if not corpus:
         raise DatasetError(name, 0, "holds no documents")
@@ -118,11 +122,7 @@ def read_queries(path: Path, root: Path) -> tuple[dict[str, str], dict[str, int]
     for number, obj in _jsonl(path, root):
         query_id = _field_id(obj, "_id", name, number)
         text = _field_text(obj, "text", name, number, required=True)
-        if query_id in lines:
-            raise DatasetError(
-                name, number, f"duplicate _id {query_id!r} (first on line {lines[query_id]})"
-            )
-        lines[query_id] = number
+        _first_time(lines, query_id, name, number)
         queries[query_id] = text
     return queries, lines
 
