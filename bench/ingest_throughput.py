@@ -11,7 +11,8 @@ runs measured here varied by ±5% from one run to the next, more than the differ
 measured. The ratio is the sum of raw time over the sum of ingestion time; the spread of the
 per-slice ratios is printed too. Each slice being a separate ingestion, its last batch write is not
 overlapped with embedding, which the figure includes.
-With --baseline, LlamaIndex's `VectorStoreIndex` over the same embedded Qdrant is timed too.
+With --baseline, LlamaIndex's `VectorStoreIndex` is timed too, over qdrant-client's local mode
+(its `QdrantVectorStore` speaks qdrant-client only, not the embedded engine).
 
     .venv/bin/python bench/ingest_throughput.py [--limit 5183] [--slice 250] [--repeats 1]
         [--baseline]
@@ -121,10 +122,11 @@ def baseline(docs: list[Document], embed: object, settings: Settings) -> float:
     from llama_index.core import StorageContext, VectorStoreIndex
     from llama_index.core.node_parser import SentenceSplitter
     from llama_index.vector_stores.qdrant import QdrantVectorStore
+    from qdrant_client import QdrantClient
 
     with tempfile.TemporaryDirectory() as tmp:
-        store = Store.open_path(tmp)
-        vector_store = QdrantVectorStore(collection_name="base", client=store.client)
+        client = QdrantClient(path=tmp)
+        vector_store = QdrantVectorStore(collection_name="base", client=client)
         context = StorageContext.from_defaults(vector_store=vector_store)
         started = time.perf_counter()
         VectorStoreIndex.from_documents(
@@ -134,7 +136,7 @@ def baseline(docs: list[Document], embed: object, settings: Settings) -> float:
             transformations=[SentenceSplitter(chunk_size=512, chunk_overlap=64)],
         )
         elapsed = time.perf_counter() - started
-        store.close()
+        client.close()
     return elapsed
 
 
