@@ -5,6 +5,7 @@ The endpoints' bodies are in `chat`, `embeddings` and `errors`.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import logging
@@ -279,27 +280,18 @@ class FakeOpenAIServer:
     # --- the ASGI app ----------------------------------------------------------------------
 
     def _app(self) -> Starlette:
-        async def chat(request: Request) -> Response:
-            return await self._handle(request, "chat")
+        def route(path: str, kind: Kind, methods: list[str]) -> Route:
+            return Route(path, functools.partial(self._handle, kind=kind), methods=methods)
 
-        async def embeddings(request: Request) -> Response:
-            return await self._handle(request, "embeddings")
-
-        async def models(request: Request) -> Response:
-            return await self._handle(request, "models")
-
-        async def other(request: Request) -> Response:
-            return await self._handle(request, "other")
-
-        all_methods = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+        azure = "/openai/deployments/{deployment}"
         return Starlette(
             routes=[
-                Route("/v1/chat/completions", chat, methods=["POST"]),
-                Route("/v1/embeddings", embeddings, methods=["POST"]),
-                Route("/v1/models", models, methods=["GET"]),
-                Route("/openai/deployments/{deployment}/chat/completions", chat, methods=["POST"]),
-                Route("/openai/deployments/{deployment}/embeddings", embeddings, methods=["POST"]),
-                Route("/{path:path}", other, methods=all_methods),
+                route("/v1/chat/completions", "chat", ["POST"]),
+                route("/v1/embeddings", "embeddings", ["POST"]),
+                route("/v1/models", "models", ["GET"]),
+                route(f"{azure}/chat/completions", "chat", ["POST"]),
+                route(f"{azure}/embeddings", "embeddings", ["POST"]),
+                route("/{path:path}", "other", ["GET", "POST", "PUT", "PATCH", "DELETE"]),
             ]
         )
 
