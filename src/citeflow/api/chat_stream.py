@@ -236,10 +236,14 @@ class ChatStream(EventStream[Chunk]):
         if self.annotations:
             message.annotations = list(self.url_citations)
         # citeflow's fields beside OpenAI's (Open WebUI's frontend shows ``sources`` as chips)
-        citeflow_fields: dict[str, Any] = {
-            "sources": list(self.sources),
-            "unsupported": list(result.unsupported),
-        }
+        return self.body(
+            message, usage, sources=list(self.sources), unsupported=list(result.unsupported)
+        )
+
+    def body(
+        self, message: ChatCompletionMessage, usage: CompletionUsage, **extra: Any
+    ) -> dict[str, Any]:
+        """A ``chat.completion`` body of this completion (``extra``: citeflow's own fields)."""
         body = ChatCompletion(
             id=self.id,
             object="chat.completion",
@@ -247,31 +251,17 @@ class ChatStream(EventStream[Chunk]):
             model=self.model,
             choices=[CompletionChoice(index=0, message=message, finish_reason="stop")],
             usage=usage,
-            **citeflow_fields,
+            **extra,
         )
         return body.model_dump(exclude_unset=True)
 
 
 def plain_completion(text: str, *, model: str, prompt_text: str) -> dict[str, Any]:
     """A ``chat.completion`` body with no sources (Open WebUI task answers)."""
-    prompt, completion = count_tokens(prompt_text), count_tokens(text) if text else 0
-    body = ChatCompletion(
-        id=f"chatcmpl-{uuid.uuid4().hex}",
-        object="chat.completion",
-        created=int(time.time()),
-        model=model,
-        choices=[
-            CompletionChoice(
-                index=0,
-                message=ChatCompletionMessage(role="assistant", content=text),
-                finish_reason="stop",
-            )
-        ],
-        usage=CompletionUsage(
-            prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion
-        ),
-    )
-    return body.model_dump(exclude_unset=True)
+    stream = ChatStream(model=model, collection="", prompt_text=prompt_text)
+    if text:
+        stream.content.append(text)
+    return stream.body(ChatCompletionMessage(role="assistant", content=text), stream.usage())
 
 
 def plain_chunks(text: str, *, model: str, prompt_text: str) -> list[Chunk]:
