@@ -226,10 +226,8 @@ class ChatStream(EventStream[Chunk]):
 
     # --- non-streaming -----------------------------------------------------------------------
     def completion(self, result: CitedResponse) -> dict[str, Any]:
-        """The whole answer as one ``chat.completion`` body with a top-level ``sources`` list."""
-        self._know(result.sources)
-        self._fed = True
-        list(self._text(result.response or "", result.cited))
+        """The whole answer as one ``chat.completion`` body with a top-level ``sources`` list
+        (`handle_result` of a run that sent no events)."""
         finish = self.handle_result(result)
         usage = next(c.usage for c in finish if isinstance(c, ChatCompletionChunk) and c.usage)
         message = ChatCompletionMessage(role="assistant", content="".join(self.content))
