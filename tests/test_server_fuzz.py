@@ -78,16 +78,13 @@ messages = st.one_of(
         optional={"content": texts | content_parts | json_values, "name": texts},
     ),
 )
-questions = st.fixed_dictionaries(
-    {
-        "role": st.just("user"),
-        "content": st.one_of(
-            st.text(min_size=1, max_size=60),
-            st.sampled_from(["### Task:\nGenerate a title.", "Who bought Viaweb?"]),
-            texts,
-        ),
-    }
+#: The text of a question: any, and the two kinds the server tells apart.
+question_texts = st.one_of(
+    st.text(min_size=1, max_size=60),
+    st.sampled_from(["### Task:\nGenerate a title.", "Who bought Viaweb?"]),
+    texts,
 )
+questions = st.fixed_dictionaries({"role": st.just("user"), "content": question_texts})
 chat_bodies = st.fixed_dictionaries(
     {
         "model": st.one_of(
@@ -127,15 +124,7 @@ well_formed_chats = st.fixed_dictionaries(
             lambda history, question: [*history, question],
             st.lists(turns, max_size=3),
             st.fixed_dictionaries(
-                {
-                    "role": st.just("user"),
-                    "content": st.one_of(
-                        st.text(min_size=1, max_size=60),
-                        st.sampled_from(["### Task:\nGenerate a title.", "Who bought Viaweb?"]),
-                        texts,
-                        content_parts,
-                    ),
-                }
+                {"role": st.just("user"), "content": question_texts | content_parts}
             ),
         ),
         "stream": st.booleans(),
