@@ -296,14 +296,10 @@ class FakeOpenAIServer:
         )
 
     async def _handle(self, request: Request, kind: Kind) -> Response:
-        raw = await request.body()
-        body: Any = None
-        bad_json = False
-        if raw:
-            try:
-                body = json.loads(raw)
-            except ValueError:
-                bad_json = True
+        try:
+            body: Any = json.loads(await request.body())
+        except ValueError:  # no body, or not JSON
+            body = None
         deployment = request.path_params.get("deployment")
         recorded = RecordedRequest(
             method=request.method,
@@ -332,7 +328,7 @@ class FakeOpenAIServer:
                 for m in self.models
             ]
             return JSONResponse({"object": "list", "data": data})
-        if bad_json or not isinstance(body, dict):
+        if not isinstance(body, dict):
             return error_response(400, "The request body must be a JSON object.")
         if kind == "embeddings":
             return embeddings_response(
