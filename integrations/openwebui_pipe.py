@@ -164,12 +164,9 @@ class Pipe:
         """One non-streamed request; the answer's text, or a message saying what went wrong."""
         try:
             async with self._client() as client:
-                try:
-                    response = await client.post(
-                        "/chat/completions", json=self._payload(body, model, stream=False)
-                    )
-                except httpx.HTTPError as exc:
-                    raise self._transport_error(exc) from None
+                response = await client.post(
+                    "/chat/completions", json=self._payload(body, model, stream=False)
+                )
                 if response.status_code >= 400:
                     raise self._http_error(response.status_code, response.text, model)
                 try:
@@ -184,13 +181,10 @@ class Pipe:
                 for source in answer.get("sources") or []:
                     await _emit(emitter, {"type": "source", "data": source})
             return str(text)
-        except CiteflowError as exc:
-            await _emit(emitter, _status(exc.status, done=True))
-            return _error_text(exc.message)
         except Exception as exc:
-            log.exception("citeflow: request failed")
-            await _emit(emitter, _status("citeflow failed", done=True))
-            return _error_text(f"citeflow failed unexpectedly: {exc}")
+            error = self._failure(exc, "request")
+            await _emit(emitter, _status(error.status, done=True))
+            return _error_text(error.message)
 
     async def _stream(
         self, body: dict[str, Any], model: str, emitter: EventEmitter | None
@@ -210,26 +204,16 @@ class Pipe:
                 async for text in ChunkStream(emitter).transform(response.aiter_lines()):
                     wrote = wrote or bool(text)
                     yield _piece(text, body)
-        except CiteflowError as exc:
-            await _emit(emitter, _status(exc.status, done=True))
-            yield _piece(_error_text(exc.message, after_text=wrote), body)
-        except httpx.HTTPError as exc:
-            error = self._transport_error(exc)
+        except Exception as exc:
+            error = self._failure(exc, "streaming")
             await _emit(emitter, _status(error.status, done=True))
             yield _piece(_error_text(error.message, after_text=wrote), body)
-        except Exception as exc:
-            log.exception("citeflow: streaming failed")
-            await _emit(emitter, _status("citeflow failed", done=True))
-            yield _piece(_error_text(f"citeflow failed unexpectedly: {exc}", wrote), body)
 
     async def _explain_unavailable(self) -> str:
         try:
             models = await self._list_models()
-        except CiteflowError as exc:
-            return _error_text(exc.message)
         except Exception as exc:
-            log.exception("citeflow: listing models failed")
-            return _error_text(f"citeflow failed unexpectedly: {exc}")
+            return _error_text(self._failure(exc, "listing models").message)
         if not models:
             return (
                 "citeflow is reachable but has no knowledge bases yet. Add documents "
@@ -261,6 +245,15 @@ class Pipe:
             timeout = httpx.Timeout(self.valves.TIMEOUT, connect=min(self.valves.TIMEOUT, 10.0))
         return httpx.AsyncClient(base_url=self._base_url(), headers=headers, timeout=timeout)
 
+    def _failure(self, exc: Exception, doing: str) -> CiteflowError:
+        """What to tell the user about ``exc``; an unexpected one is logged with its traceback."""
+        if isinstance(exc, CiteflowError):
+            return exc
+        if isinstance(exc, httpx.HTTPError):
+            return self._transport_error(exc)
+        log.exception("citeflow: %s failed", doing)
+        return CiteflowError(f"citeflow failed unexpectedly: {exc}", "citeflow failed")
+
     def _transport_error(self, exc: httpx.HTTPError) -> CiteflowError:
         base = self._base_url()
         if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
@@ -282,7 +275,6 @@ class Pipe:
 
     def _http_error(self, status: int, text: str, model: str) -> CiteflowError:
         detail = _error_message(text) or text.strip()[:_MAX_DETAIL] or "no details"
-        code = _error_code(text)
         if status == 401:
             hint = (
                 "set CITEFLOW_API_KEY in this function's valves to one of the server's "
@@ -294,7 +286,7 @@ class Pipe:
             return CiteflowError(
                 f"citeflow rejected the API key ({detail}): {hint}.", "citeflow: invalid API key"
             )
-        if status == 404 and code == "model_not_found":
+        if status == 404 and _error_body(text).get("code") == "model_not_found":
             return CiteflowError(
                 f"citeflow has no knowledge base for the model {model!r} ({detail}). Reload the "
                 "model list.",
@@ -438,8 +430,3 @@ def _error_message(payload: str | dict[str, Any]) -> str:
     """The ``message`` of an OpenAI error body (``{"error": {"message": ...}}``), else ""."""
     message = _error_body(payload).get("message")
     return str(message)[:_MAX_DETAIL] if message else ""
-
-
-def _error_code(payload: str | dict[str, Any]) -> str:
-    code = _error_body(payload).get("code")
-    return str(code) if code else ""

@@ -6,7 +6,6 @@ import ast
 import importlib.util
 import inspect
 import json
-import socket
 import sys
 from collections.abc import AsyncGenerator, Iterator, Sequence
 from pathlib import Path
@@ -20,6 +19,7 @@ from pydantic import SecretStr
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.server import create_app
 from citeflow.testing.embedding import HashEmbedding
+from tests.e2e.procs import free_port
 from tests.server_helpers import FailingLLM, LiveServer, PacedLLM, make_engine, wait_until
 
 PIPE_FILE = Path(__file__).resolve().parents[1] / "integrations" / "openwebui_pipe.py"
@@ -112,12 +112,6 @@ def assert_ends_done(recorder: Recorder) -> None:
     statuses = recorder.of_type("status")
     assert statuses, "no status events"
     assert statuses[-1]["done"] is True
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture
@@ -257,7 +251,7 @@ async def test_wrong_or_missing_key_is_a_clear_message(kb: KnowledgeBase) -> Non
 
 
 async def test_server_down_is_a_clear_message() -> None:
-    pipe = make_pipe(f"http://127.0.0.1:{_free_port()}")
+    pipe = make_pipe(f"http://127.0.0.1:{free_port()}")
     [entry] = await pipe.pipes()
     assert entry == {
         "id": mod.ERROR_MODEL_ID,

@@ -66,29 +66,25 @@ content_parts = st.lists(
     | json_values,
     max_size=3,
 )
+#: A well-formed turn of a chat, any text in it.
+turns = st.fixed_dictionaries({"role": st.sampled_from(ROLES), "content": st.text(max_size=40)})
 messages = st.one_of(
     st.fixed_dictionaries(  # mostly well-formed turns, any text
         {"role": st.sampled_from(ROLES), "content": st.text(max_size=40) | content_parts}
     ),
-    st.fixed_dictionaries(
-        {"role": st.sampled_from(ROLES), "content": st.text(max_size=40)},
-    ),
+    turns,
     st.fixed_dictionaries(
         {"role": st.sampled_from([*ROLES, "wizard"]) | texts},
         optional={"content": texts | content_parts | json_values, "name": texts},
     ),
 )
-questions = st.fixed_dictionaries(
-    {
-        "role": st.just("user"),
-        "content": st.one_of(
-            st.text(min_size=1, max_size=60),
-            st.text(min_size=1, max_size=60),
-            st.sampled_from(["### Task:\nGenerate a title.", "Who bought Viaweb?"]),
-            texts,
-        ),
-    }
+#: The text of a question: any, and the two kinds the server tells apart.
+question_texts = st.one_of(
+    st.text(min_size=1, max_size=60),
+    st.sampled_from(["### Task:\nGenerate a title.", "Who bought Viaweb?"]),
+    texts,
 )
+questions = st.fixed_dictionaries({"role": st.just("user"), "content": question_texts})
 chat_bodies = st.fixed_dictionaries(
     {
         "model": st.one_of(
@@ -105,7 +101,7 @@ chat_bodies = st.fixed_dictionaries(
         ),
     },
     optional={
-        "stream": st.one_of(st.booleans(), st.booleans(), json_values),
+        "stream": st.booleans() | json_values,
         "stream_options": st.one_of(
             st.fixed_dictionaries({}, optional={"include_usage": st.booleans()}), json_values
         ),
@@ -126,22 +122,9 @@ well_formed_chats = st.fixed_dictionaries(
         "model": st.sampled_from(["citeflow-kb", "kb"]),
         "messages": st.builds(
             lambda history, question: [*history, question],
-            st.lists(
-                st.fixed_dictionaries(
-                    {"role": st.sampled_from(ROLES), "content": st.text(max_size=40)}
-                ),
-                max_size=3,
-            ),
+            st.lists(turns, max_size=3),
             st.fixed_dictionaries(
-                {
-                    "role": st.just("user"),
-                    "content": st.one_of(
-                        st.text(min_size=1, max_size=60),
-                        st.sampled_from(["### Task:\nGenerate a title.", "Who bought Viaweb?"]),
-                        texts,
-                        content_parts,
-                    ),
-                }
+                {"role": st.just("user"), "content": question_texts | content_parts}
             ),
         ),
         "stream": st.booleans(),
@@ -160,17 +143,26 @@ def _encode(value: Any, how: str) -> bytes:
     return json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")
 
 
-chat_raw = st.one_of(
-    st.builds(_encode, chat_bodies, st.sampled_from(["ascii", "utf-8"])),
-    st.builds(_encode, chat_bodies, st.sampled_from(["ascii", "utf-8"])),
-    st.builds(_encode, chat_bodies, st.sampled_from(["ascii", "utf-8"])),
-    st.builds(lambda body, cut: _encode(body, "ascii")[:cut], chat_bodies, st.integers(0, 80)),
-    st.binary(max_size=64),
-    st.builds(
-        lambda depth: b'{"model": "citeflow-kb", "messages": ' + b"[" * depth + b"]" * depth + b"}",
-        st.integers(1, 3000),
-    ),
-)
+def _raw(
+    bodies: st.SearchStrategy[Any], weight: int, nested: bytes = b""
+) -> st.SearchStrategy[bytes]:
+    """``bodies`` as request bytes: JSON (``weight`` branches of them), JSON cut short, random
+    bytes and, after the ``nested`` opening when given, arrays nested thousands deep."""
+    # one branch per builds() call: one_of drops a branch that is the very same strategy object
+    branches = [
+        st.builds(_encode, bodies, st.sampled_from(["ascii", "utf-8"])) for _ in range(weight)
+    ]
+    branches += [
+        st.builds(lambda body, cut: _encode(body, "ascii")[:cut], bodies, st.integers(0, 80)),
+        st.binary(max_size=64),
+    ]
+    if nested:
+        deep = st.builds(lambda n: nested + b"[" * n + b"]" * n + b"}", st.integers(1, 3000))
+        branches.append(deep)
+    return st.one_of(branches)
+
+
+chat_raw = _raw(chat_bodies, 3, b'{"model": "citeflow-kb", "messages": ')
 #: ``POST /search`` bodies: either form, well-formed or not, any text in them.
 search_bodies = st.fixed_dictionaries(
     {},
@@ -193,12 +185,7 @@ search_bodies = st.fixed_dictionaries(
         "retrieval_query_generation_prompt_template": json_values,
     },
 )
-search_raw = st.one_of(
-    st.builds(_encode, search_bodies, st.sampled_from(["ascii", "utf-8"])),
-    st.builds(_encode, search_bodies, st.sampled_from(["ascii", "utf-8"])),
-    st.builds(lambda body, cut: _encode(body, "ascii")[:cut], search_bodies, st.integers(0, 80)),
-    st.binary(max_size=64),
-)
+search_raw = _raw(search_bodies, 2)
 content_types = st.sampled_from(
     ["application/json", "application/json", "text/plain", "", "application/json; charset=x"]
 )
@@ -353,15 +340,7 @@ skill_bodies = st.one_of(
     st.fixed_dictionaries({}, optional={"values": json_values, "other": json_values}),
     json_values,
 )
-skill_raw = st.one_of(
-    st.builds(_encode, skill_bodies, st.sampled_from(["ascii", "utf-8"])),
-    st.builds(_encode, skill_bodies, st.sampled_from(["ascii", "utf-8"])),
-    st.builds(lambda body, cut: _encode(body, "ascii")[:cut], skill_bodies, st.integers(0, 80)),
-    st.binary(max_size=64),
-    st.builds(
-        lambda depth: b'{"values": ' + b"[" * depth + b"]" * depth + b"}", st.integers(1, 3000)
-    ),
-)
+skill_raw = _raw(skill_bodies, 2, b'{"values": ')
 
 
 @st.composite
@@ -463,46 +442,26 @@ def _check(response: httpx.Response, what: str) -> None:
 
 
 # --- the properties ------------------------------------------------------------------------------
-async def _no_5xx(client: httpx.AsyncClient, request: Request) -> None:
-    method, path, headers, body = request
+@pytest.mark.parametrize(
+    "requests",
+    [
+        well_formed_chat_requests(),
+        chat_requests(),
+        well_formed_upload_requests() | document_requests(),
+        search_requests(),
+        skill_requests(),
+        other_requests(),
+    ],
+    ids=["well_formed_chat", "chat", "document", "search", "skill", "method_or_path"],
+)
+@FUZZ
+@given(data=st.data())
+async def test_no_request_gets_a_5xx(
+    client: httpx.AsyncClient, requests: st.SearchStrategy[Request], data: st.DataObject
+) -> None:
+    method, path, headers, body = data.draw(requests, label="request")
     response = await _send(client, method, path, headers, body)
     _check(response, f"{method} {path} {headers} {body!r:.300}")
-
-
-@FUZZ
-@given(request=well_formed_chat_requests())
-async def test_no_well_formed_chat_gets_a_5xx(client: httpx.AsyncClient, request: Request) -> None:
-    await _no_5xx(client, request)
-
-
-@FUZZ
-@given(request=chat_requests())
-async def test_no_chat_request_gets_a_5xx(client: httpx.AsyncClient, request: Request) -> None:
-    await _no_5xx(client, request)
-
-
-@FUZZ
-@given(request=well_formed_upload_requests() | document_requests())
-async def test_no_document_request_gets_a_5xx(client: httpx.AsyncClient, request: Request) -> None:
-    await _no_5xx(client, request)
-
-
-@FUZZ
-@given(request=search_requests())
-async def test_no_search_request_gets_a_5xx(client: httpx.AsyncClient, request: Request) -> None:
-    await _no_5xx(client, request)
-
-
-@FUZZ
-@given(request=skill_requests())
-async def test_no_skill_request_gets_a_5xx(client: httpx.AsyncClient, request: Request) -> None:
-    await _no_5xx(client, request)
-
-
-@FUZZ
-@given(request=other_requests())
-async def test_no_method_or_path_gets_a_5xx(client: httpx.AsyncClient, request: Request) -> None:
-    await _no_5xx(client, request)
 
 
 @FUZZ

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
@@ -73,12 +74,8 @@ async def test_same_responses_as_llama_index(
     llm = build_llm(_settings(server, provider), max_retries=0, aiohttp=aiohttp)
     assert isinstance(llm, CompatOpenAI | CompatAzureOpenAI)
     ours = await _collect(await llm.astream_chat(USER))
-    recorder = _Recorder(seen=[])
-    get_dispatcher().add_event_handler(recorder)  # a listener: llama-index's own astream_chat
-    try:
+    with _listening() as recorder:  # a listener: llama-index's own astream_chat
         theirs = await _collect(await llm.astream_chat(USER))
-    finally:
-        get_dispatcher().event_handlers.remove(recorder)
     assert "LLMChatInProgressEvent" in recorder.seen
     assert not isinstance(theirs[0].raw, dict)  # the SDK's parsing, not the lean one
     assert [_view(r) for r in ours] == [_view(r) for r in theirs]
@@ -195,6 +192,17 @@ class _Recorder(BaseEventHandler):
         self.seen.append(event.class_name())
 
 
+@contextmanager
+def _listening() -> Iterator[_Recorder]:
+    """A `_Recorder` attached to LlamaIndex's root dispatcher for the ``with`` block."""
+    recorder = _Recorder(seen=[])
+    get_dispatcher().add_event_handler(recorder)
+    try:
+        yield recorder
+    finally:
+        get_dispatcher().event_handlers.remove(recorder)
+
+
 async def test_llm_events_reach_an_attached_handler_and_are_skipped_without_one(
     server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -213,14 +221,9 @@ async def test_llm_events_reach_an_attached_handler_and_are_skipped_without_one(
     assert "".join(r.delta or "" for r in quiet) == ANSWER
     assert built == [], "no per-token event is built when nothing listens"
 
-    recorder = _Recorder(seen=[])
-    root = get_dispatcher()
-    root.add_event_handler(recorder)
-    try:
+    with _listening() as recorder:
         assert observed(llm)
         heard = await _collect(await llm.astream_chat(USER))
-    finally:
-        root.event_handlers.remove(recorder)
     assert "".join(r.delta or "" for r in heard) == ANSWER
     assert recorder.seen[0] == "LLMChatStartEvent" and recorder.seen[-1] == "LLMChatEndEvent"
     assert recorder.seen.count("LLMChatInProgressEvent") == len(heard) == len(built)
@@ -263,12 +266,8 @@ async def test_stream_text_over_http_and_through_llama_index_when_observed(
     llm = build_llm(_settings(server, provider), max_retries=0)
     assert "".join([t async for t in await stream_text(llm, USER)]) == ANSWER
 
-    recorder = _Recorder(seen=[])
-    get_dispatcher().add_event_handler(recorder)
-    try:
+    with _listening() as recorder:
         heard = "".join([t async for t in await stream_text(llm, USER)])
-    finally:
-        get_dispatcher().event_handlers.remove(recorder)
     assert heard == ANSWER
     assert "LLMChatInProgressEvent" in recorder.seen and recorder.seen[-1] == "LLMChatEndEvent"
     await llm.aclose()

@@ -82,6 +82,14 @@ async def _run(
     return parse_sse("".join(lines))
 
 
+async def _answer(
+    text: str, cited: list[int], result: CitedResponse | None = None, **kw: Any
+) -> list[Any]:
+    """The SSE items of a run that sends its sources, then ``text`` in one checked piece."""
+    events: list[Event] = [CitationSourcesEvent(query="q", sources=SOURCES), _delta(text)]
+    return await _run(_scripted(events, result or _result(text, cited)), **kw)
+
+
 def _shape(items: Sequence[Any]) -> list[tuple[Any, ...]]:
     """A compact view: (kind, detail) per SSE item."""
     out: list[tuple[Any, ...]] = []
@@ -154,13 +162,7 @@ async def test_stream_sends_cited_sources_before_the_text_citing_them() -> None:
 
 
 async def test_source_event_shape_matches_open_webui() -> None:
-    events: list[Event] = [
-        CitationSourcesEvent(query="q", sources=SOURCES),
-        _delta("Ducks live near ponds [2]."),
-    ]
-    items = await _run(
-        _scripted(events, _result("Ducks live near ponds [2].", [2])), base_url="http://h:8000/"
-    )
+    items = await _answer("Ducks live near ponds [2].", [2], base_url="http://h:8000/")
     (data,) = events_of(items, "source")
     assert data == {
         "source": {
@@ -192,12 +194,7 @@ def test_source_payload_prefers_the_original_url_and_skips_pages_without_label()
 
 
 async def test_only_cited_sources_are_sent_in_first_citation_order() -> None:
-    text = "Viaweb became Yahoo Store [3]. Yahoo bought it [1]. Again [3]."
-    events: list[Event] = [
-        CitationSourcesEvent(query="q", sources=SOURCES),
-        _delta(text),
-    ]
-    items = await _run(_scripted(events, _result(text, [3, 1])))
+    items = await _answer("Viaweb became Yahoo Store [3]. Yahoo bought it [1]. Again [3].", [3, 1])
     keys = [d["metadata"][0]["source"] for d in events_of(items, "source")]
     assert keys == ["viaweb#1", "viaweb#2"]  # two chips for one document, unique keys
     assert content_of(items) == "Viaweb became Yahoo Store [1]. Yahoo bought it [2]. Again [1]."
@@ -270,12 +267,7 @@ async def test_keepalive_comments_during_silence() -> None:
 
 
 async def test_include_usage_sends_openai_usage_chunk() -> None:
-    text = "Ducks [2]."
-    events: list[Event] = [
-        CitationSourcesEvent(query="q", sources=SOURCES),
-        _delta(text),
-    ]
-    items = await _run(_scripted(events, _result(text, [2])), include_usage=True)
+    items = await _answer("Ducks [2].", [2], include_usage=True)
     finish, usage, done = items[-3:]
     assert finish["choices"][0]["finish_reason"] == "stop" and "usage" not in finish
     assert usage["choices"] == [] and usage["usage"]["total_tokens"] > 0
@@ -283,12 +275,9 @@ async def test_include_usage_sends_openai_usage_chunk() -> None:
 
 
 async def test_markdown_source_list_on_request() -> None:
-    text = "Ducks live near ponds [2]. Yahoo bought Viaweb [1]."
-    events: list[Event] = [
-        CitationSourcesEvent(query="q", sources=SOURCES),
-        _delta(text),
-    ]
-    items = await _run(_scripted(events, _result(text, [2, 1])), source_list=True)
+    items = await _answer(
+        "Ducks live near ponds [2]. Yahoo bought Viaweb [1].", [2, 1], source_list=True
+    )
     content = content_of(items)
     assert content.startswith(
         "Ducks live near ponds [1]. Yahoo bought Viaweb [2].\n\n**Sources**\n"
@@ -436,11 +425,7 @@ async def test_unsupported_sentences_reach_api_clients() -> None:
     text = "Ducks live near ponds [2]. Penguins compose symphonies."
     result = _result(text, [2])
     result.unsupported = ["Penguins compose symphonies."]
-    events: list[Event] = [
-        CitationSourcesEvent(query="q", sources=SOURCES),
-        _delta(text),
-    ]
-    items = await _run(_scripted(events, result))
+    items = await _answer(text, [2], result)
     finish = next(
         i
         for i in items
@@ -449,7 +434,7 @@ async def test_unsupported_sentences_reach_api_clients() -> None:
     assert finish["unsupported"] == ["Penguins compose symphonies."]
     writer = ChatStream(model="citeflow-kb", collection="kb", prompt_text="question")
     assert writer.completion(result)["unsupported"] == ["Penguins compose symphonies."]
-    clean = await _run(_scripted(events, _result(text, [2])))
+    clean = await _answer(text, [2])
     assert all("unsupported" not in i for i in clean if isinstance(i, dict))
     plain = ChatStream(model="citeflow-kb", collection="kb", prompt_text="question")
     assert plain.completion(_result(text, [2]))["unsupported"] == []

@@ -28,12 +28,12 @@ class Output:
             print(self.text, end="", flush=True)
 
 
+@dataclass(kw_only=True, eq=False)
 class TerminalStream(EventStream[Output]):
     """``quiet``: no progress lines; ``timings``: the run's timings at the end."""
 
-    def __init__(self, *, quiet: bool = False, timings: bool = False) -> None:
-        self.quiet = quiet
-        self.timings = timings
+    quiet: bool = False
+    timings: bool = False
 
     def handle_status(self, event: StatusEvent) -> list[Output]:
         if event.done or self.quiet:

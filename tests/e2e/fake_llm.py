@@ -17,7 +17,7 @@ import re
 import threading
 from dataclasses import dataclass, field
 
-from citeflow.testing.openai_server import RecordedRequest, default_reply
+from citeflow.testing.openai_replies import RecordedRequest, default_reply, last_user_text
 
 TASK_PREFIX = "### Task:"
 TASK_REPLY = json.dumps(
@@ -57,7 +57,7 @@ class CitingLLM:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __call__(self, request: RecordedRequest) -> str:
-        prompt = last_user_message(request)
+        prompt = last_user_text(request)
         if prompt.lstrip().startswith(TASK_PREFIX):
             return TASK_REPLY
         blocks = source_blocks(prompt)
@@ -67,20 +67,6 @@ class CitingLLM:
         with self._lock:
             self.answers.append(answer)
         return answer.text
-
-
-def last_user_message(request: RecordedRequest) -> str:
-    messages = request.json.get("messages") if isinstance(request.json, dict) else None
-    for message in reversed(messages if isinstance(messages, list) else []):
-        if isinstance(message, dict) and message.get("role") == "user":
-            content = message.get("content")
-            if isinstance(content, str):
-                return content
-            if isinstance(content, list):
-                return " ".join(
-                    str(part.get("text", "")) for part in content if isinstance(part, dict)
-                )
-    return ""
 
 
 def source_blocks(prompt: str) -> list[Block]:

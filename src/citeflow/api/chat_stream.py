@@ -21,6 +21,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessage
@@ -48,6 +49,7 @@ from citeflow.result import CitedResponse
 Chunk = ChatCompletionChunk | ErrorResponse
 
 
+@dataclass(kw_only=True, eq=False)
 class ChatStream(EventStream[Chunk]):
     """Turns one workflow run into chunk objects.
 
@@ -64,38 +66,27 @@ class ChatStream(EventStream[Chunk]):
             (`url_citation`), for clients that drop Open WebUI's events.
     """
 
-    def __init__(
-        self,
-        *,
-        model: str,
-        collection: str,
-        base_url: str = "",
-        link: DocumentLink | None = None,
-        source_list: bool = False,
-        include_usage: bool = False,
-        prompt_text: str = "",
-        annotations: bool = False,
-    ) -> None:
-        self.id = f"chatcmpl-{uuid.uuid4().hex}"
-        self.created = int(time.time())
-        self.model = model
-        self.collection = collection
-        self.base_url = base_url
-        self.link = link
-        self.source_list = source_list
-        self.include_usage = include_usage
-        self.prompt_text = prompt_text
-        self.annotations = annotations
-        self.url_citations: list[Annotation] = []
-        self.sources: list[SourceData] = []  # the cited sources, as sent
-        self.content: list[str] = []
-        self.numbers: dict[int, int] = {}  # source number -> number sent (order of citation)
-        self._written = 0  # characters of answer text sent
-        self._known: list[Source] | None = None
-        self._held: list[AnswerDeltaEvent] = []  # text that came before the sources
-        self._status_shown = False
-        self._status_done = False
-        self._fed = False
+    model: str
+    collection: str
+    base_url: str = ""
+    link: DocumentLink | None = None
+    source_list: bool = False
+    include_usage: bool = False
+    prompt_text: str = ""
+    annotations: bool = False
+    id: str = field(init=False, default_factory=lambda: f"chatcmpl-{uuid.uuid4().hex}")
+    created: int = field(init=False, default_factory=lambda: int(time.time()))
+    url_citations: list[Annotation] = field(init=False, default_factory=list)
+    sources: list[SourceData] = field(init=False, default_factory=list)  # the cited ones, as sent
+    content: list[str] = field(init=False, default_factory=list)
+    #: source number -> number sent (order of citation)
+    numbers: dict[int, int] = field(init=False, default_factory=dict)
+    _written: int = field(init=False, default=0)  # characters of answer text sent
+    _known: list[Source] | None = field(init=False, default=None)
+    _held: list[AnswerDeltaEvent] = field(init=False, default_factory=list)  # before the sources
+    _status_shown: bool = field(init=False, default=False)
+    _status_done: bool = field(init=False, default=False)
+    _fed: bool = field(init=False, default=False)
 
     # --- chunk shapes ------------------------------------------------------------------------
     def chunk(self, choices: list[Choice], **extra: Any) -> ChatCompletionChunk:
@@ -226,20 +217,22 @@ class ChatStream(EventStream[Chunk]):
 
     # --- non-streaming -----------------------------------------------------------------------
     def completion(self, result: CitedResponse) -> dict[str, Any]:
-        """The whole answer as one ``chat.completion`` body with a top-level ``sources`` list."""
-        self._know(result.sources)
-        self._fed = True
-        list(self._text(result.response or "", result.cited))
+        """The whole answer as one ``chat.completion`` body with a top-level ``sources`` list
+        (`handle_result` of a run that sent no events)."""
         finish = self.handle_result(result)
         usage = next(c.usage for c in finish if isinstance(c, ChatCompletionChunk) and c.usage)
         message = ChatCompletionMessage(role="assistant", content="".join(self.content))
         if self.annotations:
             message.annotations = list(self.url_citations)
         # citeflow's fields beside OpenAI's (Open WebUI's frontend shows ``sources`` as chips)
-        citeflow_fields: dict[str, Any] = {
-            "sources": list(self.sources),
-            "unsupported": list(result.unsupported),
-        }
+        return self.body(
+            message, usage, sources=list(self.sources), unsupported=list(result.unsupported)
+        )
+
+    def body(
+        self, message: ChatCompletionMessage, usage: CompletionUsage, **extra: Any
+    ) -> dict[str, Any]:
+        """A ``chat.completion`` body of this completion (``extra``: citeflow's own fields)."""
         body = ChatCompletion(
             id=self.id,
             object="chat.completion",
@@ -247,31 +240,17 @@ class ChatStream(EventStream[Chunk]):
             model=self.model,
             choices=[CompletionChoice(index=0, message=message, finish_reason="stop")],
             usage=usage,
-            **citeflow_fields,
+            **extra,
         )
         return body.model_dump(exclude_unset=True)
 
 
 def plain_completion(text: str, *, model: str, prompt_text: str) -> dict[str, Any]:
     """A ``chat.completion`` body with no sources (Open WebUI task answers)."""
-    prompt, completion = count_tokens(prompt_text), count_tokens(text) if text else 0
-    body = ChatCompletion(
-        id=f"chatcmpl-{uuid.uuid4().hex}",
-        object="chat.completion",
-        created=int(time.time()),
-        model=model,
-        choices=[
-            CompletionChoice(
-                index=0,
-                message=ChatCompletionMessage(role="assistant", content=text),
-                finish_reason="stop",
-            )
-        ],
-        usage=CompletionUsage(
-            prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion
-        ),
-    )
-    return body.model_dump(exclude_unset=True)
+    stream = ChatStream(model=model, collection="", prompt_text=prompt_text)
+    if text:
+        stream.content.append(text)
+    return stream.body(ChatCompletionMessage(role="assistant", content=text), stream.usage())
 
 
 def plain_chunks(text: str, *, model: str, prompt_text: str) -> list[Chunk]:

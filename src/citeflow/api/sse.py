@@ -225,10 +225,8 @@ class EventStreamResponse(StreamingResponse):
 
     media_type = "text/event-stream"
 
-    def __init__(self, content: AsyncGenerator[str, None], **kwargs: Any) -> None:
-        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-        headers.update(kwargs.pop("headers", None) or {})
-        super().__init__(content, headers=headers, **kwargs)
+    def __init__(self, content: AsyncGenerator[str, None]) -> None:
+        super().__init__(content, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         self._stream = content
 
     async def stream_response(self, send: Send) -> None:

@@ -86,12 +86,8 @@ class ScriptedLLM(CustomLLM):
     async def astream_complete(
         self, prompt: str, formatted: bool = False, **kwargs: Any
     ) -> AsyncGenerator[CompletionResponse, None]:
-        text = self._next(prompt, kwargs)
+        pieces = self._pieces(self._next(prompt, kwargs))
         delay = self.delay
-
-        words = re.findall(r"\S+\s*|\s+", text)
-        size = max(1, self.chunk_words)
-        pieces = ["".join(words[i : i + size]) for i in range(0, len(words), size)]
 
         async def gen() -> AsyncGenerator[CompletionResponse, None]:
             sofar = ""

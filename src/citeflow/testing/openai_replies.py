@@ -24,6 +24,7 @@ __all__ = [
     "count_tokens",
     "default_reply",
     "fake_embedding",
+    "last_user_text",
     "message_text",
     "split_tokens",
 ]
@@ -79,17 +80,19 @@ def message_text(message: Any) -> str:
     return ""
 
 
+def last_user_text(request: RecordedRequest) -> str:
+    """The text of a chat request's last user message ("" when there is none)."""
+    messages = request.json.get("messages") if isinstance(request.json, dict) else None
+    for message in reversed(messages if isinstance(messages, list) else []):
+        if isinstance(message, dict) and message.get("role") == "user":
+            return message_text(message)
+    return ""
+
+
 def default_reply(request: RecordedRequest) -> str:
     """The reply when the script has none: ``"Fake reply: "`` + the last user message's first
     24 words (or ``"Fake reply."`` when there is no user message)."""
-    messages = request.json.get("messages") if isinstance(request.json, dict) else None
-    last_user = ""
-    if isinstance(messages, list):
-        for message in reversed(messages):
-            if isinstance(message, dict) and message.get("role") == "user":
-                last_user = message_text(message)
-                break
-    words = last_user.split()[:24]
+    words = last_user_text(request).split()[:24]
     return f"Fake reply: {' '.join(words)}" if words else "Fake reply."
 
 

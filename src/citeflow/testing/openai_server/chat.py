@@ -68,9 +68,7 @@ async def chat_response(
         "total_tokens": prompt_tokens + len(tokens),
     }
     ttft = default_ttft if reply.ttft is None else reply.ttft
-    rate = reply.tokens_per_second
-    if rate is None:
-        rate = default_tokens_per_second
+    rate = default_tokens_per_second if reply.tokens_per_second is None else reply.tokens_per_second
     interval = 1.0 / rate if rate else 0.0
     head = {
         "id": f"chatcmpl-fake-{completion_id}",
@@ -122,13 +120,12 @@ def _logprobs(reply: Reply, body: dict[str, Any]) -> dict[str, Any] | None:
     """A chat completion's ``logprobs`` for the reply's first token, as OpenAI sends them."""
     if not reply.top_logprobs or not body.get("logprobs"):
         return None
-    ranked = sorted(reply.top_logprobs.items(), key=lambda kv: -kv[1])
-    top = [
+    ranked = [
         {"token": token, "logprob": logprob, "bytes": list(token.encode())}
-        for token, logprob in ranked[: int(body.get("top_logprobs") or 0)]
+        for token, logprob in sorted(reply.top_logprobs.items(), key=lambda kv: -kv[1])
     ]
-    first = {"token": ranked[0][0], "logprob": ranked[0][1], "bytes": list(ranked[0][0].encode())}
-    return {"content": [{**first, "top_logprobs": top}], "refusal": None}
+    top = ranked[: int(body.get("top_logprobs") or 0)]
+    return {"content": [{**ranked[0], "top_logprobs": top}], "refusal": None}
 
 
 def _dumps(obj: Any) -> str:

@@ -5,6 +5,7 @@ The endpoints' bodies are in `chat`, `embeddings` and `errors`.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import logging
@@ -279,39 +280,26 @@ class FakeOpenAIServer:
     # --- the ASGI app ----------------------------------------------------------------------
 
     def _app(self) -> Starlette:
-        async def chat(request: Request) -> Response:
-            return await self._handle(request, "chat")
+        def route(path: str, kind: Kind, methods: list[str]) -> Route:
+            return Route(path, functools.partial(self._handle, kind=kind), methods=methods)
 
-        async def embeddings(request: Request) -> Response:
-            return await self._handle(request, "embeddings")
-
-        async def models(request: Request) -> Response:
-            return await self._handle(request, "models")
-
-        async def other(request: Request) -> Response:
-            return await self._handle(request, "other")
-
-        all_methods = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+        azure = "/openai/deployments/{deployment}"
         return Starlette(
             routes=[
-                Route("/v1/chat/completions", chat, methods=["POST"]),
-                Route("/v1/embeddings", embeddings, methods=["POST"]),
-                Route("/v1/models", models, methods=["GET"]),
-                Route("/openai/deployments/{deployment}/chat/completions", chat, methods=["POST"]),
-                Route("/openai/deployments/{deployment}/embeddings", embeddings, methods=["POST"]),
-                Route("/{path:path}", other, methods=all_methods),
+                route("/v1/chat/completions", "chat", ["POST"]),
+                route("/v1/embeddings", "embeddings", ["POST"]),
+                route("/v1/models", "models", ["GET"]),
+                route(f"{azure}/chat/completions", "chat", ["POST"]),
+                route(f"{azure}/embeddings", "embeddings", ["POST"]),
+                route("/{path:path}", "other", ["GET", "POST", "PUT", "PATCH", "DELETE"]),
             ]
         )
 
     async def _handle(self, request: Request, kind: Kind) -> Response:
-        raw = await request.body()
-        body: Any = None
-        bad_json = False
-        if raw:
-            try:
-                body = json.loads(raw)
-            except ValueError:
-                bad_json = True
+        try:
+            body: Any = json.loads(await request.body())
+        except ValueError:  # no body, or not JSON
+            body = None
         deployment = request.path_params.get("deployment")
         recorded = RecordedRequest(
             method=request.method,
@@ -340,7 +328,7 @@ class FakeOpenAIServer:
                 for m in self.models
             ]
             return JSONResponse({"object": "list", "data": data})
-        if bad_json or not isinstance(body, dict):
+        if not isinstance(body, dict):
             return error_response(400, "The request body must be a JSON object.")
         if kind == "embeddings":
             return embeddings_response(
