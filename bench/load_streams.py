@@ -5,8 +5,9 @@ Three processes, so that each one's CPU is its own:
 * the upstream: a fake OpenAI server (`citeflow.testing.openai_server.FakeOpenAIServer`, started by
   this script with ``--serve-upstream``) with a fixed time to first token (``--ttft``) and token
   rate (``--tps``); it answers the synthesis prompt with three sentences quoted from the sources,
-  each citing its source, and (with ``--grader llm``) the grading prompt with three relevant
-  passages;
+  each citing its source, (with ``--grader llm``) the grading prompt with three relevant
+  passages, and (with ``--judge on``, the server's default for a hosted LLM) the citation judge's
+  prompt with "Yes";
 * the server: ``citeflow serve`` (real uvicorn) with ``CITEFLOW_LLM_PROVIDER=openai`` at the
   upstream, the real local MiniLM embedder, and embedded Qdrant in a temporary directory into
   which ``data/`` is ingested first (by ``citeflow ingest``, a fourth, short-lived process);
@@ -18,7 +19,8 @@ with answer text. citeflow streams checked sentences (each sentence's citations 
 before it is sent), so the earliest it could send its first token is when the upstream has sent
 the token that completes the answer's first sentence: the *upstream reference* is that time,
 ``ttft + k / tps`` with k the index of that token (the fake upstream's own schedule), plus, with
-``--grader llm``, the grading call (``ttft + (g - 1) / tps`` for its g-token reply). The *added*
+``--grader llm``, the grading call (``ttft + (g - 1) / tps`` for its g-token reply), and with
+``--judge on`` the judge's call on that sentence's citation (``ttft``: a one-token reply). The *added*
 TTFT is the client's TTFT minus the upstream reference: citeflow's own work (HTTP, embedding the
 question, search, citation chunking, prompt building, the upstream call's client side, sentence
 checking, SSE) plus its queueing under load. The TTFT minus the upstream ``ttft`` alone is printed
@@ -31,7 +33,7 @@ requests sent once all N streams run; ``--ramp 0`` starts them all at once inste
 requests then arrive as one burst, and the waves stay synchronized.
 
     .venv/bin/python bench/load_streams.py [--concurrency 1,16,64] [--requests-per-level N]
-        [--ttft 0.5] [--tps 50] [--grader score|llm] [--ramp SECONDS]
+        [--ttft 0.5] [--tps 50] [--grader score|llm] [--judge on|off] [--ramp SECONDS]
 
 Targets at 64 concurrent: 0 errors, added TTFT p50 <= 100 ms and p95 <= 300 ms, peak RSS of the
 server <= 1.5 GB.
@@ -158,6 +160,8 @@ def respond(request: RecordedRequest, sentences: int = 3) -> str | Reply:
     prompt = str(messages[-1].get("content", "")) if messages else ""
     if prompt.startswith("Which passages help answer"):
         return GRADE_REPLY
+    if prompt.startswith("Passage:"):
+        return "Yes"  # the citation judge (CITEFLOW_CITATION_JUDGE): the quote supports it
     if "\nSources:\n" in prompt:
         return answer(prompt, sentences)
     return default_reply(request)
@@ -188,22 +192,28 @@ def first_sentence_token(text: str) -> int:
     return len(split_tokens(text)) - 1
 
 
-def upstream_seconds(args: argparse.Namespace, token: int) -> float:
+def upstream_seconds(args: argparse.Namespace, token: int, judged: int = 1) -> float:
     """Seconds until the upstream sends the answer's token number ``token`` (from 0), its
-    grading call (``--grader llm``) included."""
+    grading call (``--grader llm``) included, and the one-token replies of the citation judge
+    for the ``judged`` sentences before it is sent (``--judge on``: one call per cited
+    sentence, each after the last)."""
     seconds = args.ttft + token / args.tps
     if args.grader == "llm":
         seconds += args.ttft + (len(split_tokens(GRADE_REPLY)) - 1) / args.tps
+    if args.judge == "on":
+        seconds += judged * args.ttft
     return seconds
 
 
 def stream_seconds(args: argparse.Namespace) -> float:
-    """Seconds the upstream takes for one whole answer (and grading call)."""
-    return upstream_seconds(args, len(split_tokens(" ".join([TEMPLATE] * args.sentences))) - 1)
+    """Seconds the upstream takes for one whole answer (and grading and judge calls)."""
+    tokens = len(split_tokens(" ".join([TEMPLATE] * args.sentences)))
+    return upstream_seconds(args, tokens - 1, judged=args.sentences)
 
 
 def upstream_reference(args: argparse.Namespace) -> float:
-    """Seconds the upstream itself needs to deliver the answer's first complete sentence."""
+    """Seconds the upstream itself needs to deliver the answer's first complete sentence (and,
+    with the judge on, to judge its citation)."""
     return upstream_seconds(args, first_sentence_token(f"{TEMPLATE} {TEMPLATE} {TEMPLATE}"))
 
 
@@ -231,6 +241,7 @@ def server_env(tmp: Path, upstream: str, args: argparse.Namespace, port: int) ->
         CITEFLOW_OPENAI_API_KEY="upstream-key",
         CITEFLOW_LLM_MODEL="fake-model",
         CITEFLOW_GRADER=args.grader,
+        CITEFLOW_CITATION_JUDGE=args.judge,
         CITEFLOW_API_KEYS=json.dumps([API_KEY]),
         CITEFLOW_HOST="127.0.0.1",
         CITEFLOW_PORT=str(port),
@@ -371,10 +382,11 @@ def percentile(values: list[float], q: float) -> float:
 
 def report(levels: list[Level], reference: float, args: argparse.Namespace) -> bool:
     grading = ", grading call included" if args.grader == "llm" else ""
+    grading += ", the judge's call included" if args.judge == "on" else ""
     print(
         f"\nupstream: ttft {args.ttft * 1000:.0f} ms, {args.tps:g} tokens/s; reference (upstream's"
         f" own time to the first complete sentence{grading}) {reference * 1000:.0f} ms;"
-        f" grader {args.grader}"
+        f" grader {args.grader}, citation judge {args.judge}"
     )
     ramp = stream_seconds(args) if args.ramp is None else args.ramp
     print(
@@ -509,6 +521,12 @@ def main() -> None:
     parser.add_argument("--ttft", type=float, default=0.5, help="upstream time to first token (s)")
     parser.add_argument("--tps", type=float, default=50.0, help="upstream tokens per second")
     parser.add_argument("--grader", choices=["score", "llm"], default="score")
+    parser.add_argument(
+        "--judge",
+        choices=["on", "off"],
+        default="on",
+        help="the LLM citation judge (CITEFLOW_CITATION_JUDGE; on: the default for a hosted LLM)",
+    )
     parser.add_argument("--warmup", type=int, default=4, help="sequential requests first")
     parser.add_argument(
         "--ramp",
