@@ -22,7 +22,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from citeflow.api.errors import BadRequestError, PayloadTooLargeError
+from citeflow.api.errors import BadRequestError, PayloadTooLargeError, param_path
 
 #: Deepest nesting of objects and arrays accepted (Open WebUI's requests nest about 8 deep).
 MAX_DEPTH = 64
@@ -114,10 +114,7 @@ def _path_text(path: _Path) -> str:
     while path is not None:
         path, key = path
         keys.append(key)
-    out = ""
-    for key in reversed(keys):
-        out += f"[{key}]" if isinstance(key, int) else (f".{key}" if out else key)
-    return out
+    return param_path(reversed(keys))
 
 
 def _too_deep() -> BadRequestError:
