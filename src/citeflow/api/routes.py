@@ -227,7 +227,6 @@ async def _chat(request: Request, engine: Engine, links: DocumentLinks, slot: Sl
     stream = ChatStream(
         model=chat.model,
         collection=collection,
-        base_url=str(request.base_url),
         link=lambda collection, doc_id: links.url(str(request.base_url), collection, doc_id),
         source_list=wants_source_list(request, chat, options),
         include_usage=bool(chat.stream_options and chat.stream_options.include_usage),
