@@ -270,9 +270,8 @@ def install(app: FastAPI) -> None:
     async def on_citeflow(request: Request, exc: Exception) -> JSONResponse:
         log_failure(exc, request.url.path)
         response = response_for(exc)
-        metrics = getattr(request.app.state, "metrics", None)
-        if response.status_code == 429 and metrics is not None:
-            metrics.limited(getattr(exc, "reason", "upstream"))
+        if response.status_code == 429:  # `create_app` set the metrics before installing this
+            request.app.state.metrics.limited(getattr(exc, "reason", "upstream"))
         if response.status_code == 405:
             response.headers["Allow"] = allowed_methods(request)
         return response
