@@ -217,7 +217,6 @@ async def embed_call(
         await embedding.documents(texts, sink)
     for position, message in embedding.refused.items():
         parts[position] = errors_json(records[position].record_id, [message])
-    done = [part for part in parts if part is not None]
-    if len(done) != len(parts):  # cannot happen: every position is embedded, refused or raised
-        raise UpstreamError(f"no vector for {len(parts) - len(done)} of the texts")
-    return done
+    # every position is rendered now: its errors, its vector (`_checked`: one per text) or
+    # its refusal; any other outcome raised
+    return [part for part in parts if part is not None]
