@@ -152,7 +152,10 @@ class SkillEmbedding:
             await _together(self._remote_batch(texts, [i], sink) for i in batch)
             return
         _checked(batch, vectors)
-        await render_off_loop(sink, batch, vectors)
+        if sum(len(v) for v in vectors) > RENDER_INLINE_FLOATS:  # many floats: off the loop
+            await asyncio.to_thread(sink, batch, vectors)
+        else:
+            sink(batch, vectors)
 
     def _refuse(self, position: int, exc: BaseException) -> None:
         log.warning(
@@ -181,17 +184,6 @@ class SkillEmbedding:
             sink([position], [vector])
 
         await _together(one(position, text) for position, text in texts.items())
-
-
-async def render_off_loop(
-    sink: Sink, positions: Sequence[int], vectors: Sequence[Sequence[float]]
-) -> None:
-    """``sink(positions, vectors)``, in a worker thread when the vectors are many floats."""
-    floats = sum(len(v) for v in vectors)
-    if floats > RENDER_INLINE_FLOATS:
-        await asyncio.to_thread(sink, positions, vectors)
-    else:
-        sink(positions, vectors)
 
 
 async def embed_call(
