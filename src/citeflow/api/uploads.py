@@ -163,19 +163,17 @@ class _Reader:
     def apply(self, work: list[_Work]) -> None:
         """Create, write and close ``.part`` files as the parser found their parts."""
         with self._lock:
-            if not self._discarded:
-                self._apply(work)
-
-    def _apply(self, work: list[_Work]) -> None:
-        for what, index, data in work:
-            if what == _OPEN:
-                temp, out = create_part(self.folder)
-                self.files.append(ReceivedFile(self.names[index], temp))
-                self._open[index] = out
-            elif what == _WRITE:
-                self._open[index].write(data)
-            else:
-                self._open.pop(index).close()
+            if self._discarded:
+                return
+            for what, index, data in work:
+                if what == _OPEN:
+                    temp, out = create_part(self.folder)
+                    self.files.append(ReceivedFile(self.names[index], temp))
+                    self._open[index] = out
+                elif what == _WRITE:
+                    self._open[index].write(data)
+                else:
+                    self._open.pop(index).close()
 
     def discard(self) -> None:
         """Close and delete every ``.part`` file (any failure, or a cancellation).
@@ -184,15 +182,12 @@ class _Reader:
         """
         with self._lock:
             self._discarded = True
-            self._discard()
-
-    def _discard(self) -> None:
-        for out in self._open.values():
-            with contextlib.suppress(OSError):  # a full disk fails the flush: drop the bytes
-                out.close()
-        self._open.clear()
-        for received in self.files:
-            received.temp.unlink(missing_ok=True)
+            for out in self._open.values():
+                with contextlib.suppress(OSError):  # a full disk fails the flush: drop the bytes
+                    out.close()
+            self._open.clear()
+            for received in self.files:
+                received.temp.unlink(missing_ok=True)
 
 
 def create_part(folder: Path) -> tuple[Path, BinaryIO]:
