@@ -201,7 +201,7 @@ class Pipe:
                 if response.status_code >= 400:
                     detail = (await response.aread()).decode("utf-8", "replace")
                     raise self._http_error(response.status_code, detail, model)
-                async for text in ChunkStream(emitter).transform(response.aiter_lines()):
+                async for text in answer_text(response.aiter_lines(), emitter):
                     wrote = wrote or bool(text)
                     yield _piece(text, body)
         except Exception as exc:
@@ -307,60 +307,46 @@ class Pipe:
         )
 
 
-class ChunkStream:
-    """citeflow's SSE answer as Open WebUI wants it, with a hook per kind of chunk (the same
-    shape as citeflow's own event-stream adapters): an Open WebUI event goes to the emitter,
-    answer text is yielded, an error line raises.
+async def answer_text(
+    lines: AsyncIterator[str], emitter: EventEmitter | None
+) -> AsyncGenerator[str, None]:
+    """citeflow's SSE answer as Open WebUI wants it: the text pieces of the stream's ``lines``
+    yielded, each Open WebUI event (``source``, ``status``) handed to ``emitter`` as it is.
+
+    Raises:
+        CiteflowError: an error line in the stream, or a stream cut off before ``[DONE]``.
     """
+    async for line in lines:
+        if not line.startswith("data:"):
+            continue  # blank separators and ": keep-alive" comments
+        data = line[len("data:") :].strip()
+        if data == "[DONE]":
+            return
+        chunk = _parse(data)
+        if "error" in chunk:
+            message = _error_message(chunk) or "unknown error"
+            raise CiteflowError(f"citeflow stopped with an error: {message}", message)
+        event = chunk.get("event")
+        if isinstance(event, dict):
+            await _emit(emitter, event)
+        for choice in chunk.get("choices") or []:
+            text = (choice.get("delta") or {}).get("content")
+            if text:
+                yield str(text)
+    raise CiteflowError(
+        "the connection to citeflow ended before the answer was complete.",
+        "citeflow: answer cut off",
+    )
 
-    def __init__(self, emitter: EventEmitter | None) -> None:
-        self.emitter = emitter
 
-    async def transform(self, lines: AsyncIterator[str]) -> AsyncGenerator[str, None]:
-        """The text pieces of the stream's ``lines``; its events go to the emitter.
-
-        Raises:
-            CiteflowError: an error line in the stream, or a stream cut off before ``[DONE]``.
-        """
-        async for line in lines:
-            if not line.startswith("data:"):
-                continue  # blank separators and ": keep-alive" comments
-            data = line[len("data:") :].strip()
-            if data == "[DONE]":
-                return
-            chunk = self.parse(data)
-            if "error" in chunk:
-                self.handle_error(chunk)
-            event = chunk.get("event")
-            if isinstance(event, dict):
-                await self.handle_event(event)
-            for choice in chunk.get("choices") or []:
-                text = (choice.get("delta") or {}).get("content")
-                if text:
-                    yield str(text)
-        raise CiteflowError(
-            "the connection to citeflow ended before the answer was complete.",
-            "citeflow: answer cut off",
-        )
-
-    @staticmethod
-    def parse(data: str) -> dict[str, Any]:
-        """A chunk's JSON object; an empty one for a line that is not one."""
-        try:
-            chunk = json.loads(data)
-        except ValueError:
-            log.warning("citeflow: unreadable stream line %r", data[:200])
-            return {}
-        return chunk if isinstance(chunk, dict) else {}
-
-    async def handle_event(self, event: dict[str, Any]) -> None:
-        """An Open WebUI ``source`` or ``status`` event: handed to Open WebUI as is."""
-        await _emit(self.emitter, event)
-
-    @staticmethod
-    def handle_error(chunk: dict[str, Any]) -> None:
-        message = _error_message(chunk) or "unknown error"
-        raise CiteflowError(f"citeflow stopped with an error: {message}", message)
+def _parse(data: str) -> dict[str, Any]:
+    """A chunk's JSON object; an empty one for a line that is not one."""
+    try:
+        chunk = json.loads(data)
+    except ValueError:
+        log.warning("citeflow: unreadable stream line %r", data[:200])
+        return {}
+    return chunk if isinstance(chunk, dict) else {}
 
 
 # --- helpers -------------------------------------------------------------------------------------

@@ -18,17 +18,17 @@ from citeflow.settings import ServerSettings, Settings
 
 
 def test_auto_picks_the_c_implementations_when_installed(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(server, "_installed", lambda module: True)
+    monkeypatch.setattr(server, "installed", lambda module: True)
     assert server.loop_and_http(ServerSettings.defaults()) == ("uvloop", "httptools")
 
 
 def test_auto_falls_back_to_the_pure_python_ones(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(server, "_installed", lambda module: False)
+    monkeypatch.setattr(server, "installed", lambda module: False)
     assert server.loop_and_http(ServerSettings.defaults()) == ("asyncio", "h11")
 
 
 def test_explicit_choices_are_kept(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(server, "_installed", lambda module: True)
+    monkeypatch.setattr(server, "installed", lambda module: True)
     options = ServerSettings.defaults(uvicorn_loop="asyncio", uvicorn_http="h11")
     assert server.loop_and_http(options) == ("asyncio", "h11")
 
@@ -36,7 +36,7 @@ def test_explicit_choices_are_kept(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_asking_for_a_missing_implementation_is_a_config_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(server, "_installed", lambda module: module != "httptools")
+    monkeypatch.setattr(server, "installed", lambda module: module != "httptools")
     with pytest.raises(ConfigError, match="httptools"):
         server.loop_and_http(ServerSettings.defaults(uvicorn_http="httptools"))
 

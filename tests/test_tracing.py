@@ -130,7 +130,7 @@ def test_otlp_asked_for_without_the_sdk_is_one_clear_line(
 ) -> None:
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
     assert tracing.fastapi_telemetry()["auto_configure"] is True
-    monkeypatch.setattr(tracing, "_installed", lambda *modules: False)
+    monkeypatch.setattr(tracing, "installed", lambda *modules: False)
     with pytest.raises(ConfigError, match=r"pip install 'citeflow\[otel\]'"):
         tracing.fastapi_telemetry()
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT")

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import importlib.util
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -34,7 +33,7 @@ from citeflow.api.metrics import Metrics
 from citeflow.api.throttle import FailedKeys
 from citeflow.errors import ConfigError
 from citeflow.settings import EmbeddingSettings, ServerSettings, Settings
-from citeflow.tracing import fastapi_telemetry
+from citeflow.tracing import fastapi_telemetry, installed
 
 log = logging.getLogger("citeflow.server")
 
@@ -61,15 +60,12 @@ def create_app(engine: Engine) -> FastAPI:
         redoc_url=None,
         telemetry=fastapi_telemetry(),  # request spans; see citeflow.tracing
     )
+    server = engine.settings.server
     app.state.engine = engine
-    app.state.limits = ChatLimits(
-        engine.settings.server.max_concurrent_chats, engine.settings.server.chats_per_minute
-    )
-    app.state.links = DocumentLinks.from_settings(engine.settings.server)
+    app.state.limits = ChatLimits(server.max_concurrent_chats, server.chats_per_minute)
+    app.state.links = DocumentLinks.from_settings(server)
     app.state.metrics = Metrics()
-    app.state.failed_keys = FailedKeys(
-        engine.settings.server.auth_max_failures, engine.settings.server.auth_failure_window
-    )
+    app.state.failed_keys = FailedKeys(server.auth_max_failures, server.auth_failure_window)
     errors.install(app)
     docs.install(app)
     app.include_router(routes.health)
@@ -78,12 +74,11 @@ def create_app(engine: Engine) -> FastAPI:
     app.include_router(documents.files)
     app.include_router(search.router)
     app.include_router(skills.router)
-    if docs_enabled(engine.settings.server):
+    if docs_enabled(server):
         app.include_router(docs.router)
-    if engine.settings.server.metrics:
+    if server.metrics:
         app.include_router(metrics.router)
     app.add_middleware(RequestLog, metrics=app.state.metrics)
-    server = engine.settings.server
     if server.cors_origins:  # browsers calling the API: Open WebUI Direct Connections
         app.add_middleware(
             CORSMiddleware,
@@ -188,10 +183,6 @@ def tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
-def _installed(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
-
-
 def loop_and_http(settings: ServerSettings) -> tuple[str, str]:
     """uvicorn's event loop and HTTP implementation: ``auto`` resolved to what is installed.
 
@@ -207,9 +198,9 @@ def loop_and_http(settings: ServerSettings) -> tuple[str, str]:
         (settings.uvicorn_http, "httptools", "h11", "CITEFLOW_UVICORN_HTTP"),
     ):
         if asked == "auto":
-            chosen.append(fast if _installed(fast) else slow)
+            chosen.append(fast if installed(fast) else slow)
             continue
-        if asked == fast and not _installed(fast):
+        if asked == fast and not installed(fast):
             raise ConfigError(f"{field}={fast}, but {fast} is not installed")
         chosen.append(asked)
     return chosen[0], chosen[1]

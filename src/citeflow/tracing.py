@@ -45,7 +45,7 @@ def fastapi_telemetry() -> TelemetryConfig:
         ConfigError: OTLP export is asked for but the OpenTelemetry SDK is not installed.
     """
     export = any(os.environ.get(name, "").strip() for name in OTLP_ENDPOINTS)
-    if export and not _installed("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http"):
+    if export and not installed("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http"):
         raise ConfigError(
             "OTEL_EXPORTER_OTLP_ENDPOINT is set but the OpenTelemetry SDK and OTLP exporter are "
             "not installed: pip install 'citeflow[otel]', or unset it"
@@ -58,7 +58,8 @@ def fastapi_telemetry() -> TelemetryConfig:
     }
 
 
-def _installed(*modules: str) -> bool:
+def installed(*modules: str) -> bool:
+    """Whether every one of ``modules`` (dotted names too) can be imported."""
     try:
         return all(importlib.util.find_spec(m) is not None for m in modules)
     except ModuleNotFoundError:

@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import AsyncIterator
 from typing import Any
 
-from citeflow.api.errors import BadRequestError
+from starlette.requests import Request
+
+from citeflow.api.errors import BadRequestError, PayloadTooLargeError, param_path
 
 #: Deepest nesting of objects and arrays accepted (Open WebUI's requests nest about 8 deep).
 MAX_DEPTH = 64
@@ -28,6 +31,23 @@ _SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 #: (parent path, key): a path built into a string only for an error message.
 _Path = tuple[Any, str | int] | None
+
+
+async def read_within(
+    request: Request, limit: int, too_large: PayloadTooLargeError
+) -> AsyncIterator[bytes]:
+    """The pieces of the request body as they arrive; ``too_large`` is raised when a declared
+    ``Content-Length`` is over ``limit`` bytes (before a byte is read), or once the body read so
+    far is."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_large
+    size = 0
+    async for piece in request.stream():
+        size += len(piece)
+        if size > limit:
+            raise too_large
+        yield piece
 
 
 def parse_json_object(body: bytes | bytearray, *, check_strings: bool = True) -> dict[str, Any]:
@@ -94,10 +114,7 @@ def _path_text(path: _Path) -> str:
     while path is not None:
         path, key = path
         keys.append(key)
-    out = ""
-    for key in reversed(keys):
-        out += f"[{key}]" if isinstance(key, int) else (f".{key}" if out else key)
-    return out
+    return param_path(reversed(keys))
 
 
 def _too_deep() -> BadRequestError:

@@ -42,15 +42,6 @@ def json_body(model: type[BaseModel]) -> dict[str, Any]:
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": ref}}}}
 
 
-def _add_bodies(schema: dict[str, Any]) -> None:
-    components = schema.setdefault("components", {}).setdefault("schemas", {})
-    for name, model in _BODIES.items():
-        body = model.model_json_schema(ref_template=_REF)
-        for nested, definition in body.pop("$defs", {}).items():
-            components.setdefault(nested, definition)
-        components[name] = body
-
-
 def install(app: FastAPI) -> None:
     """Make ``app.openapi()`` include the request bodies declared with `json_body`."""
     generate: Callable[[], dict[str, Any]] = app.openapi
@@ -58,7 +49,12 @@ def install(app: FastAPI) -> None:
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             schema = generate()
-            _add_bodies(schema)
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            for name, model in _BODIES.items():
+                body = model.model_json_schema(ref_template=_REF)
+                for nested, definition in body.pop("$defs", {}).items():
+                    components.setdefault(nested, definition)
+                components[name] = body
             app.openapi_schema = schema
         return app.openapi_schema
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Iterable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -197,17 +198,18 @@ def _validation_body(errors: list[Any]) -> dict[str, Any]:
             "invalid_request_error",
             code="invalid_json",
         )
-    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
-    param = _param_path(loc)
+    loc = [p for p in first.get("loc", ()) if p != "body"]
+    param = param_path(int(p) if str(p).isdigit() else str(p) for p in loc)
     what = first.get("msg", "invalid value")
     message = f"{param}: {what}" if param else str(what)
     return error_body(message, "invalid_request_error", param=param or None)
 
 
-def _param_path(loc: list[str]) -> str:
+def param_path(keys: Iterable[str | int]) -> str:
+    """Where a value is in a JSON body, as an error's ``param`` names it: ``messages[0].role``."""
     out = ""
-    for part in loc:
-        out += f"[{part}]" if part.isdigit() else (f".{part}" if out else part)
+    for key in keys:
+        out += f"[{key}]" if isinstance(key, int) else (f".{key}" if out else key)
     return out
 
 
@@ -233,7 +235,7 @@ def response_for(exc: BaseException) -> JSONResponse:
     return JSONResponse(body, status_code=status, headers=headers_for(exc, status))
 
 
-#: The methods an ``Allow`` header may name.
+#: The HTTP methods: those an ``Allow`` header may name, the metrics' ``method`` labels.
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
 
@@ -268,9 +270,8 @@ def install(app: FastAPI) -> None:
     async def on_citeflow(request: Request, exc: Exception) -> JSONResponse:
         log_failure(exc, request.url.path)
         response = response_for(exc)
-        metrics = getattr(request.app.state, "metrics", None)
-        if response.status_code == 429 and metrics is not None:
-            metrics.limited(getattr(exc, "reason", "upstream"))
+        if response.status_code == 429:  # `create_app` set the metrics before installing this
+            request.app.state.metrics.limited(getattr(exc, "reason", "upstream"))
         if response.status_code == 405:
             response.headers["Allow"] = allowed_methods(request)
         return response

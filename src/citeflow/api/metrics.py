@@ -41,6 +41,7 @@ from prometheus_client import (
 from starlette.types import Scope
 
 from citeflow.api.deps import require_api_key
+from citeflow.api.errors import METHODS
 from citeflow.citations.repair import citation_actions
 from citeflow.errors import UpstreamRateLimitError
 from citeflow.events import AnswerDeltaEvent
@@ -68,7 +69,6 @@ RATE_LIMIT_REASONS = ("in_progress", "per_minute", "failed_keys", "upstream")
 USER_ROLES = ("admin", "user", "pending", "other", "none")
 #: what ingestion through the API did with a document
 INGEST_RESULTS = ("added", "replaced", "unchanged", "failed")
-METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300)
 STAGE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)
@@ -209,7 +209,7 @@ class Metrics:
     async def observe_events(
         self,
         events: AsyncIterable[Any],
-        usage: Callable[[CitedResponse], dict[str, int]] | None = None,
+        usage: Callable[[CitedResponse], dict[str, int]],
     ) -> AsyncGenerator[Any, None]:
         """Pass a run's stream events through, recording the stream in flight, its first
         token, and the answer at its end (or its failure or cancellation)."""
@@ -225,7 +225,7 @@ class Metrics:
                 if isinstance(item, CitedResponse):
                     finished = True
                     seconds = time.perf_counter() - started
-                    self.answered(item, seconds=seconds, usage=usage(item) if usage else None)
+                    self.answered(item, seconds=seconds, usage=usage(item))
                 yield item
         except Exception as exc:
             if isinstance(exc, UpstreamRateLimitError):  # told in the stream, not as HTTP 429

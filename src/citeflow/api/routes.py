@@ -22,10 +22,9 @@ from typing import Any, TypeVar
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
-from starlette.types import Receive, Scope, Send
 
 from citeflow.api import sse
-from citeflow.api.body import parse_json_object
+from citeflow.api.body import parse_json_object, read_within
 from citeflow.api.chat_stream import ChatStream, plain_chunks, plain_completion
 from citeflow.api.deps import EngineDep, LimitsDep, LinksDep, bearer_token, require_api_key
 from citeflow.api.docs import json_body
@@ -112,14 +111,8 @@ async def read_json(request: Request, limit: int, *, check_strings: bool = True)
         BadRequestError: the body is not a JSON object, is nested too deep or holds a lone
             surrogate (400, `citeflow.api.body`).
     """
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLargeError(f"the request body is over the limit of {limit} bytes")
-    body = bytearray()
-    async for piece in request.stream():
-        body += piece
-        if len(body) > limit:
-            raise PayloadTooLargeError(f"the request body is over the limit of {limit} bytes")
+    too_large = PayloadTooLargeError(f"the request body is over the limit of {limit} bytes")
+    body = b"".join([piece async for piece in read_within(request, limit, too_large)])
     if len(body) > PARSE_INLINE_BYTES:  # parsing and checking take milliseconds: off the loop
         return await asyncio.to_thread(parse_json_object, body, check_strings=check_strings)
     return parse_json_object(body, check_strings=check_strings)
@@ -173,20 +166,6 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
             await asyncio.gather(task, return_exceptions=True)
 
 
-class HeldStream(sse.EventStreamResponse):
-    """An SSE response that releases its chat completion `Slot` once it has ended."""
-
-    def __init__(self, content: AsyncGenerator[str, None], slot: Slot) -> None:
-        super().__init__(content)
-        self.slot = slot
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self.slot.release()
-
-
 async def _plain_sse(text: str, model: str, prompt_text: str) -> AsyncGenerator[str, None]:
     yield "".join(sse.sse_lines(plain_chunks(text, model=model, prompt_text=prompt_text)))
     yield sse.DONE
@@ -226,7 +205,7 @@ async def chat_completions(
         response = await _chat(request, engine, links, slot)
         return response
     finally:
-        if not isinstance(response, HeldStream):
+        if not isinstance(response, sse.EventStreamResponse):
             slot.release()
 
 
@@ -238,7 +217,9 @@ async def _chat(request: Request, engine: Engine, links: DocumentLinks, slot: Sl
         await engine.resolve(chat.model)
         text = await answer_task(engine.llm, conversation.task_messages)
         if chat.stream:
-            return HeldStream(_plain_sse(text, chat.model, conversation.prompt_text), slot)
+            return sse.EventStreamResponse(
+                _plain_sse(text, chat.model, conversation.prompt_text), release=slot.release
+            )
         return sse.CompletionResponse(
             plain_completion(text, model=chat.model, prompt_text=conversation.prompt_text)
         )
@@ -246,7 +227,6 @@ async def _chat(request: Request, engine: Engine, links: DocumentLinks, slot: Sl
     stream = ChatStream(
         model=chat.model,
         collection=collection,
-        base_url=str(request.base_url),
         link=lambda collection, doc_id: links.url(str(request.base_url), collection, doc_id),
         source_list=wants_source_list(request, chat, options),
         include_usage=bool(chat.stream_options and chat.stream_options.include_usage),
@@ -259,7 +239,10 @@ async def _chat(request: Request, engine: Engine, links: DocumentLinks, slot: Sl
             engine.events(collection, conversation.query, conversation.history),
             lambda result: stream.usage(result).model_dump(exclude_unset=True),
         )
-        return HeldStream(sse.sse_stream(events, stream, keepalive=options.keepalive_seconds), slot)
+        return sse.EventStreamResponse(
+            sse.sse_stream(events, stream, keepalive=options.keepalive_seconds),
+            release=slot.release,
+        )
     started = time.perf_counter()
     try:
         result = await unless_disconnected(

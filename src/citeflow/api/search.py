@@ -312,7 +312,6 @@ def search_metadata(
         Source.whole(found.hit, number),
         number,
         collection=found.collection,
-        base_url=base_url,
         link=lambda collection, doc_id: links.url(base_url, collection, doc_id),
     )
     ref, shown = payload["source"], payload["metadata"][0]

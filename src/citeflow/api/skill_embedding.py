@@ -152,7 +152,10 @@ class SkillEmbedding:
             await _together(self._remote_batch(texts, [i], sink) for i in batch)
             return
         _checked(batch, vectors)
-        await render_off_loop(sink, batch, vectors)
+        if sum(len(v) for v in vectors) > RENDER_INLINE_FLOATS:  # many floats: off the loop
+            await asyncio.to_thread(sink, batch, vectors)
+        else:
+            sink(batch, vectors)
 
     def _refuse(self, position: int, exc: BaseException) -> None:
         log.warning(
@@ -183,17 +186,6 @@ class SkillEmbedding:
         await _together(one(position, text) for position, text in texts.items())
 
 
-async def render_off_loop(
-    sink: Sink, positions: Sequence[int], vectors: Sequence[Sequence[float]]
-) -> None:
-    """``sink(positions, vectors)``, in a worker thread when the vectors are many floats."""
-    floats = sum(len(v) for v in vectors)
-    if floats > RENDER_INLINE_FLOATS:
-        await asyncio.to_thread(sink, positions, vectors)
-    else:
-        sink(positions, vectors)
-
-
 async def embed_call(
     records: Sequence[Record], embed_model: BaseEmbedding, input_type: InputType
 ) -> list[str]:
@@ -217,7 +209,6 @@ async def embed_call(
         await embedding.documents(texts, sink)
     for position, message in embedding.refused.items():
         parts[position] = errors_json(records[position].record_id, [message])
-    done = [part for part in parts if part is not None]
-    if len(done) != len(parts):  # cannot happen: every position is embedded, refused or raised
-        raise UpstreamError(f"no vector for {len(parts) - len(done)} of the texts")
-    return done
+    # every position is rendered now: its errors, its vector (`_checked`: one per text) or
+    # its refusal; any other outcome raised
+    return [part for part in parts if part is not None]

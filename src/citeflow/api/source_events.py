@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
-from urllib.parse import quote
 
 from openai.types.chat.chat_completion_message import Annotation, AnnotationURLCitation
 
+from citeflow.api.links import document_path
 from citeflow.api.schemas import SourceData, SourceMetadata, SourceRef
 from citeflow.citations.sources import Source
 from citeflow.result import CitedResponse
@@ -26,8 +26,7 @@ DocumentLink = Callable[[str, str], str]
 
 def document_url(base_url: str, collection: str, doc_id: str) -> str:
     """citeflow's URL for a document's original file."""
-    path = f"/v1/documents/{quote(collection, safe='')}/{quote(doc_id, safe='')}/file"
-    return base_url.rstrip("/") + path
+    return base_url.rstrip("/") + document_path(collection, doc_id)
 
 
 def _original_url(metadata: Mapping[str, Any]) -> str | None:

@@ -216,7 +216,8 @@ async def sse_stream(
 
 
 class EventStreamResponse(StreamingResponse):
-    """An SSE response that always closes its stream, so a disconnect cancels the run.
+    """An SSE response that always closes its stream, so a disconnect cancels the run, then
+    calls ``release`` (a chat completion's `citeflow.api.limits.Slot`: held until the end).
 
     Starlette cancels the response when the client goes away; if that happens while a chunk is
     being sent, the stream generator would only be closed when garbage-collected. Closing it here
@@ -225,9 +226,12 @@ class EventStreamResponse(StreamingResponse):
 
     media_type = "text/event-stream"
 
-    def __init__(self, content: AsyncGenerator[str, None]) -> None:
+    def __init__(
+        self, content: AsyncGenerator[str, None], *, release: Callable[[], None] = lambda: None
+    ) -> None:
         super().__init__(content, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         self._stream = content
+        self._release = release
 
     async def stream_response(self, send: Send) -> None:
         """Starlette's, except that the chunk ending with ``[DONE]`` ends the response too (one
@@ -246,5 +250,8 @@ class EventStreamResponse(StreamingResponse):
         try:
             await super().__call__(scope, receive, send)
         finally:
-            with anyio.CancelScope(shield=True):
-                await self._stream.aclose()
+            try:
+                with anyio.CancelScope(shield=True):
+                    await self._stream.aclose()
+            finally:
+                self._release()

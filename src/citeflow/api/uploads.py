@@ -31,6 +31,7 @@ from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import ClientDisconnect, Request
 
+from citeflow.api.body import read_within
 from citeflow.api.errors import BadRequestError, PayloadTooLargeError
 from citeflow.disk import disk_space
 
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
 FRAMING_BYTES = 64 * 1024
 #: Most ``file`` parts in one request.
 MAX_FILES = 100
+#: The multipart field each file is sent as.
+FIELD = "file"
 
 
 @dataclass(frozen=True)
@@ -65,12 +68,10 @@ class _Reader:
         folder: Path,
         *,
         max_file_bytes: int,
-        field_name: str,
         check_name: Callable[[str | None], str],
     ) -> None:
         self.folder = folder
         self.max_file_bytes = max_file_bytes
-        self.field_name = field_name
         self.check_name = check_name
         self.names: list[str] = []  # the file parts met so far
         self.files: list[ReceivedFile] = []  # those whose .part file exists
@@ -114,24 +115,22 @@ class _Reader:
     def on_headers_finished(self) -> None:
         disposition = next((v for k, v in self._headers if k == b"content-disposition"), b"")
         _, options = parse_options_header(disposition)
-        if options.get(b"name", b"").decode("latin-1") != self.field_name:
+        if options.get(b"name", b"").decode("latin-1") != FIELD:
             return  # another field: read past it
         raw = options.get(b"filename")
         try:
             filename = raw.decode("utf-8") if raw is not None else None
         except UnicodeDecodeError:
             raise BadRequestError(
-                "a file name is not valid UTF-8; rename the file", param=self.field_name
+                "a file name is not valid UTF-8; rename the file", param=FIELD
             ) from None
         name = self.check_name(filename)
         if name in self.names:
-            raise BadRequestError(
-                f"the file name {name!r} is uploaded twice", param=self.field_name
-            )
+            raise BadRequestError(f"the file name {name!r} is uploaded twice", param=FIELD)
         if len(self.names) >= MAX_FILES:
             raise BadRequestError(
                 f"more than {MAX_FILES} files in one upload; send them in several requests",
-                param=self.field_name,
+                param=FIELD,
             )
         self._file = len(self.names)
         self.names.append(name)
@@ -144,7 +143,7 @@ class _Reader:
         if self._size > self.max_file_bytes:
             raise PayloadTooLargeError(
                 f"{self.names[self._file]} is over the upload limit of {self.max_file_bytes} bytes",
-                param=self.field_name,
+                param=FIELD,
             )
         self._work.append((_WRITE, self._file, data[start:end]))
 
@@ -164,19 +163,17 @@ class _Reader:
     def apply(self, work: list[_Work]) -> None:
         """Create, write and close ``.part`` files as the parser found their parts."""
         with self._lock:
-            if not self._discarded:
-                self._apply(work)
-
-    def _apply(self, work: list[_Work]) -> None:
-        for what, index, data in work:
-            if what == _OPEN:
-                temp, out = create_part(self.folder)
-                self.files.append(ReceivedFile(self.names[index], temp))
-                self._open[index] = out
-            elif what == _WRITE:
-                self._open[index].write(data)
-            else:
-                self._open.pop(index).close()
+            if self._discarded:
+                return
+            for what, index, data in work:
+                if what == _OPEN:
+                    temp, out = create_part(self.folder)
+                    self.files.append(ReceivedFile(self.names[index], temp))
+                    self._open[index] = out
+                elif what == _WRITE:
+                    self._open[index].write(data)
+                else:
+                    self._open.pop(index).close()
 
     def discard(self) -> None:
         """Close and delete every ``.part`` file (any failure, or a cancellation).
@@ -185,15 +182,12 @@ class _Reader:
         """
         with self._lock:
             self._discarded = True
-            self._discard()
-
-    def _discard(self) -> None:
-        for out in self._open.values():
-            with contextlib.suppress(OSError):  # a full disk fails the flush: drop the bytes
-                out.close()
-        self._open.clear()
-        for received in self.files:
-            received.temp.unlink(missing_ok=True)
+            for out in self._open.values():
+                with contextlib.suppress(OSError):  # a full disk fails the flush: drop the bytes
+                    out.close()
+            self._open.clear()
+            for received in self.files:
+                received.temp.unlink(missing_ok=True)
 
 
 def create_part(folder: Path) -> tuple[Path, BinaryIO]:
@@ -210,9 +204,8 @@ async def receive_files(
     *,
     max_file_bytes: int,
     check_name: Callable[[str | None], str],
-    field_name: str = "file",
 ) -> list[ReceivedFile]:
-    """The ``field_name`` parts of a multipart/form-data body, each in a ``.part`` file in
+    """The `FIELD` parts of a multipart/form-data body, each in a ``.part`` file in
     ``folder``; the caller renames them to their names or deletes them.
 
     The whole body may hold at most ``max_file_bytes`` plus `FRAMING_BYTES`, each file at most
@@ -222,37 +215,32 @@ async def receive_files(
     Raises:
         PayloadTooLargeError: a declared or streamed body, or one file, over the limit (413).
         BadRequestError: not multipart/form-data, malformed or cut short, a refused file name,
-            no ``field_name`` part (400).
+            no `FIELD` part (400).
         StorageFullError: no space left on the disk for the files (507).
     """
-    max_body_bytes = max_file_bytes + FRAMING_BYTES
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > max_body_bytes:
-        raise _body_too_large(max_file_bytes)
     content_type, options = parse_options_header(request.headers.get("content-type", ""))
     boundary = options.get(b"boundary")
     if content_type != b"multipart/form-data" or not boundary:
         raise BadRequestError(
-            f"send the files as multipart/form-data, one '{field_name}' part per file",
-            param=field_name,
+            f"send the files as multipart/form-data, one '{FIELD}' part per file",
+            param=FIELD,
         )
-    reader = _Reader(
-        folder, max_file_bytes=max_file_bytes, field_name=field_name, check_name=check_name
+    reader = _Reader(folder, max_file_bytes=max_file_bytes, check_name=check_name)
+    too_large = PayloadTooLargeError(
+        f"the upload is over the limit of {max_file_bytes} bytes (the files of one request "
+        "together); send fewer or smaller files per request",
+        param=FIELD,
     )
     try:
         try:
             parser = MultipartParser(boundary, reader.callbacks())
         except FormParserError as exc:
-            raise BadRequestError(f"invalid multipart body: {exc}", param=field_name) from None
-        size = 0
-        async for piece in request.stream():
-            size += len(piece)
-            if size > max_body_bytes:
-                raise _body_too_large(max_file_bytes)
+            raise BadRequestError(f"invalid multipart body: {exc}", param=FIELD) from None
+        async for piece in read_within(request, max_file_bytes + FRAMING_BYTES, too_large):
             try:
                 parser.write(piece)
             except FormParserError as exc:
-                raise BadRequestError(f"invalid multipart body: {exc}", param=field_name) from None
+                raise BadRequestError(f"invalid multipart body: {exc}", param=FIELD) from None
             if work := reader.take_work():
                 with disk_space(
                     f"no space left on the disk holding the uploads ({folder}): the upload was "
@@ -262,7 +250,7 @@ async def receive_files(
         if not reader.ended:
             raise BadRequestError(
                 "the multipart body ends before its closing boundary; send the whole body",
-                param=field_name,
+                param=FIELD,
             )
     except ClientDisconnect:
         reader.discard()
@@ -272,16 +260,7 @@ async def receive_files(
         raise
     if not reader.files:
         raise BadRequestError(
-            f"no '{field_name}' part: send each file as a multipart/form-data part named "
-            f"'{field_name}'",
-            param=field_name,
+            f"no '{FIELD}' part: send each file as a multipart/form-data part named '{FIELD}'",
+            param=FIELD,
         )
     return reader.files
-
-
-def _body_too_large(max_file_bytes: int) -> PayloadTooLargeError:
-    return PayloadTooLargeError(
-        f"the upload is over the limit of {max_file_bytes} bytes (the files of one request "
-        "together); send fewer or smaller files per request",
-        param="file",
-    )

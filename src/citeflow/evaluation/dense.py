@@ -23,7 +23,6 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -262,24 +261,14 @@ def _sync(
         else:  # partly written, changed, or no longer in the corpus
             store.delete_document(COLLECTION, doc_id)
     todo: list[BaseNode] = [n for n in nodes if str(n.metadata["doc_id"]) not in done]
-    _write(ingestor.write_nodes, todo, batch_chunks=batch_chunks, progress=progress)
+    if todo:
+        bar = tqdm(total=len(todo), desc="embedding corpus", unit="chunk", disable=not progress)
+        with bar:
+            for start in range(0, len(todo), batch_chunks):
+                batch = todo[start : start + batch_chunks]
+                ingestor.write_nodes(batch)
+                bar.update(len(batch))
     return len(todo), len(done)
-
-
-def _write(
-    write: Callable[[list[BaseNode]], int],
-    nodes: Sequence[BaseNode],
-    *,
-    batch_chunks: int,
-    progress: bool,
-) -> None:
-    if not nodes:
-        return
-    with tqdm(total=len(nodes), desc="embedding corpus", unit="chunk", disable=not progress) as bar:
-        for start in range(0, len(nodes), batch_chunks):
-            batch = list(nodes[start : start + batch_chunks])
-            write(batch)
-            bar.update(len(batch))
 
 
 class DenseSearch:
