@@ -20,11 +20,11 @@ before it is sent), so the earliest it could send its first token is when the up
 the token that completes the answer's first sentence: the *upstream reference* is that time,
 ``ttft + k / tps`` with k the index of that token (the fake upstream's own schedule), plus, with
 ``--grader llm``, the grading call (``ttft + (g - 1) / tps`` for its g-token reply), and with
-``--judge on`` the judge's call on that sentence's citation (``ttft``: a one-token reply). The *added*
-TTFT is the client's TTFT minus the upstream reference: citeflow's own work (HTTP, embedding the
-question, search, citation chunking, prompt building, the upstream call's client side, sentence
-checking, SSE) plus its queueing under load. The TTFT minus the upstream ``ttft`` alone is printed
-too.
+``--judge on`` the judge's call on that sentence's citation (``ttft``: a one-token reply). The
+*added* TTFT is the client's TTFT minus the upstream reference: citeflow's own work (HTTP,
+embedding the question, search, citation chunking, prompt building, the upstream call's client
+side, sentence checking, SSE) plus its queueing under load. The TTFT minus the upstream ``ttft``
+alone is printed too.
 
 Each level keeps N streams in flight, each client sending its next question as soon as its
 answer has ended. By default the N clients start one after another over the duration of one
