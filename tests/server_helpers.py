@@ -7,15 +7,19 @@ import json
 import socket
 import threading
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
 import uvicorn
 from fastapi import FastAPI
 from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.instrumentation import get_dispatcher
+from llama_index.core.instrumentation.event_handlers import BaseEventHandler
+from llama_index.core.instrumentation.events import BaseEvent
 from llama_index.core.llms import ChatMessage, ChatResponse
-from pydantic import PrivateAttr
+from pydantic import Field, PrivateAttr
 
 from citeflow.api.engine import Engine
 from citeflow.knowledge_base import KnowledgeBase
@@ -261,3 +265,27 @@ async def wait_until(predicate: Any, within: float = 2.0) -> float:
             raise AssertionError(f"not true within {within} s")
         await asyncio.sleep(0.01)
     return time.monotonic() - started
+
+
+class EventRecorder(BaseEventHandler):
+    """An instrumentation event handler that keeps the names of the events it sees."""
+
+    seen: list[str] = Field(default_factory=list)
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "Recorder"
+
+    def handle(self, event: BaseEvent, **kwargs: Any) -> None:
+        self.seen.append(event.class_name())
+
+
+@contextmanager
+def listening() -> Iterator[EventRecorder]:
+    """An `EventRecorder` attached to LlamaIndex's root dispatcher for the ``with`` block."""
+    recorder = EventRecorder(seen=[])
+    get_dispatcher().add_event_handler(recorder)
+    try:
+        yield recorder
+    finally:
+        get_dispatcher().event_handlers.remove(recorder)

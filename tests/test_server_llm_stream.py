@@ -4,19 +4,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import httpx
 import openai
 import pytest
 from llama_index.core.base.llms.types import ThinkingBlock
-from llama_index.core.instrumentation import get_dispatcher
-from llama_index.core.instrumentation.event_handlers import BaseEventHandler
-from llama_index.core.instrumentation.events import BaseEvent
 from llama_index.core.instrumentation.events.llm import LLMChatInProgressEvent
 from llama_index.core.llms import ChatMessage, ChatResponse
-from pydantic import Field
 
 from citeflow.errors import UpstreamError
 from citeflow.providers.llm import CompatAzureOpenAI, CompatOpenAI, build_llm
@@ -26,6 +21,7 @@ from citeflow.providers.upstream_errors import as_upstream_error
 from citeflow.settings import Settings
 from citeflow.testing.llm import ScriptedLLM
 from citeflow.testing.openai_server import FakeOpenAIServer, Reply
+from tests.server_helpers import listening
 from tests.settings_helpers import settings_of
 
 USER = [ChatMessage(role="user", content="What did the author work on before college?")]
@@ -74,7 +70,7 @@ async def test_same_responses_as_llama_index(
     llm = build_llm(_settings(server, provider), max_retries=0, aiohttp=aiohttp)
     assert isinstance(llm, CompatOpenAI | CompatAzureOpenAI)
     ours = await _collect(await llm.astream_chat(USER))
-    with _listening() as recorder:  # a listener: llama-index's own astream_chat
+    with listening() as recorder:  # a listener: llama-index's own astream_chat
         theirs = await _collect(await llm.astream_chat(USER))
     assert "LLMChatInProgressEvent" in recorder.seen
     assert not isinstance(theirs[0].raw, dict)  # the SDK's parsing, not the lean one
@@ -179,30 +175,6 @@ async def test_server_sent_events_framing() -> None:
     assert events == [("message", "a\nb"), (None, "c")]
 
 
-class _Recorder(BaseEventHandler):
-    """An instrumentation event handler that keeps the names of the events it sees."""
-
-    seen: list[str] = Field(default_factory=list)
-
-    @classmethod
-    def class_name(cls) -> str:
-        return "Recorder"
-
-    def handle(self, event: BaseEvent, **kwargs: Any) -> None:
-        self.seen.append(event.class_name())
-
-
-@contextmanager
-def _listening() -> Iterator[_Recorder]:
-    """A `_Recorder` attached to LlamaIndex's root dispatcher for the ``with`` block."""
-    recorder = _Recorder(seen=[])
-    get_dispatcher().add_event_handler(recorder)
-    try:
-        yield recorder
-    finally:
-        get_dispatcher().event_handlers.remove(recorder)
-
-
 async def test_llm_events_reach_an_attached_handler_and_are_skipped_without_one(
     server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -221,7 +193,7 @@ async def test_llm_events_reach_an_attached_handler_and_are_skipped_without_one(
     assert "".join(r.delta or "" for r in quiet) == ANSWER
     assert built == [], "no per-token event is built when nothing listens"
 
-    with _listening() as recorder:
+    with listening() as recorder:
         assert observed(llm)
         heard = await _collect(await llm.astream_chat(USER))
     assert "".join(r.delta or "" for r in heard) == ANSWER
@@ -266,7 +238,7 @@ async def test_stream_text_over_http_and_through_llama_index_when_observed(
     llm = build_llm(_settings(server, provider), max_retries=0)
     assert "".join([t async for t in await stream_text(llm, USER)]) == ANSWER
 
-    with _listening() as recorder:
+    with listening() as recorder:
         heard = "".join([t async for t in await stream_text(llm, USER)])
     assert heard == ANSWER
     assert "LLMChatInProgressEvent" in recorder.seen and recorder.seen[-1] == "LLMChatEndEvent"
