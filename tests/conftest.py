@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +18,8 @@ from citeflow.testing.openai_server import FakeOpenAIServer
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
+#: a small BEIR-format dataset (12 documents, 4 test queries) for the evaluation tests
+MINI = REPO / "tests" / "data" / "beir_mini"
 
 FACTS = {
     "viaweb": (
@@ -70,6 +73,14 @@ def kb(settings: Settings, store: Store) -> KnowledgeBase:
         ]
     )
     return base
+
+
+@pytest.fixture
+def mini_copy(tmp_path: Path) -> Path:
+    """A writable copy of the mini dataset, to break or edit."""
+    target = tmp_path / "beir_mini"
+    shutil.copytree(MINI, target)
+    return target
 
 
 @pytest.fixture

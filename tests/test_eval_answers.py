@@ -20,9 +20,8 @@ from citeflow.evaluation.scoring import (
 from citeflow.settings import Settings
 from citeflow.testing.embedding import HashEmbedding
 from citeflow.testing.llm import ScriptedLLM
-from tests.conftest import REPO
+from tests.conftest import MINI, REPO
 
-MINI = REPO / "tests" / "data" / "beir_mini"
 ESSAY = REPO / "tests" / "data" / "essay_qa"
 
 

@@ -3,24 +3,13 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
 from citeflow.errors import CiteflowError, InvalidRequestError
 from citeflow.evaluation.dataset import DatasetError, Evidence, load_beir
-from tests.conftest import REPO
-
-MINI = REPO / "tests" / "data" / "beir_mini"
-
-
-@pytest.fixture
-def mini(tmp_path: Path) -> Path:
-    """A writable copy of the mini dataset, to break."""
-    target = tmp_path / "mini"
-    shutil.copytree(MINI, target)
-    return target
+from tests.conftest import MINI
 
 
 def _lines(path: Path) -> list[str]:
@@ -101,18 +90,18 @@ def test_corpus_digest_identifies_the_slice() -> None:
     assert full.corpus_digest() != sliced.corpus_digest()
 
 
-def test_crlf_qrels_and_blank_lines(mini: Path) -> None:
-    qrels = mini / "qrels" / "test.tsv"
+def test_crlf_qrels_and_blank_lines(mini_copy: Path) -> None:
+    qrels = mini_copy / "qrels" / "test.tsv"
     qrels.write_bytes(qrels.read_bytes().replace(b"\n", b"\r\n") + b"\r\n")
-    corpus = mini / "corpus.jsonl"
+    corpus = mini_copy / "corpus.jsonl"
     corpus.write_text(corpus.read_text() + "\n\n")
-    assert load_beir(mini).judgements == 6
+    assert load_beir(mini_copy).judgements == 6
 
 
-def test_ids_may_be_json_numbers(mini: Path) -> None:
-    _write(mini / "queries.jsonl", [json.dumps({"_id": 7, "text": "Why do ducks quack?"})])
-    _write(mini / "qrels" / "test.tsv", ["query-id\tcorpus-id\tscore", "7\td1\t1"])
-    assert load_beir(mini, evidence=False).queries == {"7": "Why do ducks quack?"}
+def test_ids_may_be_json_numbers(mini_copy: Path) -> None:
+    _write(mini_copy / "queries.jsonl", [json.dumps({"_id": 7, "text": "Why do ducks quack?"})])
+    _write(mini_copy / "qrels" / "test.tsv", ["query-id\tcorpus-id\tscore", "7\td1\t1"])
+    assert load_beir(mini_copy, evidence=False).queries == {"7": "Why do ducks quack?"}
 
 
 # --- errors ------------------------------------------------------------------------------------
@@ -131,28 +120,28 @@ def test_not_a_folder(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("name", ["corpus.jsonl", "queries.jsonl"])
-def test_missing_file(mini: Path, name: str) -> None:
-    (mini / name).unlink()
-    err = _error(mini)
+def test_missing_file(mini_copy: Path, name: str) -> None:
+    (mini_copy / name).unlink()
+    err = _error(mini_copy)
     assert str(err) == f"{name}: not found"
     assert (err.file, err.line) == (name, 0)
 
 
-def test_missing_split_lists_the_available_ones(mini: Path) -> None:
-    err = _error(mini, split="dev")
+def test_missing_split_lists_the_available_ones(mini_copy: Path) -> None:
+    err = _error(mini_copy, split="dev")
     assert str(err) == "qrels/dev.tsv: not found (splits here: test, train)"
 
 
-def test_invalid_json_line(mini: Path) -> None:
-    _set_line(mini / "corpus.jsonl", 2, _lines(mini / "corpus.jsonl")[2][:-5])
-    err = _error(mini)
+def test_invalid_json_line(mini_copy: Path) -> None:
+    _set_line(mini_copy / "corpus.jsonl", 2, _lines(mini_copy / "corpus.jsonl")[2][:-5])
+    err = _error(mini_copy)
     assert str(err).startswith("corpus.jsonl line 3: invalid JSON (")
     assert (err.file, err.line) == ("corpus.jsonl", 3)
 
 
-def test_line_that_is_not_an_object(mini: Path) -> None:
-    _write(mini / "queries.jsonl", [*_lines(mini / "queries.jsonl"), "[1, 2]"])
-    assert str(_error(mini)) == "queries.jsonl line 6: expected a JSON object, got list"
+def test_line_that_is_not_an_object(mini_copy: Path) -> None:
+    _write(mini_copy / "queries.jsonl", [*_lines(mini_copy / "queries.jsonl"), "[1, 2]"])
+    assert str(_error(mini_copy)) == "queries.jsonl line 6: expected a JSON object, got list"
 
 
 @pytest.mark.parametrize(
@@ -164,37 +153,37 @@ def test_line_that_is_not_an_object(mini: Path) -> None:
         ("queries.jsonl", "_id", "queries.jsonl line 2: missing field '_id'"),
     ],
 )
-def test_missing_field(mini: Path, name: str, drop: str, message: str) -> None:
-    obj = json.loads(_lines(mini / name)[1])
+def test_missing_field(mini_copy: Path, name: str, drop: str, message: str) -> None:
+    obj = json.loads(_lines(mini_copy / name)[1])
     del obj[drop]
-    _set_line(mini / name, 1, json.dumps(obj))
-    assert str(_error(mini)) == message
+    _set_line(mini_copy / name, 1, json.dumps(obj))
+    assert str(_error(mini_copy)) == message
 
 
-def test_field_of_the_wrong_type(mini: Path) -> None:
+def test_field_of_the_wrong_type(mini_copy: Path) -> None:
     wrong = {"_id": "d1", "title": "Ducks", "text": ["not", "a", "string"]}
-    _set_line(mini / "corpus.jsonl", 0, json.dumps(wrong))
-    assert str(_error(mini)) == "corpus.jsonl line 1: field 'text' must be a string"
+    _set_line(mini_copy / "corpus.jsonl", 0, json.dumps(wrong))
+    assert str(_error(mini_copy)) == "corpus.jsonl line 1: field 'text' must be a string"
 
 
-def test_duplicate_id(mini: Path) -> None:
-    lines = _lines(mini / "corpus.jsonl")
-    _write(mini / "corpus.jsonl", [*lines, lines[4]])
-    assert str(_error(mini)) == "corpus.jsonl line 13: duplicate _id 'd5' (first on line 5)"
+def test_duplicate_id(mini_copy: Path) -> None:
+    lines = _lines(mini_copy / "corpus.jsonl")
+    _write(mini_copy / "corpus.jsonl", [*lines, lines[4]])
+    assert str(_error(mini_copy)) == "corpus.jsonl line 13: duplicate _id 'd5' (first on line 5)"
 
 
-def test_empty_query_text(mini: Path) -> None:
-    _set_line(mini / "queries.jsonl", 2, json.dumps({"_id": "q3", "text": "   "}))
-    err = _error(mini)
+def test_empty_query_text(mini_copy: Path) -> None:
+    _set_line(mini_copy / "queries.jsonl", 2, json.dumps({"_id": "q3", "text": "   "}))
+    err = _error(mini_copy)
     assert str(err) == "queries.jsonl line 3: query 'q3' has no text"
     assert err.line == 3
     # a query outside the split may be empty: it is never asked
-    assert load_beir(mini, split="train").queries == {"q5": "Why does Mars look red?"}
+    assert load_beir(mini_copy, split="train").queries == {"q5": "Why does Mars look red?"}
 
 
-def test_qrels_corpus_id_not_in_corpus(mini: Path) -> None:
-    _set_line(mini / "qrels" / "test.tsv", 3, "q2\td99\t1")
-    assert str(_error(mini)) == "qrels/test.tsv line 4: corpus id 'd99' is not in corpus.jsonl"
+def test_qrels_corpus_id_not_in_corpus(mini_copy: Path) -> None:
+    _set_line(mini_copy / "qrels" / "test.tsv", 3, "q2\td99\t1")
+    assert str(_error(mini_copy)) == "qrels/test.tsv line 4: corpus id 'd99' is not in corpus.jsonl"
 
 
 @pytest.mark.parametrize(
@@ -206,41 +195,43 @@ def test_qrels_corpus_id_not_in_corpus(mini: Path) -> None:
         ("q9\td1\t1", "query id 'q9' is not in queries.jsonl"),
     ],
 )
-def test_bad_qrels_line(mini: Path, line: str, message: str) -> None:
-    qrels = mini / "qrels" / "test.tsv"
+def test_bad_qrels_line(mini_copy: Path, line: str, message: str) -> None:
+    qrels = mini_copy / "qrels" / "test.tsv"
     _write(qrels, [*_lines(qrels), line])
-    err = _error(mini)
+    err = _error(mini_copy)
     assert str(err) == f"qrels/test.tsv line 8: {message}"
     assert (err.file, err.line) == ("qrels/test.tsv", 8)
 
 
-def test_empty_qrels(mini: Path) -> None:
-    _write(mini / "qrels" / "test.tsv", ["query-id\tcorpus-id\tscore"])
-    assert str(_error(mini)) == "qrels/test.tsv: holds no judgements"
+def test_empty_qrels(mini_copy: Path) -> None:
+    _write(mini_copy / "qrels" / "test.tsv", ["query-id\tcorpus-id\tscore"])
+    assert str(_error(mini_copy)) == "qrels/test.tsv: holds no judgements"
 
 
-def test_evidence_sentence_index_out_of_range(mini: Path) -> None:
-    path = mini / "evidence_test.jsonl"
+def test_evidence_sentence_index_out_of_range(mini_copy: Path) -> None:
+    path = mini_copy / "evidence_test.jsonl"
     obj = json.loads(_lines(path)[1])
     obj["evidence"][1]["sentences"] = [7]
     _set_line(path, 1, json.dumps(obj))
-    assert str(_error(mini)) == (
+    assert str(_error(mini_copy)) == (
         "evidence_test.jsonl line 2: sentence index 7 out of range for document 'd4' (3 sentences)"
     )
 
 
-def test_evidence_needs_the_sentences_file(mini: Path) -> None:
-    (mini / "corpus_sentences.jsonl").unlink()
-    assert str(_error(mini)) == (
+def test_evidence_needs_the_sentences_file(mini_copy: Path) -> None:
+    (mini_copy / "corpus_sentences.jsonl").unlink()
+    assert str(_error(mini_copy)) == (
         "corpus_sentences.jsonl: not found (the sentence indices of evidence_test.jsonl)"
     )
-    assert load_beir(mini, evidence=False).judgements == 6
+    assert load_beir(mini_copy, evidence=False).judgements == 6
 
 
-def test_evidence_unknown_document(mini: Path) -> None:
+def test_evidence_unknown_document(mini_copy: Path) -> None:
     unknown = {"doc_id": "d77", "label": "SUPPORT", "sentences": [0]}
-    _set_line(mini / "evidence_test.jsonl", 0, json.dumps({"_id": "q1", "evidence": [unknown]}))
-    assert str(_error(mini)) == (
+    _set_line(
+        mini_copy / "evidence_test.jsonl", 0, json.dumps({"_id": "q1", "evidence": [unknown]})
+    )
+    assert str(_error(mini_copy)) == (
         "evidence_test.jsonl line 1: doc_id 'd77' is not in corpus_sentences.jsonl"
     )
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -27,10 +26,8 @@ from citeflow.knowledge_base import KnowledgeBase
 from citeflow.settings import Settings
 from citeflow.store import Store
 from citeflow.testing.embedding import HashEmbedding, RecordingEmbedding
-from tests.conftest import REPO, SHARED_DATA, stored_points
+from tests.conftest import MINI, SHARED_DATA, stored_points
 from tests.server_helpers import CountingEmbedding as ServerCountingEmbedding
-
-MINI = REPO / "tests" / "data" / "beir_mini"
 
 
 class CountingEmbedding(RecordingEmbedding, ServerCountingEmbedding):
@@ -66,13 +63,6 @@ class StaticRetriever:
 @pytest.fixture
 def mini() -> BeirDataset:
     return load_beir(MINI)
-
-
-@pytest.fixture
-def mini_copy(tmp_path: Path) -> Path:
-    target = tmp_path / "beir_mini"
-    shutil.copytree(MINI, target)
-    return target
 
 
 def _open(
@@ -234,15 +224,13 @@ def test_cache_key_follows_corpus_embedder_chunking_and_slice(
 
 
 def test_index_holds_what_add_documents_writes(
-    mini: BeirDataset, settings: Settings, tmp_path: Path
+    mini: BeirDataset, settings: Settings, store: Store, tmp_path: Path
 ) -> None:
     with _open(mini, settings, tmp_path / "cache", HashEmbedding()) as index:
         points = stored_points(index.kb.store, COLLECTION)
     ours = {(p.id, p.payload["doc_id"], p.payload["title"]) for p in points}
 
-    reference = KnowledgeBase(
-        settings, store=Store.open_path(":memory:"), embed_model=HashEmbedding(), collection="x"
-    )
+    reference = KnowledgeBase(settings, store=store, embed_model=HashEmbedding(), collection="x")
     reference.add_documents(
         [
             Document(id_=doc.id, text=doc.text, metadata={"title": doc.title})
@@ -251,7 +239,6 @@ def test_index_holds_what_add_documents_writes(
     )
     points = stored_points(reference.store, "x")
     theirs = {(p.id, p.payload["doc_id"], p.payload["title"]) for p in points}
-    reference.close()
     assert ours == theirs and len(ours) == 12
 
 

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
 
+import pytest
 from llama_index.core.llms import LLM, ChatMessage
 from llama_index.core.schema import Document, TextNode
 
@@ -354,34 +355,43 @@ def _workflow(kb: KnowledgeBase, llm: LLM) -> CitationQueryWorkflow:
     return CitationQueryWorkflow(retriever=kb.retriever(top_k=3), llm=llm, retrieval=retrieval)
 
 
+def _scored(variant: Variant, authored: list[AuthoredSentence], final: str) -> PerfectScore:
+    """The score of one workflow answer, checked for what holds whatever the variant: every
+    authored sentence found, every written marker counted once, every wrong one given a fate."""
+    assert authored, f"{variant}: the author found no gold evidence in the sources"
+    score = score_answer(authored, final)
+    assert score.sentences == len(authored) and score.unaligned == 0
+    assert score.correct_written + score.wrong_written == sum(len(s.written) for s in authored)
+    assert score.wrong_kept + score.wrong_fixed + score.wrong_removed == score.wrong_written
+    assert 0 <= score.correct_kept <= score.correct_written
+    return score
+
+
+def _check_total(variant: Variant, total: PerfectScore) -> None:
+    """The right authors wrote only correct markers, the wrong one only wrong ones."""
+    if variant != "wrong":
+        assert total.correct_written > 0 and total.wrong_written == 0
+        assert total.kept_rate is not None
+    else:
+        assert total.wrong_written > 0 and total.correct_written == 0
+        assert total.fixed_or_removed_rate is not None
+
+
+@pytest.mark.parametrize("variant", ["verbatim", "wrong"])
 async def test_perfect_model_llm_answers_the_in_process_workflow(
-    settings: Settings, store: Store
+    settings: Settings, store: Store, variant: Variant
 ) -> None:
-    kb = _kb(settings, store)
-    variants: tuple[Variant, ...] = ("verbatim", "wrong")
-    for variant in variants:
-        llm = PerfectModelLLM(PerfectAuthor(GOLDS, variant))
-        workflow = _workflow(kb, llm)
-        total = PerfectScore()
-        for gold in GOLDS:
-            result: object = await workflow.run(query=gold.question)
-            assert isinstance(result, CitedResponse)
-            authored = llm.authored_for(gold.question)
-            assert authored, f"{variant}: the author found no gold evidence in the sources"
-            # the streamed reply reached citeflow whole (stream_text over astream_chat)
-            assert result.raw_response == render_reply(authored)
-            score = score_answer(authored, str(result))
-            assert score.unaligned == 0
-            total = total.merge(score)
-        markers = sum(len(s.written) for g in GOLDS for s in llm.authored_for(g.question))
-        assert total.correct_written + total.wrong_written == markers
-        if variant == "verbatim":
-            assert total.correct_written == markers > 0
-            assert 0 <= total.correct_kept <= total.correct_written
-        else:
-            assert total.wrong_written == markers > 0
-            fates = total.wrong_kept + total.wrong_fixed + total.wrong_removed
-            assert fates == total.wrong_written
+    llm = PerfectModelLLM(PerfectAuthor(GOLDS, variant))
+    workflow = _workflow(_kb(settings, store), llm)
+    scores = []
+    for gold in GOLDS:
+        result: object = await workflow.run(query=gold.question)
+        assert isinstance(result, CitedResponse)
+        authored = llm.authored_for(gold.question)
+        # the streamed reply reached citeflow whole (stream_text over astream_chat)
+        assert result.raw_response == render_reply(authored)
+        scores.append(_scored(variant, authored, str(result)))
+    _check_total(variant, PerfectScore.total(scores))
 
 
 async def _run_over_http(
@@ -413,31 +423,17 @@ async def _run_over_http(
     return out
 
 
+@pytest.mark.parametrize("variant", ["verbatim", "paraphrase", "wrong"])
 async def test_workflow_over_http_is_scored_from_its_real_answers(
-    settings: Settings, store: Store
+    settings: Settings, store: Store, variant: Variant
 ) -> None:
-    kb = _kb(settings, store)
-    variants: tuple[Variant, ...] = ("verbatim", "paraphrase", "wrong")
-    for variant in variants:
-        runs = await _run_over_http(kb, variant)
-        scores = []
-        for authored, raw, final in runs:
-            assert authored, f"{variant}: the author found no gold evidence in the sources"
-            # the model's reply reached citeflow unchanged; citeflow did not reword it
-            assert strip_markers(raw) == " ".join(s.text for s in authored)
-            assert cited_numbers(raw) == list(dict.fromkeys(n for s in authored for n in s.written))
-            score = score_answer(authored, final)
-            assert score.sentences == len(authored) and score.unaligned == 0
-            markers = sum(len(s.written) for s in authored)
-            assert score.correct_written + score.wrong_written == markers
-            assert score.wrong_kept + score.wrong_fixed + score.wrong_removed == score.wrong_written
-            assert 0 <= score.correct_kept <= score.correct_written
-            scores.append(score)
-        total = PerfectScore.total(scores)
-        assert total.sentences == sum(len(a) for a, _, _ in runs)
-        if variant != "wrong":
-            assert total.correct_written > 0 and total.wrong_written == 0
-            assert total.kept_rate is not None
-        else:
-            assert total.wrong_written > 0 and total.correct_written == 0
-            assert total.fixed_or_removed_rate is not None
+    runs = await _run_over_http(_kb(settings, store), variant)
+    scores = []
+    for authored, raw, final in runs:
+        # the model's reply reached citeflow unchanged; citeflow did not reword it
+        assert strip_markers(raw) == " ".join(s.text for s in authored)
+        assert cited_numbers(raw) == list(dict.fromkeys(n for s in authored for n in s.written))
+        scores.append(_scored(variant, authored, final))
+    total = PerfectScore.total(scores)
+    assert total.sentences == sum(len(a) for a, _, _ in runs)
+    _check_total(variant, total)
