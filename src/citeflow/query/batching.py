@@ -52,9 +52,9 @@ class QueryBatcher:
         max_batch: the most queries per call. Past 16, MiniLM on one CPU thread costs no
             less per question, so bigger batches only make their first questions wait.
 
-    The thread (``citeflow-embed``) starts with the first query and stops at `close`. A failed batch is retried query
-    by query, so a failure reaches only the callers whose query fails. A query whose caller has
-    gone (its future cancelled) before its batch starts is skipped.
+    The thread (``citeflow-embed``) starts with the first query and stops at `close`. A failed
+    batch is retried query by query, so a failure reaches only the callers whose query fails. A
+    query whose caller has gone (its future cancelled) before its batch starts is skipped.
     """
 
     def __init__(self, embed_batch: BatchFunction, *, max_batch: int = 16) -> None:
