@@ -49,6 +49,8 @@ VARIANTS = ("verbatim", "paraphrase", "wrong")
 Setting = tuple[float, float, float]
 Full = tuple[float, float, float, float]  # (keep, add, relative, decision_relative)
 Perfect = dict[str, list[tuple[dict[str, Any], list[AuthoredSentence]]]]
+#: one dataset: its real model's recorded answers and its perfect-model answers
+DataSet = tuple[BeirDataset, dict[str, Any], Perfect]
 
 
 def recorded(dataset: BeirDataset, context: EvalContext, count: int) -> dict[str, Any]:
@@ -76,6 +78,19 @@ def perfect_scores(perfect: Perfect, policy: CitationPolicy) -> dict[str, Perfec
         return PerfectScore.total(scores)
 
     return {variant: asyncio.run(one(answers)) for variant, answers in perfect.items()}
+
+
+def rescore(
+    defaults: CitationPolicy, setting: Full, data: DataSet
+) -> tuple[DatasetScore, dict[str, PerfectScore]]:
+    """The real and the perfect model's answers of ``data`` re-checked under ``setting``."""
+    dataset, records, answers = data
+    keep, add, relative, decision = setting
+    policy = defaults.with_(
+        support_keep=keep, support_threshold=add, relative=relative, decision_relative=decision
+    )
+    real = score_all(asyncio.run(recheck_all(records, policy)), dataset)
+    return real, perfect_scores(answers, policy)
 
 
 def meets_targets(scores: Mapping[str, PerfectScore]) -> bool:
@@ -106,25 +121,17 @@ def perfect_line(name: str, scores: Mapping[str, PerfectScore]) -> str:
 
 
 def choose_decision(
-    sets: Sequence[tuple[BeirDataset, dict[str, Any], Perfect]],
-    path: Path,
-    defaults: CitationPolicy,
-    best: Setting,
+    sets: Sequence[DataSet], path: Path, defaults: CitationPolicy, best: Setting
 ) -> Full:
     """``decision_relative`` chosen on the dataset at ``path`` by the module's rule."""
     named = [s for s in sets if s[0].name == load_beir(path).name]
     if not named:
         raise SystemExit(f"--decisions {path}: not one of the datasets given")
-    dataset, records, answers = named[0]
-    keep, add, relative = best
+    dataset = named[0][0]
     real: dict[float, DatasetScore] = {}
     eligible = []
     for d in RELATIVE:
-        policy = defaults.with_(
-            support_keep=keep, support_threshold=add, relative=relative, decision_relative=d
-        )
-        real[d] = score_all(asyncio.run(recheck_all(records, policy)), dataset)
-        scores = perfect_scores(answers, policy)
+        real[d], scores = rescore(defaults, (*best, d), named[0])
         print(perfect_line(f"{dataset.name}: decision_relative {d}", scores))
         if meets_targets(scores):
             eligible.append(d)
@@ -133,7 +140,7 @@ def choose_decision(
         f"decision_relative chosen on {dataset.name}: {chosen}"
         + ("" if eligible else " (no value meets the perfect-model targets)")
     )
-    return (keep, add, relative, chosen)
+    return (*best, chosen)
 
 
 def main() -> int:
@@ -146,7 +153,7 @@ def main() -> int:
     settings: Settings = load_settings()
     defaults = CitationPolicy(settings.citations)
     with ExitStack() as stack:
-        sets = []
+        sets: list[DataSet] = []
         for path in args.datasets:
             dataset = load_beir(path)
             context = EvalContext(
@@ -157,14 +164,12 @@ def main() -> int:
                 print(f"{dataset.name}: no recorded answers; run citeflow eval", file=sys.stderr)
                 return 1
             sets.append((dataset, records, perfect_of(dataset, context, args.perfect)))
-        first, first_records, first_perfect = sets[0]
+        first, first_records, _ = sets[0]
         grid: list[Setting] = [(k, a, r) for k in KEEP for a in ADD for r in RELATIVE if a >= k]
         real: dict[Setting, DatasetScore] = {}
         perfect: dict[Setting, dict[str, PerfectScore]] = {}
-        for k, a, r in grid:
-            policy = defaults.with_(support_keep=k, support_threshold=a, relative=r)
-            real[(k, a, r)] = score_all(asyncio.run(recheck_all(first_records, policy)), first)
-            perfect[(k, a, r)] = perfect_scores(first_perfect, policy)
+        for s in grid:
+            real[s], perfect[s] = rescore(defaults, (*s, defaults.decision_relative), sets[0])
         print(
             table(
                 f"{first.name}: the grid ({len(first_records)} answers; * meets the "
@@ -192,17 +197,15 @@ def main() -> int:
         )
         rows: dict[str, DatasetScore] = {}
         lines = []
-        for dataset, records, answers in sets:
+        for data in sets:
+            dataset, records, _ = data
             rows[f"{dataset.name}: model's markers"] = score_all(
                 records.values(), dataset, raw=True
             )
             for name, (k, a, r, d) in (("defaults", default), ("chosen", chosen)):
-                policy = defaults.with_(
-                    support_keep=k, support_threshold=a, relative=r, decision_relative=d
-                )
                 label = f"{dataset.name}: {name} ({k}/{a}/{r}/{d})"
-                rows[label] = score_all(asyncio.run(recheck_all(records, policy)), dataset)
-                lines.append(perfect_line(label, perfect_scores(answers, policy)))
+                rows[label], scores = rescore(defaults, (k, a, r, d), data)
+                lines.append(perfect_line(label, scores))
         print(table("every dataset", rows))
         print("\n".join(lines))
     return 0

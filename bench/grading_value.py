@@ -53,7 +53,7 @@ from citeflow.citations.sources import make_sources
 from citeflow.evaluation.answer_cache import write_json
 from citeflow.evaluation.dataset import load_beir
 from citeflow.evaluation.dense import DenseIndex, default_cache_dir, doc_id_of
-from citeflow.query.grading import Grader, KeepAllGrader, LLMGrader, ScoreGrader
+from citeflow.query.grading import Grader, KeepAllGrader, LLMGrader, ScoreGrader, keep_best
 from citeflow.query.retrieval import Retriever
 from citeflow.query.rewriting import reformulate
 from citeflow.settings import Settings
@@ -119,10 +119,7 @@ class Claim:
 def best_hits(hits: Sequence[NodeWithScore], n: int) -> list[NodeWithScore]:
     """The workflow's fallback: the ``n`` hits of highest relevance (one per chunk)."""
     pool: dict[str, NodeWithScore] = {}
-    for hit in hits:
-        known = pool.get(hit.node.node_id)
-        if known is None or (hit.score or 0.0) > (known.score or 0.0):
-            pool[hit.node.node_id] = hit
+    keep_best(pool, hits, key=lambda hit: hit.node.node_id)
     return sorted(pool.values(), key=lambda h: -(h.score or 0.0))[:n]
 
 

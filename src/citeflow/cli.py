@@ -212,12 +212,6 @@ def cmd_models_path(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_eval(args: argparse.Namespace) -> int:
-    from citeflow.evaluation.cli import run
-
-    return run(args)
-
-
 # --- parser --------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -303,6 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_models_path)
 
     from citeflow.evaluation.cli import add_arguments as eval_arguments
+    from citeflow.evaluation.cli import run as cmd_eval
 
     p = sub.add_parser(
         "eval", help="score retrieval (nDCG, Recall, MRR) and citations on a BEIR-format dataset"

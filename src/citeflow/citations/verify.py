@@ -62,21 +62,15 @@ class JudgeVerifier:
     """The LLM judge over a lexical shortlist: the sources the model cited and the ``shortlist``
     best lexical candidates with some support (``floor``); every other source scores 0."""
 
+    shortlist = 2
+    floor = 0.2
+
     def __init__(
-        self,
-        support: LexicalSupport,
-        judge: Judge,
-        *,
-        cut: float,
-        shortlist: int = 2,
-        floor: float = 0.2,
-        timeout: float = 30.0,
+        self, support: LexicalSupport, judge: Judge, *, cut: float, timeout: float
     ) -> None:
         self.support = support
         self.judge = judge
         self.keep = self.add = cut
-        self.shortlist = shortlist
-        self.floor = floor
         self.timeout = timeout
         #: this answer's verdicts: supported, unsupported, failed, timed_out (metrics)
         self.verdicts: Counter[str] = Counter()

@@ -48,7 +48,7 @@ from citeflow.bm25 import BM25Encoder
 from citeflow.errors import IngestError, StorageFullError
 from citeflow.ingestion.readers import discover, read_file
 from citeflow.providers.embeddings import embeds_remotely
-from citeflow.store import Store
+from citeflow.store import DocumentRecord, Store
 
 log = logging.getLogger("citeflow.ingest")
 
@@ -169,14 +169,13 @@ class Ingestor:
         )
         return report
 
-    def prune(self, records: Iterable[object] | None = None) -> int:
+    def prune(self, records: Iterable[DocumentRecord] | None = None) -> int:
         """Delete the documents whose files no longer exist; returns how many."""
         docs = records if records is not None else self.store.documents(self.collection).values()
         removed = 0
         for record in docs:
-            file_path = getattr(record, "file_path", "")
-            if file_path and not Path(file_path).exists():
-                self.store.delete_document(self.collection, record.doc_id)  # type: ignore[attr-defined]
+            if record.file_path and not Path(record.file_path).exists():
+                self.store.delete_document(self.collection, record.doc_id)
                 removed += 1
         return removed
 

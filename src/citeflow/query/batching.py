@@ -51,21 +51,17 @@ class QueryBatcher:
         embed_batch: embeds a list of queries (one vector per query, in order).
         max_batch: the most queries per call. Past 16, MiniLM on one CPU thread costs no
             less per question, so bigger batches only make their first questions wait.
-        name: the worker thread's name.
 
-    The thread starts with the first query and stops at `close`. A failed batch is retried query
-    by query, so a failure reaches only the callers whose query fails. A query whose caller has
-    gone (its future cancelled) before its batch starts is skipped.
+    The thread (``citeflow-embed``) starts with the first query and stops at `close`. A failed
+    batch is retried query by query, so a failure reaches only the callers whose query fails. A
+    query whose caller has gone (its future cancelled) before its batch starts is skipped.
     """
 
-    def __init__(
-        self, embed_batch: BatchFunction, *, max_batch: int = 16, name: str = "citeflow-embed"
-    ) -> None:
+    def __init__(self, embed_batch: BatchFunction, *, max_batch: int = 16) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         self.embed_batch = embed_batch
         self.max_batch = max_batch
-        self.name = name
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -90,7 +86,9 @@ class QueryBatcher:
             if self._closed:
                 raise RuntimeError("the query batcher is closed")
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+                self._thread = threading.Thread(
+                    target=self._run, name="citeflow-embed", daemon=True
+                )
                 self._thread.start()
             self._queue.put((query, future))
         return future
@@ -214,13 +212,13 @@ class BatchedQueryEmbedding(BaseEmbedding):
     _inner: BaseEmbedding = PrivateAttr()
     _batcher: QueryBatcher = PrivateAttr()
 
-    def __init__(self, inner: BaseEmbedding, *, max_batch: int = 16, **kwargs: Any) -> None:
+    def __init__(self, inner: BaseEmbedding, **kwargs: Any) -> None:
         kwargs.setdefault("model_name", inner.model_name)
         kwargs.setdefault("embed_batch_size", inner.embed_batch_size)
         kwargs.setdefault("callback_manager", inner.callback_manager)
         super().__init__(**kwargs)
         self._inner = inner
-        self._batcher = QueryBatcher(query_batch_function(inner), max_batch=max_batch)
+        self._batcher = QueryBatcher(query_batch_function(inner))
 
     @classmethod
     def class_name(cls) -> str:

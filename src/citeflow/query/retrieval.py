@@ -114,15 +114,10 @@ class Retriever:
     def mode(self) -> RetrievalMode:
         return self.settings.mode
 
-    def _fetch(self, top_k: int) -> int:
-        if self.mode == "hybrid":
-            return max(top_k, self.settings.candidates)
-        return top_k
-
     def _search(self, embedding: list[float] | None, query: str, top_k: int) -> Ranking:
         """Search (on a worker thread) with an embedding already computed, or none."""
         sparse = self.encoder.encode_query(query) if self.mode != "dense" else None
-        fetch = self._fetch(top_k)
+        fetch = max(top_k, self.settings.candidates) if self.mode == "hybrid" else top_k
         hits = self.store.search(
             self.collection,
             dense=embedding,

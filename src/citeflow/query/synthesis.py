@@ -70,7 +70,6 @@ class Synthesis:
     citations: list[Citation] = field(default_factory=list)
     cited: list[int] = field(default_factory=list)
     unsupported: list[str] = field(default_factory=list)
-    llm_calls: int = 0
     raw_text: str = ""  # the model's sentences with their markers, before checking
     llm_seconds: float = 0.0  # time spent waiting on the LLM (its client included)
     judge_seconds: float = 0.0  # time spent checking citations with the LLM judge
@@ -144,7 +143,6 @@ class CitationSynthesizer:
         llm_seconds = 0.0
         answer = ""
         first = 1
-        calls = 0
         prompt = ""
         options = self._options(len(sources))
         for index, group in enumerate(groups):
@@ -155,7 +153,6 @@ class CitationSynthesizer:
                 reply = await self.llm.achat(self.messages(prompt), **options)
                 llm_seconds += time.perf_counter() - waited
                 answer = self._sentences_of(reply.message.content or "")
-                calls += 1
         checker = self.policy.checker([s.text for s in sources], question=query)
         repaired = RepairedAnswer(checker)
         verifier = checker.verifier
@@ -177,7 +174,6 @@ class CitationSynthesizer:
 
         waited = time.perf_counter()
         chunks = aiter(await stream_text(self.llm, self.messages(prompt), **options))
-        calls += 1
         sentences = StructuredSentenceStream() if self.structured else None
         while True:
             try:
@@ -202,7 +198,6 @@ class CitationSynthesizer:
             citations=repaired.citations,
             cited=cited_numbers(text),
             unsupported=repaired.unsupported,
-            llm_calls=calls,
             raw_text="".join(raw),
             llm_seconds=llm_seconds + (checked if self.policy.judge is not None else 0.0),
             judge_seconds=checked if self.policy.judge is not None else 0.0,

@@ -153,9 +153,7 @@ class _HtmlTextWriter:
 
     def start(self, name: str) -> None:
         """An element opens."""
-        if name == "br":
-            self.line_break(1)
-        elif name in ("td", "th"):
+        if name in ("td", "th"):
             if not self.line_start:
                 self.pending_prefix = " | "
             self.cell_depth += 1
@@ -163,7 +161,7 @@ class _HtmlTextWriter:
             self.line_break(1)
             self.pending_prefix = "- "
             self.list_depth += 1
-        elif name in ("tr", "dt", "dd"):
+        elif name in ("br", "tr", "dt", "dd"):
             self.line_break(1)
         elif name in _HTML_BLOCK:
             nested_list = self.list_depth and name in ("ul", "ol", "dl")
