@@ -52,6 +52,10 @@ from citeflow.citations.stream import SentenceStream
         ("[1] Opens a sentence.", [(1,)]),
         ("- Paris is big [1]\n1. Rome is old [2]", [(1,), (2,)]),
         ("| Paris | capital [1] |\n| Rome | old [2][3] |", [(1,), (2,), (3,)]),
+        (
+            "A [1]. B [2, 3]. C [4][5]. D (Source 6). E [Source 7]. F [^8].",
+            [(1,), (2, 3), (4,), (5,), (6,), (7,), (8,)],
+        ),
     ],
 )
 def test_every_form_is_read(text: str, numbers: list[tuple[int, ...]]) -> None:
@@ -107,9 +111,11 @@ def test_document_footnotes_are_stripped_before_prompting() -> None:
     assert strip_footnotes("lair. [2] It was") == "lair. It was"
 
 
-def test_render_is_canonical() -> None:
+def test_rewritten_markers_are_canonical() -> None:
     assert render([1, 3]) == "[1][3]"
     assert renumber("A [Source 1], B (Sources 2, 3).", {1: 1, 2: 2, 3: 3}) == "A [1], B [2][3]."
+    assert renumber("A [3]. B [1][9]. C [1, 3].", {3: 1, 1: 2}) == "A [1]. B [2]. C [2][1]."
+    assert strip_markers("He wrote [1]. Then [2, 3] left.") == "He wrote. Then left."
 
 
 def test_removal_leaves_no_broken_sentence() -> None:

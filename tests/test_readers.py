@@ -311,6 +311,7 @@ def test_truncated_pdf(tmp_path: Path) -> None:
             "no text found",
         ),
         *[(f"empty.{kind}", b"", "empty file") for kind in ("txt", "md", "pdf", "docx", "html")],
+        ("data.xlsx", b"whatever", "unsupported file type (.xlsx)"),
     ],
 )
 def test_unreadable_bytes(tmp_path: Path, name: str, data: bytes, reason: str) -> None:
@@ -338,11 +339,8 @@ def test_zip_that_is_not_a_docx(tmp_path: Path) -> None:
     _assert_ingest_error(path, "not a valid .docx file")
 
 
-def test_missing_and_unsupported_files(tmp_path: Path) -> None:
+def test_missing_file(tmp_path: Path) -> None:
     _assert_ingest_error(tmp_path / "gone.pdf", "file not found")
-    sheet = tmp_path / "data.xlsx"
-    sheet.write_bytes(b"whatever")
-    _assert_ingest_error(sheet, "unsupported file type (.xlsx)")
 
 
 # --- Discovery --------------------------------------------------------------------------------
