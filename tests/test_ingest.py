@@ -277,18 +277,15 @@ def test_a_document_written_over_several_calls_is_complete_after_its_last_chunk(
     """`write_nodes` in slices (as the evaluation's corpus index writes): a document whose
     chunks span two calls is found by searches only once the second call has stored the rest."""
     store = Store.open_path(":memory:")
-    ingestor = Ingestor(
-        store, HashEmbedding(dim=32), collection="s", chunk_size=64, chunk_overlap=8,
-        progress=False,
-    )  # fmt: skip
+    ingestor = _small(store)
     nodes = ingestor.chunk_documents([Document(id_="geese", text=GEESE)])
     assert len(nodes) > 4
     ingestor.write_nodes(nodes[:3])
-    assert store.incomplete_points("s") == {n.node_id for n in nodes[:3]}
-    assert not store.documents("s")["geese"].complete
+    assert store.incomplete_points("c") == {n.node_id for n in nodes[:3]}
+    assert not store.documents("c")["geese"].complete
     ingestor.write_nodes(nodes[3:])
-    assert not store.incomplete_points("s")
-    assert store.documents("s")["geese"].complete
+    assert not store.incomplete_points("c")
+    assert store.documents("c")["geese"].complete
 
 
 def test_writes_overlap_embedding_only_for_a_remote_embedder() -> None:
