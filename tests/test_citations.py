@@ -32,8 +32,8 @@ ESSAY = (
 )
 
 
-def _node(text: str, node_id: str, score: float = 0.5, **meta: object) -> NodeWithScore:
-    node = TextNode(id_=node_id, text=text, metadata={"file_name": f"{node_id}.txt", **meta})
+def _node(text: str, node_id: str, score: float = 0.5) -> NodeWithScore:
+    node = TextNode(id_=node_id, text=text, metadata={"file_name": f"{node_id}.txt"})
     node.relationships = {NodeRelationship.SOURCE: RelatedNodeInfo(node_id=f"doc-{node_id}")}
     return NodeWithScore(node=node, score=score)
 
