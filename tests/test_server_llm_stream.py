@@ -11,11 +11,8 @@ import openai
 import pytest
 from llama_index.core.base.llms.types import ThinkingBlock
 from llama_index.core.instrumentation import get_dispatcher
-from llama_index.core.instrumentation.event_handlers import BaseEventHandler
-from llama_index.core.instrumentation.events import BaseEvent
 from llama_index.core.instrumentation.events.llm import LLMChatInProgressEvent
 from llama_index.core.llms import ChatMessage, ChatResponse
-from pydantic import Field
 
 from citeflow.errors import UpstreamError
 from citeflow.providers.llm import CompatAzureOpenAI, CompatOpenAI, build_llm
@@ -25,6 +22,7 @@ from citeflow.providers.upstream_errors import as_upstream_error
 from citeflow.settings import Settings
 from citeflow.testing.llm import ScriptedLLM
 from citeflow.testing.openai_server import FakeOpenAIServer, Reply
+from tests.fakes.events import EventRecorder
 from tests.settings_helpers import settings_of
 
 USER = [ChatMessage(role="user", content="What did the author work on before college?")]
@@ -73,7 +71,7 @@ async def test_same_responses_as_llama_index(
     llm = build_llm(_settings(server, provider), max_retries=0, aiohttp=aiohttp)
     assert isinstance(llm, CompatOpenAI | CompatAzureOpenAI)
     ours = await _collect(await llm.astream_chat(USER))
-    recorder = _Recorder(seen=[])
+    recorder = EventRecorder(seen=[])
     get_dispatcher().add_event_handler(recorder)  # a listener: llama-index's own astream_chat
     try:
         theirs = await _collect(await llm.astream_chat(USER))
@@ -182,19 +180,6 @@ async def test_server_sent_events_framing() -> None:
     assert events == [("message", "a\nb"), (None, "c")]
 
 
-class _Recorder(BaseEventHandler):
-    """An instrumentation event handler that keeps the names of the events it sees."""
-
-    seen: list[str] = Field(default_factory=list)
-
-    @classmethod
-    def class_name(cls) -> str:
-        return "Recorder"
-
-    def handle(self, event: BaseEvent, **kwargs: Any) -> None:
-        self.seen.append(event.class_name())
-
-
 async def test_llm_events_reach_an_attached_handler_and_are_skipped_without_one(
     server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -213,7 +198,7 @@ async def test_llm_events_reach_an_attached_handler_and_are_skipped_without_one(
     assert "".join(r.delta or "" for r in quiet) == ANSWER
     assert built == [], "no per-token event is built when nothing listens"
 
-    recorder = _Recorder(seen=[])
+    recorder = EventRecorder(seen=[])
     root = get_dispatcher()
     root.add_event_handler(recorder)
     try:
@@ -263,7 +248,7 @@ async def test_stream_text_over_http_and_through_llama_index_when_observed(
     llm = build_llm(_settings(server, provider), max_retries=0)
     assert "".join([t async for t in await stream_text(llm, USER)]) == ANSWER
 
-    recorder = _Recorder(seen=[])
+    recorder = EventRecorder(seen=[])
     get_dispatcher().add_event_handler(recorder)
     try:
         heard = "".join([t async for t in await stream_text(llm, USER)])

@@ -12,11 +12,8 @@ from collections.abc import Iterator
 from typing import Any, Literal
 
 import pytest
-from llama_index.core.instrumentation.event_handlers import BaseEventHandler
-from llama_index.core.instrumentation.events import BaseEvent
 from llama_index.core.llms import ChatMessage, MockLLM
 from llama_index_instrumentation import get_dispatcher
-from pydantic import Field
 
 from citeflow.citations.stream import SentenceStream
 from citeflow.citations.structured import (
@@ -33,6 +30,7 @@ from citeflow.providers.openai_stream import stream_text, supports_response_form
 from citeflow.settings import Settings
 from citeflow.testing.llm import ScriptedLLM
 from citeflow.testing.openai_server import FakeOpenAIServer
+from tests.fakes.events import EventRecorder
 from tests.settings_helpers import settings_of
 
 Provider = Literal["openai", "azure"]
@@ -348,17 +346,6 @@ async def test_without_response_format_the_request_is_unchanged(server: FakeOpen
     assert "response_format" not in server.last_request.json
 
 
-class _Recorder(BaseEventHandler):
-    seen: list[str] = Field(default_factory=list)
-
-    @classmethod
-    def class_name(cls) -> str:
-        return "Recorder"
-
-    def handle(self, event: BaseEvent, **kwargs: Any) -> None:
-        self.seen.append(type(event).__name__)
-
-
 async def test_response_format_also_goes_through_llama_index_when_observed(
     server: FakeOpenAIServer,
 ) -> None:
@@ -366,7 +353,7 @@ async def test_response_format_also_goes_through_llama_index_when_observed(
     chat (and the SDK's ``create``): ``response_format`` still reaches the request."""
     server.script([REPLY])
     llm = build_llm(_settings(server, "openai"), max_retries=0)
-    recorder = _Recorder()
+    recorder = EventRecorder()
     get_dispatcher().add_event_handler(recorder)
     try:
         text = "".join([d async for d in await stream_text(llm, USER, **_format())])
