@@ -14,8 +14,8 @@ from citeflow.query.grading import (
     parse_relevant,
 )
 from citeflow.query.rewriting import HYPOTHETICAL_MAX_TOKENS, QUERY_MAX_TOKENS, reformulate
-from citeflow.settings import Settings
 from citeflow.testing.llm import ScriptedLLM
+from tests.settings_helpers import settings_of
 
 
 def scored(node_id: str, text: str, score: float) -> NodeWithScore:
@@ -84,11 +84,9 @@ async def test_score_grader_keeps_a_chunk_holding_the_questions_words() -> None:
 
 def test_auto_grader_follows_the_provider() -> None:
     llm = ScriptedLLM()
-    local = Settings(_env_file=None, llm={"provider": "local"})
-    hosted = Settings(_env_file=None, llm={"provider": "openai"})
-    assert isinstance(build_grader(local, llm), ScoreGrader)
-    assert isinstance(build_grader(hosted, llm), LLMGrader)
-    chosen = Settings(_env_file=None, llm={"provider": "local"}, retrieval={"grader": "llm"})
+    assert isinstance(build_grader(settings_of(llm_provider="local"), llm), ScoreGrader)
+    assert isinstance(build_grader(settings_of(llm_provider="openai"), llm), LLMGrader)
+    chosen = settings_of(llm_provider="local", grader="llm")
     assert isinstance(build_grader(chosen, llm), LLMGrader)
 
 

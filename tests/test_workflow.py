@@ -30,6 +30,7 @@ from citeflow.settings import CitationSettings, RetrievalSettings, Settings
 from citeflow.testing.llm import ScriptedLLM
 from citeflow.testing.openai_server import FakeOpenAIServer, RecordedRequest, Reply
 from citeflow.workflows.citation_query import CitationQueryWorkflow
+from tests.settings_helpers import settings_of
 
 
 class ScriptedGrader:
@@ -72,10 +73,8 @@ async def _streamed(handler: WorkflowHandler) -> str:
 
 def _openai_settings(server: FakeOpenAIServer, model: str) -> Settings:
     """Settings whose LLM is ``model`` at the fake OpenAI server."""
-    return Settings(
-        _env_file=None,
-        llm={"provider": "openai", "model": model},
-        openai={"base_url": server.openai_base_url},
+    return settings_of(
+        llm_provider="openai", llm_model=model, openai_base_url=server.openai_base_url
     )
 
 
