@@ -90,6 +90,13 @@ def upstream() -> Iterator[FakeOpenAIServer]:
         yield server
 
 
+def open_kb(settings: Settings) -> KnowledgeBase:
+    """A knowledge base on the embedded store in ``settings``' data folder (on disk)."""
+    return KnowledgeBase(
+        settings, store=Store.open(settings.store), embed_model=HashEmbedding(dim=64)
+    )
+
+
 def stored_points(store: Store, collection: str) -> list[Record]:
     """Every point of a collection, payloads and vectors included (either engine)."""
     return [record for page in store.points(collection) for record in page]

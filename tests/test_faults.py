@@ -74,7 +74,7 @@ from citeflow.store.client import ClientEngine
 from citeflow.testing.embedding import HashEmbedding
 from citeflow.testing.llm import ScriptedLLM
 from citeflow.testing.openai_server import FakeOpenAIServer, Reply
-from tests.conftest import FACTS, stored_points
+from tests.conftest import FACTS, open_kb, stored_points
 from tests.fakes.full_disk import FillingDisk, FullDiskClient, disk_full_error
 from tests.server_helpers import (
     LiveServer,
@@ -182,17 +182,6 @@ def cli_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpe
         yield server
 
 
-def kb_chunks(text: str, chunk_size: int = 128, chunk_overlap: int = 16) -> list[Any]:
-    """The chunks ingestion makes of ``text``."""
-    from citeflow.ingestion.pipeline import Ingestor
-
-    ingestor = Ingestor(
-        Store.open_path(":memory:"), HashEmbedding(), collection="c", chunk_size=chunk_size,
-        chunk_overlap=chunk_overlap, progress=False,
-    )  # fmt: skip
-    return ingestor.chunk_documents([Document(id_="d", text=text)])
-
-
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
     out, err = capsys.readouterr()
@@ -201,6 +190,7 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
 
 def test_a_full_disk_during_ingest_is_one_line_and_loses_nothing(
     cli_env: FakeOpenAIServer,
+    kb: KnowledgeBase,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
@@ -210,7 +200,7 @@ def test_a_full_disk_during_ingest_is_one_line_and_loses_nothing(
     geese.write_text(GEESE)
     assert _run(capsys, "ingest", "-q", str(ducks))[0] == 0
 
-    chunks = len(kb_chunks(GEESE))
+    chunks = len(kb.ingestor(progress=False).chunk_documents([Document(id_="g", text=GEESE)]))
     assert chunks > 20
     disk = FillingDisk(monkeypatch, room=10)  # the disk has room for 10 more chunks
     code, out, err = _run(capsys, "ingest", "-q", str(geese))
@@ -416,9 +406,7 @@ async def test_kill_9_during_ingest_then_ingest_again(
 ) -> None:
     geese = tmp_path / "geese.txt"
     geese.write_text(GEESE)
-    kb = KnowledgeBase(
-        settings, store=Store.open(settings.store), embed_model=HashEmbedding(dim=64)
-    )
+    kb = open_kb(settings)
     kb.add_documents([Document(id_="ducks", text=FACTS["ducks"])])
     chunks = len(kb.ingestor(progress=False).chunk_documents([Document(id_="g", text=GEESE)]))
     assert chunks > 20
@@ -437,9 +425,7 @@ async def test_kill_9_during_ingest_then_ingest_again(
     )
 
     # kept out of answers
-    kb = KnowledgeBase(
-        settings, store=Store.open(settings.store), embed_model=HashEmbedding(dim=64)
-    )
+    kb = open_kb(settings)
     try:
         assert kb.count() == 1 + 14
         found = await kb.retriever(top_k=10).aretrieve(GEESE_QUESTION)

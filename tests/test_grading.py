@@ -14,15 +14,16 @@ from citeflow.query.grading import (
     parse_relevant,
 )
 from citeflow.query.rewriting import HYPOTHETICAL_MAX_TOKENS, QUERY_MAX_TOKENS, reformulate
-from citeflow.settings import Settings
 from citeflow.testing.llm import ScriptedLLM
+from tests.settings_helpers import settings_of
+
+
+def scored(node_id: str, text: str, score: float) -> NodeWithScore:
+    return NodeWithScore(node=TextNode(id_=node_id, text=text), score=score)
 
 
 def passages(*scores: float) -> list[NodeWithScore]:
-    return [
-        NodeWithScore(node=TextNode(id_=f"n{i}", text=f"passage {i} about ducks"), score=s)
-        for i, s in enumerate(scores, start=1)
-    ]
+    return [scored(f"n{i}", f"passage {i} about ducks", s) for i, s in enumerate(scores, start=1)]
 
 
 @pytest.mark.parametrize(
@@ -68,15 +69,9 @@ async def test_score_grader_keeps_a_chunk_holding_the_questions_words() -> None:
     """The dense similarity misses names: a chunk holding the question's words is relevant at
     any similarity; an off-topic question covers nothing and keeps nothing."""
     nodes = [
-        NodeWithScore(
-            node=TextNode(id_="hn", text="To test this new Arc, I wrote Hacker News in it."),
-            score=0.21,
-        ),
-        NodeWithScore(
-            node=TextNode(id_="lisp", text="I gave a talk about Lisp at a conference."),
-            score=0.45,
-        ),
-        NodeWithScore(node=TextNode(id_="art", text="I painted still lives at night."), score=0.1),
+        scored("hn", "To test this new Arc, I wrote Hacker News in it.", 0.21),
+        scored("lisp", "I gave a talk about Lisp at a conference.", 0.45),
+        scored("art", "I painted still lives at night.", 0.1),
     ]
     question = "Why did the author write Hacker News?"
     assert [n.node.node_id for n in await ScoreGrader(0.25).grade(question, nodes)] == ["lisp"]
@@ -89,11 +84,9 @@ async def test_score_grader_keeps_a_chunk_holding_the_questions_words() -> None:
 
 def test_auto_grader_follows_the_provider() -> None:
     llm = ScriptedLLM()
-    local = Settings(_env_file=None, llm={"provider": "local"})
-    hosted = Settings(_env_file=None, llm={"provider": "openai"})
-    assert isinstance(build_grader(local, llm), ScoreGrader)
-    assert isinstance(build_grader(hosted, llm), LLMGrader)
-    chosen = Settings(_env_file=None, llm={"provider": "local"}, retrieval={"grader": "llm"})
+    assert isinstance(build_grader(settings_of(llm_provider="local"), llm), ScoreGrader)
+    assert isinstance(build_grader(settings_of(llm_provider="openai"), llm), LLMGrader)
+    chosen = settings_of(llm_provider="local", grader="llm")
     assert isinstance(build_grader(chosen, llm), LLMGrader)
 
 

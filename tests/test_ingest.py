@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from llama_index.core.schema import MetadataMode
+from llama_index.core.schema import Document, MetadataMode
 
 from citeflow.errors import StoreLockedError
 from citeflow.ingestion.pipeline import Ingestor, doc_id_for
@@ -14,7 +15,7 @@ from citeflow.knowledge_base import KnowledgeBase
 from citeflow.settings import Settings
 from citeflow.store import Store
 from citeflow.testing.embedding import HashEmbedding, RecordingEmbedding
-from tests.conftest import SHARED_DATA, stored_points
+from tests.conftest import SHARED_DATA, open_kb, stored_points
 
 
 def _payloads(kb: KnowledgeBase) -> list[dict[str, object]]:
@@ -50,10 +51,9 @@ def folder(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def disk_kb(settings: Settings) -> KnowledgeBase:
-    store = Store.open(settings.store)
-    kb = KnowledgeBase(settings, store=store, embed_model=HashEmbedding(dim=64))
-    yield kb  # type: ignore[misc]
+def disk_kb(settings: Settings) -> Iterator[KnowledgeBase]:
+    kb = open_kb(settings)
+    yield kb
     kb.close()
 
 
@@ -117,14 +117,10 @@ def test_chunks_keep_file_metadata_and_stable_ids(disk_kb: KnowledgeBase, folder
 
 
 def test_data_survives_reopening(settings: Settings, folder: Path) -> None:
-    kb = KnowledgeBase(
-        settings, store=Store.open(settings.store), embed_model=HashEmbedding(dim=64)
-    )
+    kb = open_kb(settings)
     count = kb.ingest([folder], progress=False).chunks
     kb.close()
-    again = KnowledgeBase(
-        settings, store=Store.open(settings.store), embed_model=HashEmbedding(dim=64)
-    )
+    again = open_kb(settings)
     assert again.count() == count
     assert again.ingest([folder], progress=False).unchanged == 2
     again.close()
@@ -233,8 +229,6 @@ def test_chunks_of_a_write_cut_short_are_kept_out_of_searches(tmp_path: Path, en
     """A document whose write died midway is in the store in part: no search finds those chunks
     (on the embedded engine and through a Qdrant server's API), until the document is written
     whole."""
-    from llama_index.core.schema import Document
-
     store = Store.open_path(tmp_path / "q" if engine == "embedded" else ":memory:")
     docs = [Document(id_="ducks", text=DUCKS), Document(id_="geese", text=GEESE)]
     _small(store).ingest_documents(docs[:1])
@@ -282,21 +276,16 @@ def test_a_replacement_cut_short_keeps_the_old_version_in_answers(folder: Path) 
 def test_a_document_written_over_several_calls_is_complete_after_its_last_chunk() -> None:
     """`write_nodes` in slices (as the evaluation's corpus index writes): a document whose
     chunks span two calls is found by searches only once the second call has stored the rest."""
-    from llama_index.core.schema import Document
-
     store = Store.open_path(":memory:")
-    ingestor = Ingestor(
-        store, HashEmbedding(dim=32), collection="s", chunk_size=64, chunk_overlap=8,
-        progress=False,
-    )  # fmt: skip
+    ingestor = _small(store)
     nodes = ingestor.chunk_documents([Document(id_="geese", text=GEESE)])
     assert len(nodes) > 4
     ingestor.write_nodes(nodes[:3])
-    assert store.incomplete_points("s") == {n.node_id for n in nodes[:3]}
-    assert not store.documents("s")["geese"].complete
+    assert store.incomplete_points("c") == {n.node_id for n in nodes[:3]}
+    assert not store.documents("c")["geese"].complete
     ingestor.write_nodes(nodes[3:])
-    assert not store.incomplete_points("s")
-    assert store.documents("s")["geese"].complete
+    assert not store.incomplete_points("c")
+    assert store.documents("c")["geese"].complete
 
 
 def test_writes_overlap_embedding_only_for_a_remote_embedder() -> None:
@@ -309,8 +298,6 @@ def test_writes_overlap_embedding_only_for_a_remote_embedder() -> None:
 
 
 def test_ingest_documents_from_python_skips_unchanged_and_replaces_changed() -> None:
-    from llama_index.core.schema import Document
-
     store = Store.open_path(":memory:")
     ingestor = Ingestor(store, HashEmbedding(dim=32), collection="py", progress=False)
     docs = [
@@ -336,8 +323,6 @@ def test_ingest_documents_from_python_skips_unchanged_and_replaces_changed() -> 
 
 @pytest.mark.parametrize("engine", ["embedded", "server-api"])
 def test_content_hashes_name_the_stored_documents_only(tmp_path: Path, engine: str) -> None:
-    from llama_index.core.schema import Document
-
     store = Store.open_path(tmp_path / "q" if engine == "embedded" else ":memory:")
     ingestor = Ingestor(store, HashEmbedding(dim=16), collection="h", progress=False)
     ingestor.ingest_documents([Document(id_=f"d{i}", text=f"text {i} of ducks") for i in range(6)])
@@ -354,7 +339,6 @@ def test_the_one_chunk_shortcut_gives_what_the_splitter_gives() -> None:
     """Documents shorter than a chunk skip the splitter; around the size limit, with short or
     long metadata, the chunks are the splitter's own."""
     from llama_index.core.node_parser import SentenceSplitter
-    from llama_index.core.schema import Document
 
     ingestor = Ingestor(Store.open_path(":memory:"), HashEmbedding(dim=8), collection="s")
     splitter = SentenceSplitter(chunk_size=512, chunk_overlap=64)

@@ -307,22 +307,31 @@ def test_which_llms_support_response_format(server: FakeOpenAIServer) -> None:
     assert not supports_response_format(ScriptedLLM())
 
 
+def _format() -> dict[str, Any]:
+    return {"response_format": response_format(3)}
+
+
+async def stream_sentences(llm: Any, messages: list[ChatMessage]) -> tuple[list[str], list[str]]:
+    """What `stream_text` streams with the answer's response format: its deltas, and the
+    sentences the structured parser makes of them."""
+    stream = StructuredSentenceStream()
+    deltas: list[str] = []
+    sentences: list[str] = []
+    async for delta in await stream_text(llm, messages, **_format()):
+        deltas.append(delta)
+        sentences += stream.feed(delta)
+    return deltas, sentences + stream.flush()
+
+
 @pytest.mark.parametrize("provider", ["openai", "azure"])
 async def test_openai_streams_with_response_format_in_the_body(
     server: FakeOpenAIServer, provider: Provider
 ) -> None:
     server.script([REPLY])
     llm = build_llm(_settings(server, provider), max_retries=0)
-    stream = StructuredSentenceStream()
-    sentences: list[str] = []
-    deltas = 0
-    async for delta in await stream_text(llm, USER, response_format=response_format(3)):
-        deltas += 1
-        sentences += stream.feed(delta)
-    sentences += stream.flush()
-
+    deltas, sentences = await stream_sentences(llm, USER)
     assert sentences == EXPECTED
-    assert deltas > 10  # streamed, not in one piece
+    assert len(deltas) > 10  # streamed, not in one piece
     body = server.last_request.json
     assert body["response_format"] == response_format(3)
     assert body["stream"] is True and body["messages"][-1]["content"] == USER[0].content
@@ -348,10 +357,6 @@ async def test_response_format_also_goes_through_llama_index_when_observed(
     assert "LLMChatInProgressEvent" in recorder.seen
     assert text == REPLY
     assert server.last_request.json["response_format"] == response_format(3)
-
-
-def _format() -> dict[str, Any]:
-    return {"response_format": response_format(3)}
 
 
 async def test_a_non_streamed_chat_passes_response_format_too(server: FakeOpenAIServer) -> None:
@@ -428,14 +433,7 @@ async def test_smollm2_stays_in_the_schema(smollm2: LocalLlamaCppLLM) -> None:
             "Answer in one short sentence.",
         ),
     ]
-    stream = StructuredSentenceStream()
-    deltas: list[str] = []
-    sentences: list[str] = []
-    async for delta in await stream_text(smollm2, messages, **_format()):
-        deltas.append(delta)
-        sentences += stream.feed(delta)
-    sentences += stream.flush()
-
+    deltas, sentences = await stream_sentences(smollm2, messages)
     reply_json = json.loads("".join(deltas))
     jsonschema.validate(reply_json, answer_schema(3))
     expected = [render_sentence(s["text"], s["sources"]) for s in reply_json["sentences"]]

@@ -10,6 +10,7 @@ from llama_index.core.llms import ChatMessage
 from llama_index.core.schema import NodeWithScore
 from workflows.handler import WorkflowHandler
 
+from citeflow.citations.judge import build_judge
 from citeflow.citations.markers import cited_numbers
 from citeflow.citations.repair import CitationPolicy
 from citeflow.errors import (
@@ -21,13 +22,15 @@ from citeflow.errors import (
 from citeflow.events import AnswerDeltaEvent, StatusEvent
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.prompts import NOT_COVERED_ANSWER
+from citeflow.providers.llm import build_llm
 from citeflow.query.grading import KeepAllGrader, ScoreGrader
 from citeflow.query.rewriting import QUERY_MAX_TOKENS
 from citeflow.result import CitedResponse
 from citeflow.settings import CitationSettings, RetrievalSettings, Settings
 from citeflow.testing.llm import ScriptedLLM
-from citeflow.testing.openai_server import FakeOpenAIServer
+from citeflow.testing.openai_server import FakeOpenAIServer, RecordedRequest, Reply
 from citeflow.workflows.citation_query import CitationQueryWorkflow
+from tests.settings_helpers import settings_of
 
 
 class ScriptedGrader:
@@ -70,10 +73,8 @@ async def _streamed(handler: WorkflowHandler) -> str:
 
 def _openai_settings(server: FakeOpenAIServer, model: str) -> Settings:
     """Settings whose LLM is ``model`` at the fake OpenAI server."""
-    return Settings(
-        _env_file=None,
-        llm={"provider": "openai", "model": model},
-        openai={"base_url": server.openai_base_url},
+    return settings_of(
+        llm_provider="openai", llm_model=model, openai_base_url=server.openai_base_url
     )
 
 
@@ -237,9 +238,6 @@ async def test_llm_failure_mid_stream_fails_the_run_promptly(kb: KnowledgeBase) 
 
 async def test_workflow_over_openai_compatible_http(kb: KnowledgeBase) -> None:
     """The whole workflow against a fake OpenAI server: answer streamed over HTTP, then a 500."""
-    from citeflow.providers.llm import build_llm
-    from citeflow.testing.openai_server import Reply
-
     with FakeOpenAIServer() as server:
         llm = build_llm(_openai_settings(server, "qwen2.5:1.5b"), max_retries=0)
         workflow = _workflow(kb, llm)  # type: ignore[arg-type]
@@ -277,10 +275,6 @@ async def test_hosted_judge_verifies_citations_over_http(kb: KnowledgeBase) -> N
     """The workflow with an OpenAI LLM (the judge verifies by default): each sentence's cited
     source and best candidates are put to the judge; "No" to all takes the marker out of the
     streamed and final text and reports the sentence, "Yes" keeps it."""
-    from citeflow.citations.judge import build_judge
-    from citeflow.providers.llm import build_llm
-    from citeflow.testing.openai_server import RecordedRequest, Reply
-
     no = {"No": -0.1, "Yes": -2.5}
     yes = {"Yes": -0.1, "No": -2.5}
     answer = "Yahoo bought Viaweb in 1998 [1]."
@@ -316,8 +310,6 @@ async def test_hosted_judge_verifies_citations_over_http(kb: KnowledgeBase) -> N
 async def test_bad_model_output_still_gives_a_clean_answer(kb: KnowledgeBase) -> None:
     """An empty reply, a reply of markers only, markers past the last source, a reply cut off
     mid-JSON: each gives a clean answer, never a traceback or an empty string."""
-    from citeflow.prompts import NOT_COVERED_ANSWER
-
     for reply, expected in (
         (" \n", NOT_COVERED_ANSWER),  # (a reply of nothing at all breaks the fake itself)
         ("[1][2]", NOT_COVERED_ANSWER),
