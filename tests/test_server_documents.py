@@ -22,7 +22,13 @@ from citeflow.knowledge_base import KnowledgeBase
 from citeflow.server import create_app
 from citeflow.store import DocumentRecord
 from citeflow.testing.llm import ScriptedLLM
-from tests.server_helpers import LiveServer, asgi_client, make_engine
+from tests.server_helpers import (
+    LiveServer,
+    asgi_client,
+    assert_error,
+    assert_needs_key,
+    make_engine,
+)
 
 OWLS = b"Owls hunt at night. Barn owls eat mice and voles. An owl can turn its head far around."
 #: the upload route of the collection the tests upload to
@@ -136,9 +142,7 @@ async def test_bad_uploads(
     words: list[str],
 ) -> None:
     response = await client.post(url, files=_files(*files))
-    assert response.status_code == status, response.text
-    for word in words:
-        assert word in response.json()["error"]["message"]
+    assert_error(response, status, "invalid_request_error", *words)
     assert _empty(engine.upload_dir("animals"))  # nothing left behind
 
 
@@ -185,11 +189,9 @@ async def test_collection_names_are_checked_on_every_route(
     client: httpx.AsyncClient, method: str, url: str
 ) -> None:
     response = await client.request(method, url)
-    assert response.status_code == 400, response.text
-    error = response.json()["error"]
-    assert error["type"] == "invalid_request_error" and error["param"] == "name"
-    assert error["code"] == "invalid_collection_name"
-    assert "is not valid: use 1-64 letters, digits, '-' or '_'" in error["message"]
+    words = "is not valid: use 1-64 letters, digits, '-' or '_'"
+    assert_error(response, 400, "invalid_request_error", words, param="name")
+    assert response.json()["error"]["code"] == "invalid_collection_name"
 
 
 async def test_missing_file_part_and_unknown_collection(client: httpx.AsyncClient) -> None:
@@ -199,14 +201,12 @@ async def test_missing_file_part_and_unknown_collection(client: httpx.AsyncClien
     assert response.status_code == 404 and response.json()["error"]["type"] == "not_found_error"
 
 
-async def test_documents_need_the_key(engine: Engine, tmp_path: Path) -> None:
+async def test_documents_need_the_key(engine: Engine) -> None:
     engine.settings.server.api_keys = [SecretStr("k")]
     async with asgi_client(engine) as c:
-        assert (await c.get("/v1/collections/kb/documents")).status_code == 401
+        await assert_needs_key(c, "GET", "/v1/collections/kb/documents", "k")
         upload = await c.post(ANIMALS, files=_files(("o.txt", OWLS)))
         assert upload.status_code == 401
-        ok = await c.get("/v1/collections/kb/documents", headers={"Authorization": "Bearer k"})
-        assert ok.status_code == 200
 
 
 async def test_no_response_names_a_server_path(
@@ -352,12 +352,8 @@ async def test_bad_file_names_and_bodies_are_400_and_leave_nothing(
     client: httpx.AsyncClient, engine: Engine, temp_dir: Path, body: bytes, words: list[str]
 ) -> None:
     response = await client.post(ANIMALS, content=body, headers=MULTIPART)
-    assert response.status_code == 400, response.text
-    error = response.json()["error"]
-    assert error["param"] == "file"
-    for word in words:
-        assert word in error["message"]
-    assert len(error["message"]) < 300
+    assert_error(response, 400, "invalid_request_error", *words, param="file")
+    assert len(response.json()["error"]["message"]) < 300
     _nothing_left(engine, temp_dir)
 
 
@@ -370,8 +366,7 @@ async def test_a_file_name_of_255_bytes_is_fine(client: httpx.AsyncClient, engin
 
 async def test_not_multipart_is_400(client: httpx.AsyncClient) -> None:
     response = await client.post(ANIMALS, json={"file": "x"})
-    assert response.status_code == 400
-    assert "multipart/form-data" in response.json()["error"]["message"]
+    assert_error(response, 400, "invalid_request_error", "multipart/form-data")
 
 
 async def test_a_client_gone_mid_upload_leaves_nothing(tmp_path: Path) -> None:
