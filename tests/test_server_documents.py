@@ -103,11 +103,11 @@ async def test_delete_removes_chunks_and_the_upload(
     assert not (engine.upload_dir("animals") / "owls.txt").exists()
     assert (await client.get(ANIMALS)).json()["data"] == []
     missing = await client.delete(f"/v1/collections/animals/documents/{doc_id}")
-    assert missing.status_code == 404 and missing.json()["error"]["type"] == "not_found_error"
+    assert_error(missing, 404, "not_found_error")
     # the collection is now empty: a clear error, not an empty answer
     chat = {"model": "citeflow-animals", "messages": [{"role": "user", "content": "Owls?"}]}
     empty = await client.post("/v1/chat/completions", json=chat)
-    assert empty.status_code == 400 and "no documents" in empty.json()["error"]["message"]
+    assert_error(empty, 400, "invalid_request_error", "no documents")
 
 
 async def test_documents_of_an_existing_collection_and_their_files(
@@ -117,7 +117,7 @@ async def test_documents_of_an_existing_collection_and_their_files(
     assert {d["doc_id"] for d in listed["data"]} == {"viaweb", "stories", "ducks"}
     # documents ingested from memory have no file to serve
     response = await client.get("/v1/documents/kb/ducks/file")
-    assert response.status_code == 404 and "not available" in response.json()["error"]["message"]
+    assert_error(response, 404, "not_found_error", "not available")
 
 
 @pytest.mark.parametrize(
@@ -196,9 +196,9 @@ async def test_collection_names_are_checked_on_every_route(
 
 async def test_missing_file_part_and_unknown_collection(client: httpx.AsyncClient) -> None:
     response = await client.post(ANIMALS, data={"x": "1"})
-    assert response.status_code == 400 and response.json()["error"]["param"] == "file"
+    assert_error(response, 400, "invalid_request_error", param="file")
     response = await client.get("/v1/collections/nothing/documents")
-    assert response.status_code == 404 and response.json()["error"]["type"] == "not_found_error"
+    assert_error(response, 404, "not_found_error")
 
 
 async def test_documents_need_the_key(engine: Engine) -> None:
@@ -288,12 +288,9 @@ async def test_a_declared_content_length_over_the_limit_is_413_before_reading(
 ) -> None:
     body = Body(_part("big.txt"), then=b"x" * 65536, times=100)
     response = await client.post(
-        ANIMALS,
-        content=body,
-        headers={**MULTIPART, "content-length": str(10**9)},
+        ANIMALS, content=body, headers={**MULTIPART, "content-length": str(10**9)}
     )
-    assert response.status_code == 413, response.text
-    assert "over the limit of 1000 bytes" in response.json()["error"]["message"]
+    assert_error(response, 413, "invalid_request_error", "over the limit of 1000 bytes")
     assert response.headers["connection"] == "close"
     assert body.read == 0  # not one byte of the body was read
     _nothing_left(engine, temp_dir)
@@ -305,15 +302,14 @@ async def test_a_streamed_upload_stops_being_read_past_the_limit(
     # chunked (no Content-Length): one file past its limit
     body = Body(_part("big.txt")[:-2], then=b"x" * 600, times=10_000)
     response = await client.post(ANIMALS, content=body, headers=MULTIPART)
-    assert response.status_code == 413, response.text
-    assert "big.txt is over the upload limit of 1000 bytes" in response.json()["error"]["message"]
+    words = "big.txt is over the upload limit of 1000 bytes"
+    assert_error(response, 413, "invalid_request_error", words)
     assert body.read <= 3
     _nothing_left(engine, temp_dir)
     # many small files past the limit of the whole body
     body = Body(*[_part(f"f{i}.txt", b"y" * 999) for i in range(80)], END)
     response = await client.post(ANIMALS, content=body, headers=MULTIPART)
-    assert response.status_code == 413, response.text
-    assert "files of one request together" in response.json()["error"]["message"]
+    assert_error(response, 413, "invalid_request_error", "files of one request together")
     assert body.read < 80
     _nothing_left(engine, temp_dir)
 
