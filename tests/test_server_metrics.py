@@ -9,13 +9,7 @@ from citeflow.citations.repair import Citation, citation_actions
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.result import CitedResponse
 from citeflow.testing.llm import ScriptedLLM
-from tests.server_helpers import (
-    asgi_client,
-    assert_needs_key,
-    chat_request,
-    make_engine,
-    parse_sse,
-)
+from tests.server_helpers import asgi_client, assert_needs_key, chat_request, make_engine, parse_sse
 
 ANSWER = "Yahoo bought Viaweb in 1998 [1]. Ducks live near ponds [2]."
 
