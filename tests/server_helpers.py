@@ -19,7 +19,8 @@ from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.instrumentation.event_handlers import BaseEventHandler
 from llama_index.core.instrumentation.events import BaseEvent
 from llama_index.core.llms import ChatMessage, ChatResponse
-from pydantic import Field, PrivateAttr
+from llama_index.core.schema import Document
+from pydantic import Field, PrivateAttr, SecretStr
 
 from citeflow.api.engine import Engine
 from citeflow.knowledge_base import KnowledgeBase
@@ -138,6 +139,24 @@ def assert_error(
         assert body["error"]["param"] == param, body["error"]
 
 
+async def assert_needs_key(
+    client: httpx.AsyncClient, method: str, path: str, key: str, **request: Any
+) -> httpx.Response:
+    """``method path`` (with ``request``, e.g. ``json=``) is refused without a key and with a
+    wrong one (401s that say why), and answered (200) with ``key``: that answer."""
+    missing = await client.request(method, path, **request)
+    assert_error(missing, 401, "authentication_error", "Authorization: Bearer")
+    assert missing.headers["www-authenticate"] == "Bearer"
+    wrong = await client.request(method, path, headers={"Authorization": "Bearer nope"}, **request)
+    assert_error(wrong, 401, "authentication_error", "invalid API key")
+    assert wrong.json()["error"]["code"] == "invalid_api_key"
+    right = await client.request(
+        method, path, headers={"Authorization": f"Bearer {key}"}, **request
+    )
+    assert right.status_code == 200, right.text
+    return right
+
+
 def asgi_client(
     app: Engine | FastAPI, *, address: str = "127.0.0.1", **headers: str
 ) -> httpx.AsyncClient:
@@ -154,16 +173,34 @@ def make_engine(
     llm: ScriptedLLM,
     *,
     embed_model: BaseEmbedding | None = None,
+    keys: Sequence[str] = (),
+    retrieval: dict[str, Any] | None = None,
     **server: Any,
 ) -> Engine:
-    """An engine over the test knowledge base (collection ``kb``) with a fake LLM; ``server``:
-    `ServerSettings` fields changed."""
+    """An engine over the test knowledge base (collection ``kb``) with a fake LLM; ``keys``: the
+    API keys it takes (none: an open server); ``retrieval`` and ``server``: fields of
+    `RetrievalSettings` and `ServerSettings` changed."""
+    if keys:
+        server["api_keys"] = [SecretStr(key) for key in keys]
     return Engine(
-        kb.settings.updated(server=server),
+        kb.settings.updated(server=server, retrieval=retrieval or {}),
         store=kb.store,
         embed_model=embed_model or kb.embed_model,
         llm=llm,
     )
+
+
+def add_collection(kb: KnowledgeBase, name: str, docs: dict[str, str]) -> KnowledgeBase:
+    """The knowledge base ``name`` next to ``kb``, with ``docs`` (text by id) added, each from
+    the file ``<id>.txt``."""
+    other = KnowledgeBase(kb.settings, store=kb.store, embed_model=kb.embed_model, collection=name)
+    other.add_documents(
+        [
+            Document(id_=doc_id, text=text, metadata={"file_name": f"{doc_id}.txt"})
+            for doc_id, text in docs.items()
+        ]
+    )
+    return other
 
 
 def upstream_engine(
@@ -172,8 +209,6 @@ def upstream_engine(
     """An engine over the test knowledge base whose LLM is the real OpenAI client, sent through
     aiohttp as ``citeflow serve`` builds it, against the fake OpenAI server (no retries, no LLM
     grading); ``groups`` change the knowledge base's settings (e.g. ``llm={"timeout": 1}``)."""
-    from pydantic import SecretStr
-
     from citeflow.providers.llm import build_llm
 
     changes: dict[str, dict[str, Any]] = {

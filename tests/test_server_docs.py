@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
-from pydantic import SecretStr
 
 from citeflow.api.engine import Engine
 from citeflow.api.exposure import docs_enabled
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.settings import Settings
 from citeflow.testing.llm import ScriptedLLM
-from tests.server_helpers import asgi_client, make_engine
+from tests.server_helpers import asgi_client, assert_error, assert_needs_key, make_engine
 
 DOCS = ("/openapi.json", "/docs", "/redoc")
 KEY = {"Authorization": "Bearer k1"}
@@ -46,33 +47,26 @@ async def test_docs_on_loopback_without_keys(engine: Engine) -> None:
             assert page.status_code == 200 and "/openapi.json" in page.text
 
 
-async def test_docs_are_off_on_a_network_address_by_default(engine: Engine) -> None:
-    engine.settings.server.host = "0.0.0.0"
-    engine.settings.server.api_keys = [SecretStr("k1")]
+@pytest.mark.parametrize(
+    ("server", "headers"),
+    [({"host": "0.0.0.0", "keys": ["k1"]}, KEY), ({"api_docs": "off"}, {})],
+    ids=["network-address-by-default", "off"],
+)
+async def test_docs_are_off(
+    kb: KnowledgeBase, server: dict[str, Any], headers: dict[str, str]
+) -> None:
+    async with asgi_client(make_engine(kb, ScriptedLLM(["An answer [1]."]), **server)) as c:
+        for path in DOCS:
+            assert_error(await c.get(path, headers=headers), 404, "not_found_error")
+
+
+async def test_docs_on_with_keys_need_the_key(kb: KnowledgeBase) -> None:
+    engine = make_engine(
+        kb, ScriptedLLM(["An answer [1]."]), keys=["k1"], host="0.0.0.0", api_docs="on"
+    )
     async with asgi_client(engine) as c:
         for path in DOCS:
-            response = await c.get(path, headers=KEY)
-            assert response.status_code == 404, path
-            assert response.json()["error"]["type"] == "not_found_error"
-
-
-async def test_docs_off(engine: Engine) -> None:
-    engine.settings.server.api_docs = "off"
-    async with asgi_client(engine) as c:
-        for path in DOCS:
-            assert (await c.get(path)).status_code == 404, path
-
-
-async def test_docs_on_with_keys_need_the_key(engine: Engine) -> None:
-    engine.settings.server.host = "0.0.0.0"
-    engine.settings.server.api_docs = "on"
-    engine.settings.server.api_keys = [SecretStr("k1")]
-    async with asgi_client(engine) as c:
-        for path in DOCS:
-            refused = await c.get(path)
-            assert refused.status_code == 401, path
-            assert refused.json()["error"]["type"] == "authentication_error"
-            assert (await c.get(path, headers=KEY)).status_code == 200, path
+            await assert_needs_key(c, "GET", path, "k1")
 
 
 def _refs(node: object) -> list[str]:

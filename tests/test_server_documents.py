@@ -22,7 +22,13 @@ from citeflow.knowledge_base import KnowledgeBase
 from citeflow.server import create_app
 from citeflow.store import DocumentRecord
 from citeflow.testing.llm import ScriptedLLM
-from tests.server_helpers import LiveServer, asgi_client, make_engine
+from tests.server_helpers import (
+    LiveServer,
+    asgi_client,
+    assert_error,
+    assert_needs_key,
+    make_engine,
+)
 
 OWLS = b"Owls hunt at night. Barn owls eat mice and voles. An owl can turn its head far around."
 #: the upload route of the collection the tests upload to
@@ -97,11 +103,11 @@ async def test_delete_removes_chunks_and_the_upload(
     assert not (engine.upload_dir("animals") / "owls.txt").exists()
     assert (await client.get(ANIMALS)).json()["data"] == []
     missing = await client.delete(f"/v1/collections/animals/documents/{doc_id}")
-    assert missing.status_code == 404 and missing.json()["error"]["type"] == "not_found_error"
+    assert_error(missing, 404, "not_found_error")
     # the collection is now empty: a clear error, not an empty answer
     chat = {"model": "citeflow-animals", "messages": [{"role": "user", "content": "Owls?"}]}
     empty = await client.post("/v1/chat/completions", json=chat)
-    assert empty.status_code == 400 and "no documents" in empty.json()["error"]["message"]
+    assert_error(empty, 400, "invalid_request_error", "no documents")
 
 
 async def test_documents_of_an_existing_collection_and_their_files(
@@ -111,7 +117,7 @@ async def test_documents_of_an_existing_collection_and_their_files(
     assert {d["doc_id"] for d in listed["data"]} == {"viaweb", "stories", "ducks"}
     # documents ingested from memory have no file to serve
     response = await client.get("/v1/documents/kb/ducks/file")
-    assert response.status_code == 404 and "not available" in response.json()["error"]["message"]
+    assert_error(response, 404, "not_found_error", "not available")
 
 
 @pytest.mark.parametrize(
@@ -136,9 +142,7 @@ async def test_bad_uploads(
     words: list[str],
 ) -> None:
     response = await client.post(url, files=_files(*files))
-    assert response.status_code == status, response.text
-    for word in words:
-        assert word in response.json()["error"]["message"]
+    assert_error(response, status, "invalid_request_error", *words)
     assert _empty(engine.upload_dir("animals"))  # nothing left behind
 
 
@@ -185,28 +189,24 @@ async def test_collection_names_are_checked_on_every_route(
     client: httpx.AsyncClient, method: str, url: str
 ) -> None:
     response = await client.request(method, url)
-    assert response.status_code == 400, response.text
-    error = response.json()["error"]
-    assert error["type"] == "invalid_request_error" and error["param"] == "name"
-    assert error["code"] == "invalid_collection_name"
-    assert "is not valid: use 1-64 letters, digits, '-' or '_'" in error["message"]
+    words = "is not valid: use 1-64 letters, digits, '-' or '_'"
+    assert_error(response, 400, "invalid_request_error", words, param="name")
+    assert response.json()["error"]["code"] == "invalid_collection_name"
 
 
 async def test_missing_file_part_and_unknown_collection(client: httpx.AsyncClient) -> None:
     response = await client.post(ANIMALS, data={"x": "1"})
-    assert response.status_code == 400 and response.json()["error"]["param"] == "file"
+    assert_error(response, 400, "invalid_request_error", param="file")
     response = await client.get("/v1/collections/nothing/documents")
-    assert response.status_code == 404 and response.json()["error"]["type"] == "not_found_error"
+    assert_error(response, 404, "not_found_error")
 
 
-async def test_documents_need_the_key(engine: Engine, tmp_path: Path) -> None:
+async def test_documents_need_the_key(engine: Engine) -> None:
     engine.settings.server.api_keys = [SecretStr("k")]
     async with asgi_client(engine) as c:
-        assert (await c.get("/v1/collections/kb/documents")).status_code == 401
+        await assert_needs_key(c, "GET", "/v1/collections/kb/documents", "k")
         upload = await c.post(ANIMALS, files=_files(("o.txt", OWLS)))
         assert upload.status_code == 401
-        ok = await c.get("/v1/collections/kb/documents", headers={"Authorization": "Bearer k"})
-        assert ok.status_code == 200
 
 
 async def test_no_response_names_a_server_path(
@@ -288,12 +288,9 @@ async def test_a_declared_content_length_over_the_limit_is_413_before_reading(
 ) -> None:
     body = Body(_part("big.txt"), then=b"x" * 65536, times=100)
     response = await client.post(
-        ANIMALS,
-        content=body,
-        headers={**MULTIPART, "content-length": str(10**9)},
+        ANIMALS, content=body, headers={**MULTIPART, "content-length": str(10**9)}
     )
-    assert response.status_code == 413, response.text
-    assert "over the limit of 1000 bytes" in response.json()["error"]["message"]
+    assert_error(response, 413, "invalid_request_error", "over the limit of 1000 bytes")
     assert response.headers["connection"] == "close"
     assert body.read == 0  # not one byte of the body was read
     _nothing_left(engine, temp_dir)
@@ -305,15 +302,14 @@ async def test_a_streamed_upload_stops_being_read_past_the_limit(
     # chunked (no Content-Length): one file past its limit
     body = Body(_part("big.txt")[:-2], then=b"x" * 600, times=10_000)
     response = await client.post(ANIMALS, content=body, headers=MULTIPART)
-    assert response.status_code == 413, response.text
-    assert "big.txt is over the upload limit of 1000 bytes" in response.json()["error"]["message"]
+    words = "big.txt is over the upload limit of 1000 bytes"
+    assert_error(response, 413, "invalid_request_error", words)
     assert body.read <= 3
     _nothing_left(engine, temp_dir)
     # many small files past the limit of the whole body
     body = Body(*[_part(f"f{i}.txt", b"y" * 999) for i in range(80)], END)
     response = await client.post(ANIMALS, content=body, headers=MULTIPART)
-    assert response.status_code == 413, response.text
-    assert "files of one request together" in response.json()["error"]["message"]
+    assert_error(response, 413, "invalid_request_error", "files of one request together")
     assert body.read < 80
     _nothing_left(engine, temp_dir)
 
@@ -352,12 +348,8 @@ async def test_bad_file_names_and_bodies_are_400_and_leave_nothing(
     client: httpx.AsyncClient, engine: Engine, temp_dir: Path, body: bytes, words: list[str]
 ) -> None:
     response = await client.post(ANIMALS, content=body, headers=MULTIPART)
-    assert response.status_code == 400, response.text
-    error = response.json()["error"]
-    assert error["param"] == "file"
-    for word in words:
-        assert word in error["message"]
-    assert len(error["message"]) < 300
+    assert_error(response, 400, "invalid_request_error", *words, param="file")
+    assert len(response.json()["error"]["message"]) < 300
     _nothing_left(engine, temp_dir)
 
 
@@ -370,8 +362,7 @@ async def test_a_file_name_of_255_bytes_is_fine(client: httpx.AsyncClient, engin
 
 async def test_not_multipart_is_400(client: httpx.AsyncClient) -> None:
     response = await client.post(ANIMALS, json={"file": "x"})
-    assert response.status_code == 400
-    assert "multipart/form-data" in response.json()["error"]["message"]
+    assert_error(response, 400, "invalid_request_error", "multipart/form-data")
 
 
 async def test_a_client_gone_mid_upload_leaves_nothing(tmp_path: Path) -> None:

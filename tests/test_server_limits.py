@@ -7,7 +7,6 @@ from typing import Any
 
 import httpx
 import pytest
-from pydantic import SecretStr
 
 from citeflow.api.errors import RateLimitError
 from citeflow.api.limits import ChatLimits, ConcurrencyLimit, RequestRate, client_id
@@ -19,6 +18,8 @@ from tests.server_helpers import (
     LiveServer,
     PacedLLM,
     asgi_client,
+    assert_error,
+    chat_request,
     content_of,
     make_engine,
     parse_sse,
@@ -30,19 +31,14 @@ ANSWER = "Yahoo bought Viaweb in 1998 [1]. Ducks live near ponds [2]."
 LONG_ANSWER = " ".join(["Yahoo bought Viaweb in 1998 [1].", "Ducks live near ponds [2]."] * 15)
 
 
-def _chat(stream: bool = False, content: str = QUESTION) -> dict[str, Any]:
-    return {
-        "model": "citeflow-kb",
-        "messages": [{"role": "user", "content": content}],
-        "stream": stream,
-    }
+CHAT = chat_request(QUESTION)
+STREAM = chat_request(QUESTION, stream=True)
 
 
 def _assert_429(response: httpx.Response) -> dict[str, Any]:
-    assert response.status_code == 429, response.text
+    assert_error(response, 429, "rate_limit_error")
     error: dict[str, Any] = response.json()["error"]
-    assert set(error) == {"message", "type", "param", "code"}
-    assert error["type"] == "rate_limit_error" and error["code"] == "rate_limit_exceeded"
+    assert error["code"] == "rate_limit_exceeded"
     assert int(response.headers["retry-after"]) >= 1
     return error
 
@@ -129,10 +125,10 @@ async def test_chats_past_the_concurrency_limit_get_429(kb: KnowledgeBase) -> No
     app = create_app(make_engine(kb, llm, max_concurrent_chats=2))
     limits: ChatLimits = app.state.limits
     async with asgi_client(app) as client:
-        running = [asyncio.create_task(client.post("/v1/chat/completions", json=_chat()))]
-        running.append(asyncio.create_task(client.post("/v1/chat/completions", json=_chat(True))))
+        running = [asyncio.create_task(client.post("/v1/chat/completions", json=CHAT))]
+        running.append(asyncio.create_task(client.post("/v1/chat/completions", json=STREAM)))
         await wait_until(lambda: limits.concurrency.active == 2, within=5.0)
-        error = _assert_429(await client.post("/v1/chat/completions", json=_chat()))
+        error = _assert_429(await client.post("/v1/chat/completions", json=CHAT))
         assert "at most 2 at once" in error["message"]
         assert (await client.get("/v1/models")).status_code == 200  # other routes unaffected
         answers = await asyncio.gather(*running)
@@ -141,7 +137,7 @@ async def test_chats_past_the_concurrency_limit_get_429(kb: KnowledgeBase) -> No
         # both slots are free again
         llm.delay = 0.0
         again = await asyncio.gather(
-            *(client.post("/v1/chat/completions", json=_chat(s)) for s in (False, True))
+            *(client.post("/v1/chat/completions", json=body) for body in (CHAT, STREAM))
         )
         assert [a.status_code for a in again] == [200, 200]
 
@@ -149,13 +145,13 @@ async def test_chats_past_the_concurrency_limit_get_429(kb: KnowledgeBase) -> No
 async def test_failed_requests_free_their_slot(kb: KnowledgeBase) -> None:
     engine = make_engine(kb, ScriptedLLM([ANSWER]), max_concurrent_chats=1)
     async with asgi_client(engine) as client:
-        unknown = {**_chat(), "model": "citeflow-nothing"}
-        for body in (unknown, {"model": "citeflow-kb"}, _chat(content="  ")):
+        unknown = {**CHAT, "model": "citeflow-nothing"}
+        for body in (unknown, {"model": "citeflow-kb"}, chat_request("  ")):
             assert (await client.post("/v1/chat/completions", json=body)).status_code in (400, 404)
         bad = await client.post("/v1/chat/completions", content=b"{not json")
         assert bad.status_code == 400
-        assert (await client.post("/v1/chat/completions", json=_chat(True))).status_code == 200
-        assert (await client.post("/v1/chat/completions", json=_chat())).status_code == 200
+        assert (await client.post("/v1/chat/completions", json=STREAM)).status_code == 200
+        assert (await client.post("/v1/chat/completions", json=CHAT)).status_code == 200
 
 
 async def test_a_stream_holds_its_slot_until_it_ends_or_its_client_leaves(
@@ -167,48 +163,47 @@ async def test_a_stream_holds_its_slot_until_it_ends_or_its_client_leaves(
     limits: ChatLimits = app.state.limits
     with LiveServer(app) as live:
         async with httpx.AsyncClient(base_url=live.base_url, timeout=10) as client:
-            async with client.stream("POST", "/v1/chat/completions", json=_chat(True)) as response:
+            async with client.stream("POST", "/v1/chat/completions", json=STREAM) as response:
                 lines = response.aiter_lines()  # kept: a dropped iterator would close the stream
                 while '"content":"Yahoo' not in await anext(lines):
                     pass
                 assert limits.concurrency.active == 1
-                _assert_429(await client.post("/v1/chat/completions", json=_chat()))
+                _assert_429(await client.post("/v1/chat/completions", json=CHAT))
                 assert not llm.closed_early.is_set()
             # the client went away: the run is cancelled and the slot freed
             await wait_until(lambda: limits.concurrency.active == 0, within=2.0)
             await wait_until(llm.closed_early.is_set, within=2.0)
             llm.delay = 0.0
-            response = await client.post("/v1/chat/completions", json=_chat(True))
+            response = await client.post("/v1/chat/completions", json=STREAM)
             assert response.status_code == 200 and parse_sse(response.text)[-1] == "[DONE]"
             await wait_until(lambda: limits.concurrency.active == 0)  # released after the body
 
 
 async def test_rate_per_minute_per_key(kb: KnowledgeBase) -> None:
-    engine = make_engine(kb, ScriptedLLM([ANSWER]), chats_per_minute=2)
-    engine.settings.server.api_keys = [SecretStr("k1"), SecretStr("k2")]
+    engine = make_engine(kb, ScriptedLLM([ANSWER]), keys=["k1", "k2"], chats_per_minute=2)
     async with (
         asgi_client(engine, authorization="Bearer k1") as first,
         asgi_client(engine, authorization="Bearer k2") as second,
     ):
         for _ in range(2):
-            assert (await first.post("/v1/chat/completions", json=_chat())).status_code == 200
-        response = await first.post("/v1/chat/completions", json=_chat(True))
+            assert (await first.post("/v1/chat/completions", json=CHAT)).status_code == 200
+        response = await first.post("/v1/chat/completions", json=STREAM)
         error = _assert_429(response)
         assert "2 chat completions per minute" in error["message"]
         assert 25 <= int(response.headers["retry-after"]) <= 31
-        assert (await second.post("/v1/chat/completions", json=_chat())).status_code == 200
+        assert (await second.post("/v1/chat/completions", json=CHAT)).status_code == 200
         # an unauthenticated request is refused for its key, not counted against one
         anonymous = asgi_client(engine)
         async with anonymous:
-            assert (await anonymous.post("/v1/chat/completions", json=_chat())).status_code == 401
-        assert (await second.post("/v1/chat/completions", json=_chat())).status_code == 200
+            assert (await anonymous.post("/v1/chat/completions", json=CHAT)).status_code == 401
+        assert (await second.post("/v1/chat/completions", json=CHAT)).status_code == 200
 
 
 async def test_rate_per_address_without_keys(kb: KnowledgeBase) -> None:
     engine = make_engine(kb, ScriptedLLM([ANSWER]), chats_per_minute=1)
     async with asgi_client(engine) as client:
-        assert (await client.post("/v1/chat/completions", json=_chat())).status_code == 200
-        _assert_429(await client.post("/v1/chat/completions", json=_chat()))
+        assert (await client.post("/v1/chat/completions", json=CHAT)).status_code == 200
+        _assert_429(await client.post("/v1/chat/completions", json=CHAT))
 
 
 async def test_64_concurrent_streams_pass_the_default_limits(kb: KnowledgeBase) -> None:
@@ -216,7 +211,9 @@ async def test_64_concurrent_streams_pass_the_default_limits(kb: KnowledgeBase) 
     async with asgi_client(engine) as client:
         answers = await asyncio.gather(
             *(
-                client.post("/v1/chat/completions", json=_chat(True, f"{QUESTION} ({i})"))
+                client.post(
+                    "/v1/chat/completions", json=chat_request(f"{QUESTION} ({i})", stream=True)
+                )
                 for i in range(64)
             )
         )

@@ -7,7 +7,6 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
-from pydantic import SecretStr
 
 from citeflow.api.engine import Engine
 from citeflow.api.links import DocumentLinks
@@ -27,9 +26,7 @@ CHAT = {
 
 @pytest.fixture
 def engine(kb: KnowledgeBase) -> Engine:
-    engine = make_engine(kb, ScriptedLLM(["Barn owls eat mice and voles [1]."]))
-    engine.settings.server.api_keys = [SecretStr("k1"), SecretStr("k2")]
-    return engine
+    return make_engine(kb, ScriptedLLM(["Barn owls eat mice and voles [1]."]), keys=["k1", "k2"])
 
 
 async def _source_url(client: httpx.AsyncClient) -> str:

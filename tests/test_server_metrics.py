@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
-from pydantic import SecretStr
 
 from citeflow.api.metrics import Metrics
 from citeflow.citations.repair import Citation, citation_actions
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.result import CitedResponse
 from citeflow.testing.llm import ScriptedLLM
-from tests.server_helpers import asgi_client, chat_request, make_engine, parse_sse
+from tests.server_helpers import asgi_client, assert_needs_key, chat_request, make_engine, parse_sse
 
 ANSWER = "Yahoo bought Viaweb in 1998 [1]. Ducks live near ponds [2]."
 
@@ -64,8 +63,7 @@ async def test_answers_streams_and_requests_are_counted(kb: KnowledgeBase) -> No
 
 
 async def test_no_label_holds_user_text_keys_or_names(kb: KnowledgeBase) -> None:
-    engine = make_engine(kb, ScriptedLLM([ANSWER]))
-    engine.settings.server.api_keys = [SecretStr("a-long-secret-key")]
+    engine = make_engine(kb, ScriptedLLM([ANSWER]), keys=["a-long-secret-key"])
     secrets = ("zebra-question", "private-plan.pdf", "a-long-secret-key", "wrong-key-xyz")
     good = {"Authorization": "Bearer a-long-secret-key"}
     async with asgi_client(engine) as client:
@@ -90,12 +88,10 @@ async def test_no_label_holds_user_text_keys_or_names(kb: KnowledgeBase) -> None
 
 
 async def test_metrics_need_the_key_and_can_be_turned_off(kb: KnowledgeBase) -> None:
-    engine = make_engine(kb, ScriptedLLM([ANSWER]))
-    engine.settings.server.api_keys = [SecretStr("a-long-secret-key")]
+    engine = make_engine(kb, ScriptedLLM([ANSWER]), keys=["a-long-secret-key"])
     async with asgi_client(engine) as client:
-        assert (await client.get("/metrics")).status_code == 401
-        ok = await client.get("/metrics", headers={"Authorization": "Bearer a-long-secret-key"})
-        assert ok.status_code == 200 and "citeflow_http_requests_total" in ok.text
+        ok = await assert_needs_key(client, "GET", "/metrics", "a-long-secret-key")
+        assert "citeflow_http_requests_total" in ok.text
     engine.settings.server.metrics = False
     async with asgi_client(engine) as client:
         off = await client.get("/metrics", headers={"Authorization": "Bearer a-long-secret-key"})
@@ -103,9 +99,13 @@ async def test_metrics_need_the_key_and_can_be_turned_off(kb: KnowledgeBase) -> 
 
 
 async def test_rate_limits_are_counted_by_reason(kb: KnowledgeBase) -> None:
-    engine = make_engine(kb, ScriptedLLM([ANSWER]), chats_per_minute=1)
-    engine.settings.server.api_keys = [SecretStr("a-long-secret-key")]
-    engine.settings.server.auth_max_failures = 1
+    engine = make_engine(
+        kb,
+        ScriptedLLM([ANSWER]),
+        keys=["a-long-secret-key"],
+        chats_per_minute=1,
+        auth_max_failures=1,
+    )
     good = {"Authorization": "Bearer a-long-secret-key"}
     async with asgi_client(engine) as client:
         assert (

@@ -9,8 +9,6 @@ from typing import Any
 
 import httpx
 import pytest
-from llama_index.core.schema import Document
-from pydantic import SecretStr
 
 from citeflow.citations.markers import cited_numbers
 from citeflow.knowledge_base import KnowledgeBase
@@ -19,8 +17,10 @@ from citeflow.store import Store
 from citeflow.testing.llm import ScriptedLLM
 from tests.server_helpers import (
     CountingEmbedding,
+    add_collection,
     asgi_client,
     assert_error,
+    assert_needs_key,
     content_of,
     events_of,
     make_engine,
@@ -71,10 +71,7 @@ async def client(kb: KnowledgeBase, llm: ScriptedLLM) -> AsyncIterator[httpx.Asy
 async def test_models_list_one_model_per_collection(
     kb: KnowledgeBase, client: httpx.AsyncClient
 ) -> None:
-    notes = KnowledgeBase(
-        kb.settings, store=kb.store, embed_model=kb.embed_model, collection="notes"
-    )
-    notes.add_documents([Document(id_="n1", text="A note.", metadata={"file_name": "n1.md"})])
+    add_collection(kb, "notes", {"n1": "A note."})
     response = await client.get("/v1/models")
     assert response.status_code == 200
     body = response.json()
@@ -86,9 +83,7 @@ async def test_models_list_one_model_per_collection(
 
 
 async def test_health_needs_no_key(kb: KnowledgeBase, llm: ScriptedLLM) -> None:
-    engine = make_engine(kb, llm)
-    engine.settings.server.api_keys = [SecretStr("k1")]
-    async with asgi_client(engine) as c:
+    async with asgi_client(make_engine(kb, llm, keys=["k1"])) as c:
         assert (await c.get("/health")).json() == {"status": "ok"}
         ready = await c.get("/health/ready")
         # open to anyone: its status only (no store path, no provider names or versions)
@@ -314,22 +309,11 @@ async def test_empty_collection_is_a_clear_error(
 
 
 async def test_bearer_keys(kb: KnowledgeBase, llm: ScriptedLLM) -> None:
-    engine = make_engine(kb, llm)
-    engine.settings.server.api_keys = [SecretStr("first-key"), SecretStr("second-key")]
-    async with asgi_client(engine) as c:
-        missing = await c.get("/v1/models")
-        assert_error(missing, 401, "authentication_error", "Authorization: Bearer")
-        assert missing.headers["www-authenticate"] == "Bearer"
-        wrong = await c.post(
-            "/v1/chat/completions", json=_chat(), headers={"Authorization": "Bearer nope"}
-        )
-        assert_error(wrong, 401, "authentication_error", "invalid API key")
-        assert wrong.json()["error"]["code"] == "invalid_api_key"
+    async with asgi_client(make_engine(kb, llm, keys=["first-key", "second-key"])) as c:
+        await assert_needs_key(c, "GET", "/v1/models", "first-key")
+        await assert_needs_key(c, "POST", "/v1/chat/completions", "second-key", json=_chat())
         basic = await c.get("/v1/models", headers={"Authorization": "Basic Zmlyc3Qta2V5"})
         assert basic.status_code == 401
-        for key in ("first-key", "second-key"):
-            ok = await c.get("/v1/models", headers={"Authorization": f"Bearer {key}"})
-            assert ok.status_code == 200
 
 
 async def test_unknown_route_and_method_are_openai_errors(client: httpx.AsyncClient) -> None:

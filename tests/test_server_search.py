@@ -13,14 +13,21 @@ import httpx
 import pytest
 from llama_index.core.llms import ChatMessage, ChatResponse
 from llama_index.core.schema import Document
-from pydantic import PrivateAttr, SecretStr
+from pydantic import PrivateAttr
 
 from citeflow.api.engine import Engine
 from citeflow.errors import UpstreamError
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.testing.llm import ScriptedLLM
 from tests.conftest import FACTS
-from tests.server_helpers import CountingEmbedding, asgi_client, assert_error
+from tests.server_helpers import (
+    CountingEmbedding,
+    add_collection,
+    asgi_client,
+    assert_error,
+    assert_needs_key,
+    make_engine,
+)
 
 #: every key a result's metadata may have: what a chat completion's sources show, plus the
 #: collection and the chunk index
@@ -58,19 +65,6 @@ class SlowLLM(ScriptedLLM):
         return await super().achat(messages, **kwargs)
 
 
-def _engine(
-    kb: KnowledgeBase, llm: ScriptedLLM, server: dict[str, Any] | None = None, **retrieval: Any
-) -> Engine:
-    """An engine over the test knowledge base; ``server`` and ``retrieval`` change fields of
-    the knowledge base's settings."""
-    return Engine(
-        kb.settings.updated(server=server or {}, retrieval=retrieval),
-        store=kb.store,
-        embed_model=kb.embed_model,
-        llm=llm,
-    )
-
-
 @pytest.fixture
 def llm() -> ScriptedLLM:
     return ScriptedLLM(["unused"])
@@ -78,19 +72,8 @@ def llm() -> ScriptedLLM:
 
 @pytest.fixture
 async def client(kb: KnowledgeBase, llm: ScriptedLLM) -> AsyncIterator[httpx.AsyncClient]:
-    async with asgi_client(_engine(kb, llm)) as c:
+    async with asgi_client(make_engine(kb, llm)) as c:
         yield c
-
-
-def _collection(kb: KnowledgeBase, name: str, docs: dict[str, str]) -> KnowledgeBase:
-    other = KnowledgeBase(kb.settings, store=kb.store, embed_model=kb.embed_model, collection=name)
-    other.add_documents(
-        [
-            Document(id_=doc_id, text=text, metadata={"file_name": f"{doc_id}.txt"})
-            for doc_id, text in docs.items()
-        ]
-    )
-    return other
 
 
 def _check_shape(body: dict[str, Any], queries: int) -> None:
@@ -148,7 +131,7 @@ async def test_messages_form_makes_the_query_with_the_chat_rewrite(kb: Knowledge
         {"role": "assistant", "content": "It made software for online stores [1]."},
         {"role": "user", "content": "Who acquired it?"},
     ]
-    async with asgi_client(_engine(kb, llm)) as c:
+    async with asgi_client(make_engine(kb, llm)) as c:
         # queries are ignored when messages are given (the Open WebUI fork sends both)
         response = await c.post("/search", json={"messages": messages, "queries": ["ducks"]})
     assert response.status_code == 200, response.text
@@ -166,7 +149,7 @@ async def test_messages_form_makes_the_query_with_the_chat_rewrite(kb: Knowledge
 
 async def test_a_single_message_needs_no_llm(kb: KnowledgeBase) -> None:
     llm = ScriptedLLM([RuntimeError("no LLM call expected")])
-    async with asgi_client(_engine(kb, llm)) as c:
+    async with asgi_client(make_engine(kb, llm)) as c:
         response = await c.post(
             "/search", json={"messages": [{"role": "user", "content": "Where do  ducks live?"}]}
         )
@@ -179,7 +162,7 @@ async def test_a_single_message_needs_no_llm(kb: KnowledgeBase) -> None:
 async def test_several_collections_merged_and_deduplicated(
     kb: KnowledgeBase, client: httpx.AsyncClient
 ) -> None:
-    _collection(
+    add_collection(
         kb,
         "birds",
         {
@@ -210,10 +193,9 @@ async def test_several_collections_merged_and_deduplicated(
 
 
 async def test_a_query_is_embedded_once_for_all_collections(kb: KnowledgeBase) -> None:
-    _collection(kb, "birds", {"geese": "Geese live near lakes."})
+    add_collection(kb, "birds", {"geese": "Geese live near lakes."})
     embed = CountingEmbedding()
-    engine = Engine(kb.settings, store=kb.store, embed_model=embed, llm=ScriptedLLM(["unused"]))
-    async with asgi_client(engine) as c:
+    async with asgi_client(make_engine(kb, ScriptedLLM(["unused"]), embed_model=embed)) as c:
         response = await c.post(
             "/search",
             json={"queries": ["ducks", "geese lakes"], "collection_names": ["kb", "birds"]},
@@ -226,7 +208,7 @@ async def test_the_same_text_from_two_rounds_counts_once(kb: KnowledgeBase) -> N
     # round 1 finds nothing relevant; round 2 searches again: the fallback over both rounds
     # holds each chunk text once
     llm = ScriptedLLM(["zebra quagga okapi"])
-    engine = _engine(kb, llm, max_rounds=2)
+    engine = make_engine(kb, llm, retrieval={"max_rounds": 2})
     async with asgi_client(engine) as c:
         response = await c.post("/search", json={"queries": ["xylophone marimba"], "k": 10})
     body = response.json()
@@ -239,7 +221,7 @@ async def test_the_same_text_from_two_rounds_counts_once(kb: KnowledgeBase) -> N
 async def test_an_empty_knowledge_base_gives_no_results_not_an_error(
     kb: KnowledgeBase, client: httpx.AsyncClient
 ) -> None:
-    empty = _collection(kb, "empty", {"gone": "Something to delete."})
+    empty = add_collection(kb, "empty", {"gone": "Something to delete."})
     kb.store.delete_document("empty", "gone")
     assert empty.count() == 0
     response = await client.post(
@@ -251,7 +233,7 @@ async def test_an_empty_knowledge_base_gives_no_results_not_an_error(
 
 # --- k -------------------------------------------------------------------------------------------
 async def test_k_bounds_each_list(kb: KnowledgeBase, client: httpx.AsyncClient) -> None:
-    _collection(
+    add_collection(
         kb,
         "ponds",
         {
@@ -309,18 +291,18 @@ async def test_grading_drops_the_irrelevant_chunks(
 async def test_nothing_relevant_falls_back_or_refuses(kb: KnowledgeBase) -> None:
     query = {"queries": ["xylophone marimba"]}
     llm = ScriptedLLM([RuntimeError("no LLM call expected")])
-    async with asgi_client(_engine(kb, llm)) as c:
+    async with asgi_client(make_engine(kb, llm)) as c:
         best = (await c.post("/search", json=query)).json()
     assert len(best["documents"][0]) == 3  # the workflow's fallback: its 3 best hits
     _check_shape(best, 1)
-    async with asgi_client(_engine(kb, llm, on_no_relevant="refuse")) as c:
+    async with asgi_client(make_engine(kb, llm, retrieval={"on_no_relevant": "refuse"})) as c:
         refused = (await c.post("/search", json=query)).json()
     assert refused == {"documents": [[]], "metadatas": [[]], "distances": [[]]}
 
 
 async def test_a_retry_reformulates_when_nothing_is_relevant(kb: KnowledgeBase) -> None:
     llm = ScriptedLLM(["ducks ponds rivers lakes"])
-    async with asgi_client(_engine(kb, llm, max_rounds=2)) as c:
+    async with asgi_client(make_engine(kb, llm, retrieval={"max_rounds": 2})) as c:
         response = await c.post("/search", json={"queries": ["xylophone marimba"]})
     assert response.status_code == 200, response.text
     texts = response.json()["documents"][0]
@@ -335,7 +317,7 @@ async def test_an_llm_failure_is_a_502_not_a_500(kb: KnowledgeBase) -> None:
         {"role": "user", "content": "Who bought it?"},
     ]
     for failure in (UpstreamError("HTTP 500: overloaded"), RuntimeError("connection reset")):
-        async with asgi_client(_engine(kb, ScriptedLLM([failure]))) as c:
+        async with asgi_client(make_engine(kb, ScriptedLLM([failure]))) as c:
             response = await c.post("/search", json={"messages": messages})
         assert_error(response, 502, "upstream_error", "provider failed")
         assert "overloaded" not in response.text and "reset" not in response.text
@@ -344,7 +326,7 @@ async def test_an_llm_failure_is_a_502_not_a_500(kb: KnowledgeBase) -> None:
 # --- the budget ----------------------------------------------------------------------------------
 async def test_out_of_time_the_retry_is_cut_short(kb: KnowledgeBase) -> None:
     llm = SlowLLM(["ducks ponds rivers lakes"], pause=5.0)
-    engine = _engine(kb, llm, {"search_timeout": 0.3}, max_rounds=2)
+    engine = make_engine(kb, llm, search_timeout=0.3, retrieval={"max_rounds": 2})
     async with asgi_client(engine) as c:
         started = time.monotonic()
         response = await c.post("/search", json={"queries": ["xylophone marimba"]})
@@ -364,7 +346,7 @@ async def test_out_of_time_the_rewrite_leaves_the_last_message(kb: KnowledgeBase
         {"role": "assistant", "content": "Ducks are birds."},
         {"role": "user", "content": "Who bought Viaweb?"},
     ]
-    async with asgi_client(_engine(kb, llm, {"search_timeout": 0.3})) as c:
+    async with asgi_client(make_engine(kb, llm, search_timeout=0.3)) as c:
         started = time.monotonic()
         response = await c.post("/search", json={"messages": messages})
         elapsed = time.monotonic() - started
@@ -376,7 +358,7 @@ async def test_out_of_time_the_rewrite_leaves_the_last_message(kb: KnowledgeBase
 
 async def test_within_the_budget_nothing_is_cut(kb: KnowledgeBase) -> None:
     llm = SlowLLM(["ducks ponds rivers lakes"], pause=0.05)
-    engine = _engine(kb, llm, {"search_timeout": 5.0}, max_rounds=2)
+    engine = make_engine(kb, llm, search_timeout=5.0, retrieval={"max_rounds": 2})
     async with asgi_client(engine) as c:
         response = await c.post("/search", json={"queries": ["xylophone marimba"]})
     texts = response.json()["documents"][0]
@@ -385,18 +367,10 @@ async def test_within_the_budget_nothing_is_cut(kb: KnowledgeBase) -> None:
 
 # --- auth ----------------------------------------------------------------------------------------
 async def test_bearer_key_required(kb: KnowledgeBase, llm: ScriptedLLM) -> None:
-    engine = _engine(kb, llm)
-    engine.settings.server.api_keys = [SecretStr("the-key")]
     body = {"queries": ["Who bought Viaweb?"]}
-    async with asgi_client(engine) as c:
+    async with asgi_client(make_engine(kb, llm, keys=["the-key"])) as c:
         for path in ("/search", "/v1/search"):
-            missing = await c.post(path, json=body)
-            assert_error(missing, 401, "authentication_error", "Authorization: Bearer")
-            assert missing.headers["www-authenticate"] == "Bearer"
-            wrong = await c.post(path, json=body, headers={"Authorization": "Bearer nope"})
-            assert_error(wrong, 401, "authentication_error", "invalid API key")
-            ok = await c.post(path, json=body, headers={"Authorization": "Bearer the-key"})
-            assert ok.status_code == 200, ok.text
+            ok = await assert_needs_key(c, "POST", path, "the-key", json=body)
             # with keys, links are signed, as in chat completions' sources
             assert "sig=" in ok.json()["metadatas"][0][0]["url"]
 
@@ -484,8 +458,7 @@ async def test_too_many_queries_and_collections(client: httpx.AsyncClient) -> No
 
 
 async def test_sizes_over_the_limits_are_413(kb: KnowledgeBase, llm: ScriptedLLM) -> None:
-    options = {"max_message_chars": 100, "max_body_bytes": 5000}
-    async with asgi_client(_engine(kb, llm, options)) as c:
+    async with asgi_client(make_engine(kb, llm, max_message_chars=100, max_body_bytes=5000)) as c:
         long = await c.post("/search", json={"queries": ["ducks", "x" * 101]})
         assert_error(long, 413, "invalid_request_error", "101 characters", param="queries[1]")
         said = await c.post("/search", json={"messages": [{"role": "user", "content": "y" * 101}]})
@@ -526,7 +499,7 @@ async def test_unknown_fields_are_ignored_and_get_is_405(client: httpx.AsyncClie
 async def test_the_schema_documents_the_route(kb: KnowledgeBase, llm: ScriptedLLM) -> None:
     from citeflow.server import create_app
 
-    schema = create_app(_engine(kb, llm)).openapi()
+    schema = create_app(make_engine(kb, llm)).openapi()
     operation = schema["paths"]["/search"]["post"]
     ref = operation["requestBody"]["content"]["application/json"]["schema"]["$ref"]
     assert ref.endswith("/SearchRequest")

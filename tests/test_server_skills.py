@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from llama_index.core.base.embeddings.base import BaseEmbedding
-from pydantic import Field, SecretStr
+from pydantic import Field
 
 from citeflow.api.engine import Engine
 from citeflow.knowledge_base import KnowledgeBase
@@ -25,7 +25,7 @@ from citeflow.server import create_app
 from citeflow.testing.embedding import HashEmbedding, RecordingEmbedding
 from citeflow.testing.llm import ScriptedLLM
 from citeflow.testing.openai_server import FakeOpenAIServer, fake_embedding
-from tests.server_helpers import asgi_client, make_engine
+from tests.server_helpers import asgi_client, assert_error, assert_needs_key, make_engine
 from tests.settings_helpers import settings_of
 
 URL = "/v1/skills/embeddings"
@@ -185,10 +185,8 @@ async def test_a_thousand_records_pass_and_one_more_is_refused(local: Local) -> 
     refused = await client.post(URL, json=records(texts))
 
     assert len(vectors_of(accepted)) == 1000
-    assert refused.status_code == 413, refused.text
-    error = refused.json()["error"]
-    assert error["type"] == "invalid_request_error" and error["param"] == "values"
-    assert error["message"] == (
+    assert_error(refused, 413, "invalid_request_error", param="values")
+    assert refused.json()["error"]["message"] == (
         "1,001 records in one call, over the limit of 1,000; set the skill's batchSize to 1,000 "
         "or less"
     )
@@ -212,16 +210,13 @@ async def test_a_call_that_is_not_a_skill_call_is_400(
 ) -> None:
     client, _ = local
     response = await client.post(URL, content=body, headers={"content-type": "application/json"})
-    assert response.status_code == 400, response.text
-    error = response.json()["error"]
-    assert error["type"] == "invalid_request_error" and message in error["message"]
+    assert_error(response, 400, "invalid_request_error", message)
 
 
 async def test_an_unknown_input_type_is_400(local: Local) -> None:
     client, _ = local
     response = await client.post(URL, params={"input_type": "passage"}, json=records(["x"]))
-    assert response.status_code == 400, response.text
-    assert response.json()["error"]["param"] == "query.input_type"
+    assert_error(response, 400, "invalid_request_error", param="query.input_type")
 
 
 async def test_a_body_over_the_limit_is_413(kb: KnowledgeBase) -> None:
@@ -235,16 +230,9 @@ async def test_a_body_over_the_limit_is_413(kb: KnowledgeBase) -> None:
 
 
 async def test_the_key_is_required(kb: KnowledgeBase) -> None:
-    engine = engine_with(kb, HashEmbedding())
-    engine.settings.server.api_keys = [SecretStr("k1")]
-    async with asgi_client(engine) as client:
-        missing = await client.post(URL, json=records(["x"]))
-        wrong = await client.post(URL, json=records(["x"]), headers={"Authorization": "Bearer k2"})
-        right = await client.post(URL, json=records(["x"]), headers={"Authorization": "Bearer k1"})
-    assert missing.status_code == 401 and missing.headers["www-authenticate"] == "Bearer"
-    assert missing.json()["error"]["type"] == "authentication_error"
-    assert wrong.status_code == 401
-    assert right.status_code == 200 and len(vectors_of(right)) == 1
+    async with asgi_client(engine_with(kb, HashEmbedding(), keys=["k1"])) as client:
+        right = await assert_needs_key(client, "POST", URL, "k1", json=records(["x"]))
+    assert len(vectors_of(right)) == 1
 
 
 class QueryAwareEmbedding(HashEmbedding):
@@ -312,9 +300,8 @@ class FailingEmbedding(HashEmbedding):
 async def test_an_in_process_embedder_failure_is_502_in_general_terms(kb: KnowledgeBase) -> None:
     async with asgi_client(engine_with(kb, FailingEmbedding())) as client:
         response = await client.post(URL, json=records(["x", "y"]))
-    assert response.status_code == 502, response.text
-    error = response.json()["error"]
-    assert error["type"] == "upstream_error" and "/secret/path" not in response.text
+    assert_error(response, 502, "upstream_error")
+    assert "/secret/path" not in response.text
 
 
 class ShortEmbedding(HashEmbedding):
@@ -325,8 +312,7 @@ class ShortEmbedding(HashEmbedding):
 async def test_an_embedder_that_loses_vectors_is_502_not_500(kb: KnowledgeBase) -> None:
     async with asgi_client(engine_with(kb, ShortEmbedding())) as client:
         response = await client.post(URL, json=records(["x", "y"]))
-    assert response.status_code == 502, response.text
-    assert response.json()["error"]["type"] == "upstream_error"
+    assert_error(response, 502, "upstream_error")
 
 
 # --- the skill with Azure OpenAI behind API Management -------------------------------------------
@@ -393,8 +379,7 @@ async def test_an_upstream_failure_is_502(remote: Remote, azure: FakeOpenAIServe
     client, _ = remote
     azure.fail_next(500, message="Internal error at account org-Secret123.")
     response = await client.post(URL, json=records(texts_of_lengths(20)))
-    assert response.status_code == 502, response.text
-    assert response.json()["error"]["type"] == "upstream_error"
+    assert_error(response, 502, "upstream_error")
     assert "org-Secret123" not in response.text
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from pydantic import SecretStr
 
 from citeflow.api.engine import Engine
 from citeflow.api.errors import AuthThrottledError
@@ -11,7 +10,7 @@ from citeflow.api.throttle import FailedKeys
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.server import create_app
 from citeflow.testing.llm import ScriptedLLM
-from tests.server_helpers import asgi_client, make_engine
+from tests.server_helpers import asgi_client, assert_error, make_engine
 
 GOOD = {"Authorization": "Bearer right-key"}
 BAD = {"Authorization": "Bearer guess"}
@@ -86,10 +85,7 @@ def test_addresses_whose_failures_expired_are_forgotten_first() -> None:
 # --- over HTTP -----------------------------------------------------------------------------------
 @pytest.fixture
 def engine(kb: KnowledgeBase) -> Engine:
-    engine = make_engine(kb, ScriptedLLM(["An answer [1]."]))
-    engine.settings.server.api_keys = [SecretStr("right-key")]
-    engine.settings.server.auth_max_failures = 3
-    return engine
+    return make_engine(kb, ScriptedLLM(["An answer [1]."]), keys=["right-key"], auth_max_failures=3)
 
 
 async def test_wrong_keys_get_429_but_the_right_key_always_passes(engine: Engine) -> None:
@@ -98,9 +94,8 @@ async def test_wrong_keys_get_429_but_the_right_key_always_passes(engine: Engine
         for _ in range(3):
             assert (await c.get("/v1/models", headers=BAD)).status_code == 401
         throttled = await c.get("/v1/models", headers=BAD)
-        assert throttled.status_code == 429, throttled.text
-        error = throttled.json()["error"]
-        assert error["type"] == "rate_limit_error" and error["code"] == "too_many_failed_keys"
+        assert_error(throttled, 429, "rate_limit_error")
+        assert throttled.json()["error"]["code"] == "too_many_failed_keys"
         assert 1 <= int(throttled.headers["retry-after"]) <= 60
         # the right key from the same address passes, and counts for nothing
         for _ in range(5):

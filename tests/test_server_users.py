@@ -12,7 +12,7 @@ from pydantic import SecretStr
 
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.testing.llm import ScriptedLLM
-from tests.server_helpers import asgi_client, chat_request, make_engine
+from tests.server_helpers import asgi_client, assert_error, chat_request, make_engine
 
 ANSWER = "Yahoo bought Viaweb in 1998 [1]."
 KEY = {"Authorization": "Bearer a-long-secret-key"}
@@ -41,11 +41,9 @@ def signed(user_id: str, *, secret: str = SECRET, expires_in: int = 300) -> dict
 
 
 def engine_for(kb: KnowledgeBase, **settings: object):  # type: ignore[no-untyped-def]
-    engine = make_engine(kb, ScriptedLLM([ANSWER]), chats_per_minute=1)
-    engine.settings.server.api_keys = [SecretStr("a-long-secret-key")]
-    for name, value in settings.items():
-        setattr(engine.settings.server, name, value)
-    return engine
+    return make_engine(
+        kb, ScriptedLLM([ANSWER]), keys=["a-long-secret-key"], chats_per_minute=1, **settings
+    )
 
 
 async def _status(client: httpx.AsyncClient, headers: dict[str, str]) -> int:
@@ -106,7 +104,5 @@ async def test_a_bad_signed_user_is_one_clear_401(
     engine = engine_for(kb, openwebui_jwt_secret=SecretStr(SECRET))
     async with asgi_client(engine) as client:
         response = await client.post("/v1/chat/completions", json=chat_request(), headers=headers)
-    assert response.status_code == 401
-    error = response.json()["error"]
-    assert error["code"] == "invalid_user_token"
-    assert words in error["message"] and "CITEFLOW_OPENWEBUI_JWT_SECRET" in error["message"]
+    assert_error(response, 401, "authentication_error", words, "CITEFLOW_OPENWEBUI_JWT_SECRET")
+    assert response.json()["error"]["code"] == "invalid_user_token"
