@@ -267,11 +267,10 @@ def feedback_store(server: bool, directory: Path) -> tuple[Store, dict[str, str]
     qdrant-client's API (its ``:memory:`` mode, standing in for a Qdrant server)."""
     store = Store.open_path(":memory:" if server else directory / "store")
     ids = {name: str(uuid.uuid4()) for name in FEEDBACK_POINTS}
-    nodes: list[BaseNode] = []
-    for name, (text, vector) in FEEDBACK_POINTS.items():
-        node = TextNode(id_=ids[name], text=text)
-        node.embedding = vector
-        nodes.append(node)
+    nodes: list[BaseNode] = [
+        TextNode(id_=ids[name], text=text, embedding=vector)
+        for name, (text, vector) in FEEDBACK_POINTS.items()
+    ]
     texts = [text for text, _ in FEEDBACK_POINTS.values()]
     store.add("c", nodes, BM25Encoder().encode_documents(texts))
     return store, ids

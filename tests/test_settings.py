@@ -26,6 +26,13 @@ REPO = Path(__file__).resolve().parents[1]
 OLD_EXAMPLE = "8ecf730"
 
 
+@pytest.fixture
+def dotenv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The ``.env`` file `load_settings` reads: in a fresh working directory, not written yet."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path / ".env"
+
+
 def test_defaults_are_fully_local() -> None:
     s = Settings(_env_file=None)
     assert (s.llm.provider, s.embeddings.provider, s.store.qdrant_url) == ("local", "local", None)
@@ -59,9 +66,8 @@ def test_environment_prefix_and_json_values(monkeypatch: pytest.MonkeyPatch) -> 
     assert s.retrieval.top_k == 9
 
 
-def test_dotenv_file_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / ".env").write_text("CITEFLOW_COLLECTION=handbook\nCITEFLOW_DATA_DIR=~/cf\n")
-    monkeypatch.chdir(tmp_path)
+def test_dotenv_file_is_read(dotenv: Path) -> None:
+    dotenv.write_text("CITEFLOW_COLLECTION=handbook\nCITEFLOW_DATA_DIR=~/cf\n")
     s = load_settings()
     assert s.store.collection == "handbook"
     assert s.store.data_dir == Path.home() / "cf"
@@ -208,21 +214,17 @@ def test_every_old_variable_lands_in_its_group(monkeypatch: pytest.MonkeyPatch) 
     _old_names_land_in_their_fields(load_settings(_env_file=None))
 
 
-def test_every_old_variable_lands_in_its_group_from_a_dotenv_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_every_old_variable_lands_in_its_group_from_a_dotenv_file(dotenv: Path) -> None:
     lines = [f"{name}={value}" for name, (value, *_) in OLD_VARIABLES.items() if value]
-    (tmp_path / ".env").write_text("\n".join(lines) + "\n")
-    monkeypatch.chdir(tmp_path)
+    dotenv.write_text("\n".join(lines) + "\n")
     _old_names_land_in_their_fields(load_settings())
 
 
 def test_a_renamed_variable_is_one_deprecation_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    dotenv: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setenv("CITEFLOW_MODEL_DIR", "/from/env")
-    (tmp_path / ".env").write_text("CITEFLOW_MODEL_DIR=/from/file\n")
-    monkeypatch.chdir(tmp_path)
+    dotenv.write_text("CITEFLOW_MODEL_DIR=/from/file\n")
     with caplog.at_level(logging.WARNING, logger="citeflow.settings"):
         settings = load_settings()
     assert settings.local.model_dir == Path("/from/env")  # the environment before .env
@@ -265,9 +267,8 @@ def test_api_keys_plain_comma_separated_or_json(
     assert _keys(load_settings(_env_file=None)) == keys
 
 
-def test_api_keys_from_a_dotenv_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / ".env").write_text("CITEFLOW_API_KEYS=k1,k2\n")
-    monkeypatch.chdir(tmp_path)
+def test_api_keys_from_a_dotenv_file(dotenv: Path) -> None:
+    dotenv.write_text("CITEFLOW_API_KEYS=k1,k2\n")
     assert _keys(load_settings()) == ["k1", "k2"]
 
 

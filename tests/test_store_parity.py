@@ -240,11 +240,10 @@ async def test_hybrid_retrieval_gives_the_same_chunks_and_relevance(
 def test_scores_mean_the_same(stores: dict[str, Store]) -> None:
     """Cosine on both: the query's own vector scores 1, an orthogonal one 0, an opposite -1."""
     vectors = {"same": [1.0, 0.0, 0.0], "orthogonal": [0.0, 1.0, 0.0], "opposite": [-1.0, 0, 0]}
-    nodes = []
-    for i, (name, vector) in enumerate(vectors.items()):
-        node = TextNode(id_=f"00000000-0000-0000-0000-00000000000{i}", text=name)
-        node.embedding = vector
-        nodes.append(node)
+    nodes = [
+        TextNode(id_=f"00000000-0000-0000-0000-00000000000{i}", text=name, embedding=vector)
+        for i, (name, vector) in enumerate(vectors.items())
+    ]
     for store in stores.values():
         store.add("c", list[BaseNode](nodes), BM25Encoder().encode_documents(list(vectors)))
         hits = store.search("c", dense=[2.0, 0.0, 0.0], limit=3).dense
