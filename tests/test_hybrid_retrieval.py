@@ -214,8 +214,7 @@ async def test_reindex_resumes_from_the_staging_collection(
     assert not store.exists("office.reindex")
 
 
-def test_search_returns_candidates_and_nodes_loads_only_the_chosen() -> None:
-    store = Store.open_path(":memory:")
+def test_search_returns_candidates_and_nodes_loads_only_the_chosen(store: Store) -> None:
     encoder = BM25Encoder()
     nodes = [TextNode(id_=str(uuid.uuid4()), text=t) for t in ("ducks swim", "geese fly", "owls")]
     for i, node in enumerate(nodes):
