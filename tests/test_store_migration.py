@@ -251,11 +251,8 @@ def _rows(path: Path, names: Iterable[str]) -> Rows:
     rows: Rows = {}
     for name in names:
         uri = f"{(path / 'collection' / name / 'storage.sqlite').as_uri()}?mode=ro"
-        connection = sqlite3.connect(uri, uri=True)
-        try:
+        with closing(sqlite3.connect(uri, uri=True)) as connection:
             found = connection.execute("select point from points").fetchall()
-        finally:
-            connection.close()
         points = [pickle.loads(blob) for (blob,) in found]
         rows[name] = {str(p.id): p for p in points}
     return rows
@@ -298,8 +295,7 @@ def _read_legacy(path: Path) -> Legacy:
     SQLite's log into its files). Searches leave out points marked incomplete, as citeflow's
     did."""
     files = _files(path)
-    client = QdrantClient(path=str(path))
-    try:
+    with closing(QdrantClient(path=str(path))) as client:
         names = sorted(c.name for c in client.get_collections().collections)
         points = {}
         for name in names:
@@ -321,8 +317,6 @@ def _read_legacy(path: Path) -> Legacy:
                 name, query=query, using=using, query_filter=complete, limit=8
             ).points
             searches[name, side] = _ranking(hits)
-    finally:
-        client.close()
     return Legacy(path, files, points, documents, searches)
 
 
