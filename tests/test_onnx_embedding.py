@@ -56,10 +56,8 @@ def test_only_mean_pooled_models_with_a_fast_tokenizer_are_supported(tmp_path: P
     no_tokenizer = write_model_dir(
         tmp_path / "slow", pooling={"pooling_mode_mean_tokens": True}, tokenizer=False
     )
-    assert onnx_supported(mean)
-    assert not onnx_supported(cls)
-    assert not onnx_supported(no_tokenizer)
-    assert not onnx_supported(tmp_path / "missing")
+    checked = (mean, cls, no_tokenizer, tmp_path / "missing")
+    assert [onnx_supported(path) for path in checked] == [True, False, False, False]
     with pytest.raises(ModelError, match="CITEFLOW_EMBED_BACKEND=torch"):
         OnnxEmbedding(model_dir=cls, cache_dir=tmp_path / "cache")
 
