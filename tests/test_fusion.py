@@ -40,13 +40,9 @@ def test_top_k_cuts_and_empty_sides_work() -> None:
 
 
 def test_relative_fusion_normalises_each_side() -> None:
-    fused = relative_score_fusion(DENSE, SPARSE, top_k=10)
-    scores = dict(fused)
+    scores = dict(relative_score_fusion(DENSE, SPARSE, top_k=10))
     # a: dense 1.0, sparse 0.0 → 0.5; c: dense 0.0, sparse 1.0 → 0.5; d: sparse 8/11 → 0.36
-    assert scores["a"] == pytest.approx(0.5)
-    assert scores["c"] == pytest.approx(0.5)
-    assert scores["d"] == pytest.approx(0.5 * 8 / 11)
-    assert scores["b"] == pytest.approx(0.25)
+    assert scores == pytest.approx({"a": 0.5, "c": 0.5, "d": 0.5 * 8 / 11, "b": 0.25})
 
 
 def test_relative_fusion_keeps_score_gaps_rrf_ignores() -> None:

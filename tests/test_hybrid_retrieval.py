@@ -214,8 +214,7 @@ async def test_reindex_resumes_from_the_staging_collection(
     assert not store.exists("office.reindex")
 
 
-def test_search_returns_candidates_and_nodes_loads_only_the_chosen() -> None:
-    store = Store.open_path(":memory:")
+def test_search_returns_candidates_and_nodes_loads_only_the_chosen(store: Store) -> None:
     encoder = BM25Encoder()
     nodes = [TextNode(id_=str(uuid.uuid4()), text=t) for t in ("ducks swim", "geese fly", "owls")]
     for i, node in enumerate(nodes):
@@ -267,11 +266,10 @@ def feedback_store(server: bool, directory: Path) -> tuple[Store, dict[str, str]
     qdrant-client's API (its ``:memory:`` mode, standing in for a Qdrant server)."""
     store = Store.open_path(":memory:" if server else directory / "store")
     ids = {name: str(uuid.uuid4()) for name in FEEDBACK_POINTS}
-    nodes: list[BaseNode] = []
-    for name, (text, vector) in FEEDBACK_POINTS.items():
-        node = TextNode(id_=ids[name], text=text)
-        node.embedding = vector
-        nodes.append(node)
+    nodes: list[BaseNode] = [
+        TextNode(id_=ids[name], text=text, embedding=vector)
+        for name, (text, vector) in FEEDBACK_POINTS.items()
+    ]
     texts = [text for text, _ in FEEDBACK_POINTS.values()]
     store.add("c", nodes, BM25Encoder().encode_documents(texts))
     return store, ids

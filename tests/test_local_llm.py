@@ -18,7 +18,7 @@ from llama_index.core.llms import ChatMessage
 from citeflow.errors import ModelError
 from citeflow.providers.local_llm import LocalLlamaCppLLM
 from citeflow.providers.models import smollm2_path
-from citeflow.settings import Settings
+from tests.settings_helpers import settings_of
 
 LONG_ANSWER = "Write a very long essay about the history of the ocean, with many paragraphs."
 
@@ -38,10 +38,7 @@ def llm() -> Iterator[LocalLlamaCppLLM]:
 
 
 def test_from_settings_checks_the_file_first(tmp_path: Path) -> None:
-    settings = Settings(
-        _env_file=None,
-        local={"model_dir": tmp_path, "model_path": tmp_path / "missing.gguf"},
-    )
+    settings = settings_of(local_model_dir=tmp_path, local_model_path=tmp_path / "missing.gguf")
     with pytest.raises(ModelError, match="citeflow models install"):
         LocalLlamaCppLLM.from_settings(settings)
 

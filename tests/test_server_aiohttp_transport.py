@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -21,12 +21,6 @@ from citeflow.testing.openai_server import FakeOpenAIServer, Reply
 from tests.settings_helpers import settings_of
 
 USER = [ChatMessage(role="user", content="What did the author work on?")]
-
-
-@pytest.fixture
-def server() -> Iterator[FakeOpenAIServer]:
-    with FakeOpenAIServer() as fake:
-        yield fake
 
 
 def _settings(base_url: str, **extra: Any) -> Settings:
@@ -45,18 +39,18 @@ def _closed_port() -> int:
         return int(sock.getsockname()[1])
 
 
-async def test_plain_requests_keep_status_headers_and_body(server: FakeOpenAIServer) -> None:
-    server.script(["Hello there."])
+async def test_plain_requests_keep_status_headers_and_body(upstream: FakeOpenAIServer) -> None:
+    upstream.script(["Hello there."])
     async with aiohttp_client(10.0) as client:
         response = await client.post(
-            f"{server.openai_base_url}/chat/completions",
+            f"{upstream.openai_base_url}/chat/completions",
             json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
             headers={"Authorization": "Bearer k"},
         )
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("application/json")
     assert response.json()["choices"][0]["message"]["content"] == "Hello there."
-    assert server.last_request.bearer_token == "k"
+    assert upstream.last_request.bearer_token == "k"
 
 
 @contextlib.asynccontextmanager
@@ -72,9 +66,9 @@ async def _collect_text(llm: Any) -> str:
     return "".join([r.delta or "" async for r in await llm.astream_chat(USER)])
 
 
-async def test_the_llm_uses_the_transport_and_streams(server: FakeOpenAIServer) -> None:
-    server.script(["One two three."])
-    async with _llm(server.openai_base_url) as llm:
+async def test_the_llm_uses_the_transport_and_streams(upstream: FakeOpenAIServer) -> None:
+    upstream.script(["One two three."])
+    async with _llm(upstream.openai_base_url) as llm:
         assert isinstance(llm._get_aclient()._client._transport, AiohttpTransport)
         assert await _collect_text(llm) == "One two three."
 
@@ -87,17 +81,17 @@ async def test_unreachable_upstream_is_a_connection_error() -> None:
     assert "cannot reach" in as_upstream_error(caught.value).message
 
 
-async def test_a_slow_upstream_is_a_timeout(server: FakeOpenAIServer) -> None:
-    server.script([Reply(text="late", ttft=2.0)])
-    async with _llm(server.openai_base_url, llm_timeout=0.3) as llm:
+async def test_a_slow_upstream_is_a_timeout(upstream: FakeOpenAIServer) -> None:
+    upstream.script([Reply(text="late", ttft=2.0)])
+    async with _llm(upstream.openai_base_url, llm_timeout=0.3) as llm:
         with pytest.raises((openai.APITimeoutError, httpx.TimeoutException)) as caught:
             await _collect_text(llm)
     assert "timed out" in as_upstream_error(caught.value).message
 
 
-def test_each_event_loop_gets_its_own_session(server: FakeOpenAIServer) -> None:
+def test_each_event_loop_gets_its_own_session(upstream: FakeOpenAIServer) -> None:
     """``asyncio.run`` per call: a session made in another (closed) loop is not reused."""
-    server.script(["Second."])
+    upstream.script(["Second."])
     transport = AiohttpTransport()
 
     async def session() -> object:
@@ -109,7 +103,7 @@ def test_each_event_loop_gets_its_own_session(server: FakeOpenAIServer) -> None:
         async with httpx.AsyncClient(transport=transport) as client:
             assert transport._current_session() is not first
             response = await client.post(
-                f"{server.openai_base_url}/chat/completions",
+                f"{upstream.openai_base_url}/chat/completions",
                 json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
             )
         return str(response.json()["choices"][0]["message"]["content"])

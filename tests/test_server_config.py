@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import sys
 from collections.abc import Iterator
+from contextlib import closing
 from typing import Any
 
 import httpx
@@ -86,12 +87,10 @@ def test_the_app_closes_the_llm_http_client_when_it_shuts_down() -> None:
     settings = Settings(_env_file=None)
     llm: Any = SimpleNamespace(aclose=client.aclose)  # as LeanStreamingMixin.aclose
     engine = Engine(settings, store=Store.open_path(":memory:"), embed_model=None, llm=llm)  # type: ignore[arg-type]
-    try:
+    with closing(engine):
         with TestClient(server.create_app(engine)):
             assert not client.is_closed
         assert client.is_closed
-    finally:
-        engine.close()
 
 
 def test_no_route_depends_on_a_plain_def() -> None:

@@ -251,11 +251,8 @@ def _rows(path: Path, names: Iterable[str]) -> Rows:
     rows: Rows = {}
     for name in names:
         uri = f"{(path / 'collection' / name / 'storage.sqlite').as_uri()}?mode=ro"
-        connection = sqlite3.connect(uri, uri=True)
-        try:
+        with closing(sqlite3.connect(uri, uri=True)) as connection:
             found = connection.execute("select point from points").fetchall()
-        finally:
-            connection.close()
         points = [pickle.loads(blob) for (blob,) in found]
         rows[name] = {str(p.id): p for p in points}
     return rows
@@ -298,8 +295,7 @@ def _read_legacy(path: Path) -> Legacy:
     SQLite's log into its files). Searches leave out points marked incomplete, as citeflow's
     did."""
     files = _files(path)
-    client = QdrantClient(path=str(path))
-    try:
+    with closing(QdrantClient(path=str(path))) as client:
         names = sorted(c.name for c in client.get_collections().collections)
         points = {}
         for name in names:
@@ -321,8 +317,6 @@ def _read_legacy(path: Path) -> Legacy:
                 name, query=query, using=using, query_filter=complete, limit=8
             ).points
             searches[name, side] = _ranking(hits)
-    finally:
-        client.close()
     return Legacy(path, files, points, documents, searches)
 
 
@@ -352,6 +346,12 @@ def legacy_stores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Legacy]
 def _copy(legacy: Legacy, to: Path) -> Legacy:
     shutil.copytree(legacy.path, to)
     return Legacy(to, legacy.files, legacy.points, legacy.documents, legacy.searches)
+
+
+@pytest.fixture(autouse=True)
+def _data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``citeflow migrate`` looks in the data directory `small` and `large` are copied into."""
+    monkeypatch.setenv("CITEFLOW_DATA_DIR", str(tmp_path / "data"))
 
 
 @pytest.fixture
@@ -412,16 +412,13 @@ def _check_migrated(store: Store, legacy: Legacy) -> None:
             written_dense = row.vector[DENSE if DENSE in row.vector else ""]
             assert list(point.dense or []) == pytest.approx(_unit(written_dense), abs=1e-6)
             assert point.sparse is not None and point.sparse.indices
-            if SPARSE in row.vector:
-                terms = row.vector[SPARSE]
-                assert point.sparse.indices == terms.indices
-                assert point.sparse.values == pytest.approx(terms.values, rel=1e-6)
-            else:  # written before BM25: its keyword side computed from the chunk's text
+            terms = row.vector.get(SPARSE)
+            if terms is None:  # written before BM25: its keyword side computed from the text
                 assert name == "old"
                 text = metadata_dict_to_node(row.payload or {}).get_content(MetadataMode.EMBED)
-                computed = ENCODER.encode_document(text)
-                assert point.sparse.indices == computed.indices
-                assert point.sparse.values == pytest.approx(computed.values, rel=1e-6)
+                terms = ENCODER.encode_document(text)
+            assert point.sparse.indices == terms.indices
+            assert point.sparse.values == pytest.approx(terms.values, rel=1e-6)
         assert store.documents(name) == legacy.documents[name]
     assert not store.documents("kb")["geese"].complete
     for (name, side), ranking in legacy.searches.items():
@@ -509,7 +506,6 @@ def test_a_migration_killed_midway_is_finished_by_the_next_open(large: Legacy) -
 def test_a_migration_stopped_by_a_full_disk_is_one_line_and_resumes(
     large: Legacy, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("CITEFLOW_DATA_DIR", str(large.path.parent))
     disk = FillingDisk(monkeypatch, room=1_000)  # kb, then notes' fourth batch finds no room
     assert main(["migrate", "-q"]) == 1
     out, err = capsys.readouterr()
@@ -531,9 +527,8 @@ def _summary(legacy: Legacy) -> list[str]:
 
 
 def test_citeflow_migrate_shows_a_bar_per_collection_and_what_it_moved(
-    small: Legacy, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    small: Legacy, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("CITEFLOW_DATA_DIR", str(small.path.parent))
     assert main(["migrate"]) == 0
     out, err = capsys.readouterr()
     assert out.splitlines() == _summary(small)
@@ -549,9 +544,8 @@ def test_citeflow_migrate_shows_a_bar_per_collection_and_what_it_moved(
 
 
 def test_citeflow_migrate_quiet_shows_no_bar(
-    small: Legacy, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    small: Legacy, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("CITEFLOW_DATA_DIR", str(small.path.parent))
     assert main(["migrate", "-q"]) == 0
     out, err = capsys.readouterr()
     assert out.splitlines() == _summary(small)
@@ -568,9 +562,8 @@ def _hold(path: str, conn: Any) -> None:
 
 
 def test_an_earlier_store_in_use_is_one_line_and_left_alone(
-    small: Legacy, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    small: Legacy, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("CITEFLOW_DATA_DIR", str(small.path.parent))
     context = multiprocessing.get_context("fork")
     ours, theirs = context.Pipe()
     holder = context.Process(target=_hold, args=(str(small.path), theirs), daemon=True)
@@ -594,12 +587,8 @@ def test_an_earlier_store_in_use_is_one_line_and_left_alone(
 
 @pytest.mark.parametrize("damaged", ["collection/old/storage.sqlite", "meta.json"])
 def test_a_damaged_earlier_store_is_one_line_and_left_alone(
-    small: Legacy,
-    damaged: str,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    small: Legacy, damaged: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("CITEFLOW_DATA_DIR", str(small.path.parent))
     # old's file alone holds that collection (no WAL); a hybrid collection's file overwritten so
     # would be rebuilt by SQLite from its write-ahead log, which holds every page written
     garbage = b"this is not what qdrant-client wrote" * 100

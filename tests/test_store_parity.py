@@ -15,6 +15,7 @@ retrieval run on both, and must agree:
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -91,19 +92,12 @@ def assert_same_ranking(
     a: list[Candidate], b: list[Candidate], *, rel: float = 0.0, abs_: float = 0.0
 ) -> None:
     """Same ids in the same order (ties under `TIE` may swap), scores within the tolerance."""
-    assert len(a) == len(b)
-    for x, y in zip(a, b, strict=True):
-        assert x.score == pytest.approx(y.score, rel=rel, abs=abs_)
-    groups_a: list[set[str]] = []
-    groups_b: list[set[str]] = []
-    last: float | None = None
-    for x, y in zip(a, b, strict=True):
-        if last is None or abs(x.score - last) > TIE:
-            groups_a.append(set())
-            groups_b.append(set())
-        groups_a[-1].add(x.id)
-        groups_b[-1].add(y.id)
-        last = x.score
+    assert [x.score for x in a] == pytest.approx([y.score for y in b], rel=rel, abs=abs_)
+    # the places where a new group of tied candidates starts (by ``a``'s scores)
+    starts = [i for i, x in enumerate(a) if i == 0 or abs(x.score - a[i - 1].score) > TIE]
+    spans = list(itertools.pairwise([*starts, len(a)]))
+    groups_a = [{c.id for c in a[i:j]} for i, j in spans]
+    groups_b = [{c.id for c in b[i:j]} for i, j in spans]
     # every group of tied candidates the same, but the last one (a tie cut by the limit)
     assert groups_a[:-1] == groups_b[:-1]
     assert len(groups_a[-1]) == len(groups_b[-1])
@@ -240,11 +234,10 @@ async def test_hybrid_retrieval_gives_the_same_chunks_and_relevance(
 def test_scores_mean_the_same(stores: dict[str, Store]) -> None:
     """Cosine on both: the query's own vector scores 1, an orthogonal one 0, an opposite -1."""
     vectors = {"same": [1.0, 0.0, 0.0], "orthogonal": [0.0, 1.0, 0.0], "opposite": [-1.0, 0, 0]}
-    nodes = []
-    for i, (name, vector) in enumerate(vectors.items()):
-        node = TextNode(id_=f"00000000-0000-0000-0000-00000000000{i}", text=name)
-        node.embedding = vector
-        nodes.append(node)
+    nodes = [
+        TextNode(id_=f"00000000-0000-0000-0000-00000000000{i}", text=name, embedding=vector)
+        for i, (name, vector) in enumerate(vectors.items())
+    ]
     for store in stores.values():
         store.add("c", list[BaseNode](nodes), BM25Encoder().encode_documents(list(vectors)))
         hits = store.search("c", dense=[2.0, 0.0, 0.0], limit=3).dense

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import errno
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from qdrant_client import QdrantClient
@@ -42,37 +43,33 @@ class FullDiskClient(QdrantClient):
         """Make room (None: no limit any more)."""
         self.room = room
 
-    def _take(self, wanted: int) -> int:
-        """How many of ``wanted`` points fit; uses that room."""
-        if self.room is None:
-            return wanted
-        fits = min(wanted, self.room)
-        self.room -= fits
-        return fits
+    def _write_what_fits(
+        self, write: Callable[..., Any], points: Any, *args: Any, **kw: Any
+    ) -> Any:
+        """``write`` the points that fit, taking their room; if some do not, the error a full
+        disk gives after them."""
+        assert isinstance(points, Sequence)
+        fits = len(points) if self.room is None else min(len(points), self.room)
+        if self.room is not None:
+            self.room -= fits
+        if fits < len(points):
+            if fits:
+                write(list(points[:fits]), *args, **kw)
+            raise self._fail()
+        return write(points, *args, **kw)
 
     def _fail(self) -> Exception:
         self.failures += 1
         return disk_full_error()
 
     def upsert(self, collection_name: str, points: Any, *args: Any, **kw: Any) -> Any:
-        assert isinstance(points, Sequence)
-        fits = self._take(len(points))
-        if fits < len(points):
-            if fits:
-                super().upsert(collection_name, list(points[:fits]), *args, **kw)
-            raise self._fail()
-        return super().upsert(collection_name, points, *args, **kw)
+        return self._write_what_fits(partial(super().upsert, collection_name), points, *args, **kw)
 
     def delete_payload(
         self, collection_name: str, keys: Sequence[str], points: Any, *args: Any, **kw: Any
     ) -> Any:
-        assert isinstance(points, Sequence)
-        fits = self._take(len(points))
-        if fits < len(points):
-            if fits:
-                super().delete_payload(collection_name, keys, list(points[:fits]), *args, **kw)
-            raise self._fail()
-        return super().delete_payload(collection_name, keys, points, *args, **kw)
+        write = partial(super().delete_payload, collection_name, keys)
+        return self._write_what_fits(write, points, *args, **kw)
 
     def delete(self, collection_name: str, *args: Any, **kw: Any) -> Any:
         if self.room == 0:  # deleting writes too (SQLite's write-ahead log)
