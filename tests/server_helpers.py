@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import threading
 import time
 from collections.abc import AsyncGenerator, Iterator, Sequence
@@ -28,6 +27,7 @@ from citeflow.server import create_app
 from citeflow.testing.embedding import HashEmbedding
 from citeflow.testing.llm import ScriptedLLM
 from citeflow.testing.openai_server import FakeOpenAIServer
+from citeflow.testing.serving import ThreadedServer, serve_in_thread
 
 
 class PacedLLM(ScriptedLLM):
@@ -262,34 +262,21 @@ class LiveServer:
 
     def __init__(self, app: FastAPI) -> None:
         self.port = 0
-        self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-        self._thread: threading.Thread | None = None
+        self._config = uvicorn.Config(app, log_level="warning", lifespan="off")
+        self._served: ThreadedServer | None = None
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def __enter__(self) -> LiveServer:
-        # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets whose proto says TCP
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        self.port = sock.getsockname()[1]
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [sock]}, daemon=True
-        )
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if time.monotonic() > deadline:
-                raise RuntimeError("the live server did not start")
-            time.sleep(0.01)
+        self._served = serve_in_thread(self._config)
+        self.port = self._served.port
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        assert self._thread is not None
-        self._server.should_exit = True
-        self._thread.join(timeout=10)
+        assert self._served is not None
+        self._served.stop(timeout=10)
 
 
 async def wait_until(predicate: Any, within: float = 2.0) -> float:

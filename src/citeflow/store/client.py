@@ -29,6 +29,7 @@ from citeflow.store.engine import (
     SearchRequest,
     Where,
     hits_of,
+    payload_filter,
     record_of,
 )
 
@@ -217,26 +218,10 @@ class ClientEngine:
         return 0
 
 
+#: the `INCOMPLETE` mark, on incomplete chunks
+_MARKED = rest.FieldCondition(key=INCOMPLETE, match=rest.MatchValue(value=True))
+
+
 def _filter(where: Where | None) -> rest.Filter | None:
-    if where is None:
-        return None
-    must: list[Any] = []
-    must_not: list[Any] = []
-    if where.doc_ids is not None:
-        if len(where.doc_ids) == 1:
-            match: Any = rest.MatchValue(value=where.doc_ids[0])
-        else:
-            match = rest.MatchAny(any=list(where.doc_ids))
-        must.append(rest.FieldCondition(key="doc_id", match=match))
-    if where.not_content_hash is not None:
-        must_not.append(
-            rest.FieldCondition(
-                key="content_hash", match=rest.MatchValue(value=where.not_content_hash)
-            )
-        )
-    if where.incomplete is not None:
-        marked = rest.FieldCondition(key=INCOMPLETE, match=rest.MatchValue(value=True))
-        (must if where.incomplete else must_not).append(marked)
-    if not must and not must_not:
-        return None
-    return rest.Filter(must=must or None, must_not=must_not or None)
+    filter_: rest.Filter | None = payload_filter(where, rest, _MARKED, holds_on_incomplete=True)
+    return filter_

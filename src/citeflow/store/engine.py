@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any, Protocol
 
 import numpy as np
@@ -125,6 +126,39 @@ def record_of(point_id: Any, payload: Any, vector: Any, dense: str = DENSE_VECTO
         dense=dense_of(vector, dense) if vector is not None else None,
         sparse=sparse,
     )
+
+
+def payload_filter(
+    where: Where | None, models: ModuleType, mark_condition: Any, holds_on_incomplete: bool
+) -> Any:
+    """``where`` in an engine's filter model, or None when it sets no condition.
+
+    ``models``: the engine's filter classes (``qdrant_client.http.models`` or ``qdrant_edge``,
+    which name and build ``Filter``, ``FieldCondition``, ``MatchValue`` and ``MatchAny`` alike);
+    ``mark_condition``: its condition on the `INCOMPLETE` mark, which holds on incomplete chunks
+    (``holds_on_incomplete``) or on the others.
+    """
+    if where is None:
+        return None
+    must: list[Any] = []
+    must_not: list[Any] = []
+    if where.doc_ids is not None:
+        if len(where.doc_ids) == 1:
+            match: Any = models.MatchValue(value=where.doc_ids[0])
+        else:
+            match = models.MatchAny(any=list(where.doc_ids))
+        must.append(models.FieldCondition(key="doc_id", match=match))
+    if where.not_content_hash is not None:
+        must_not.append(
+            models.FieldCondition(
+                key="content_hash", match=models.MatchValue(value=where.not_content_hash)
+            )
+        )
+    if where.incomplete is not None:
+        (must if where.incomplete == holds_on_incomplete else must_not).append(mark_condition)
+    if not must and not must_not:
+        return None
+    return models.Filter(must=must or None, must_not=must_not or None)
 
 
 #: chunks whose document's write finished (what searches see)

@@ -9,9 +9,7 @@ import functools
 import itertools
 import json
 import logging
-import socket
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -33,6 +31,7 @@ from citeflow.testing.openai_replies import (
 from citeflow.testing.openai_server.chat import DropConnection, StreamCount, chat_response
 from citeflow.testing.openai_server.embeddings import embeddings_response
 from citeflow.testing.openai_server.errors import error_response
+from citeflow.testing.serving import ThreadedServer, serve_in_thread
 
 __all__ = ["FakeOpenAIServer"]
 
@@ -120,23 +119,17 @@ class FakeOpenAIServer:
         self._faults: list[_Fault] = []
         self._ids = itertools.count(1)
         self._streams = StreamCount()
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
-        self._port: int | None = None
+        self._served: ThreadedServer | None = None
+        self._port: int | None = None  # kept after `stop`
         self.script(replies)
 
     # --- lifecycle -------------------------------------------------------------------------
 
     def start(self, timeout: float = 10.0) -> FakeOpenAIServer:
         """Bind a free port, start serving in a daemon thread and wait until it accepts."""
-        if self._thread is not None:
+        if self._served is not None:
             return self
         logging.getLogger("uvicorn.error").addFilter(_QUIET_DROPS)
-        # IPPROTO_TCP lets asyncio see a TCP socket and set TCP_NODELAY (else ~40 ms per reply)
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.host, self._bind_port))
-        self._port = int(sock.getsockname()[1])
         config = uvicorn.Config(
             self._app(),
             log_config=None,
@@ -146,30 +139,17 @@ class FakeOpenAIServer:
             timeout_keep_alive=30,
             timeout_graceful_shutdown=1,
         )
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run,
-            kwargs={"sockets": [sock]},
-            name=f"fake-openai-{self._port}",
-            daemon=True,
+        self._served = serve_in_thread(
+            config, host=self.host, port=self._bind_port, timeout=timeout
         )
-        self._thread.start()
-        deadline = time.monotonic() + timeout
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError("the fake OpenAI server did not start")
-            time.sleep(0.005)
+        self._port = self._served.port
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop serving (open streams are cut after one second) and join the thread."""
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout)
-        self._server = None
-        self._thread = None
+        if self._served is not None:
+            self._served.stop(timeout)
+        self._served = None
 
     def __enter__(self) -> FakeOpenAIServer:
         return self.start()
