@@ -203,11 +203,6 @@ class FakeOpenAIServer:
             elif replies is not None:
                 self._queue.extend(replies)
 
-    def add_replies(self, *replies: str | Reply) -> None:
-        """Append replies to the scripted list."""
-        with self._lock:
-            self._queue.extend(replies)
-
     def fail_next(
         self,
         status: int = 500,
