@@ -18,7 +18,7 @@ from citeflow.citations.judge import (
     judged_statement,
     yes_probability,
 )
-from citeflow.citations.repair import CitationPolicy, check_text
+from citeflow.citations.repair import CitationPolicy, RepairedAnswer, check_text
 from citeflow.citations.verify import JudgeVerifier, LexicalVerifier
 from citeflow.errors import ConfigError
 from tests.settings_helpers import settings_of
@@ -88,11 +88,14 @@ class ScriptedJudge:
         self.verdicts = verdicts
         self.stall = stall
         self.asked: list[tuple[str, str]] = []
+        self.waiting = self.most_waiting = 0
 
     async def support(self, sentence: str, quote: str) -> float | None:
         self.asked.append((sentence, quote))
-        if self.stall:
-            await asyncio.sleep(self.stall)
+        self.waiting += 1
+        self.most_waiting = max(self.most_waiting, self.waiting)
+        await asyncio.sleep(self.stall)
+        self.waiting -= 1
         verdict = self.verdicts.get(quote.split()[0], 0.0)
         if isinstance(verdict, BaseException):
             raise verdict
@@ -114,6 +117,7 @@ async def test_the_judge_moves_a_marker_to_the_source_it_finds_supporting() -> N
     # asked about the cited source and the best word-support candidates only, never ducks
     assert {quote.split()[0] for _, quote in judge.asked} == {"Yahoo", "Viaweb"}
     assert all(sentence == "Yahoo bought Viaweb." for sentence, _ in judge.asked)
+    assert judge.most_waiting == 2  # both questions asked at once, not one after the other
 
 
 async def test_a_sentence_the_judge_finds_unsupported_is_reported() -> None:
@@ -168,3 +172,72 @@ def test_the_judge_verifies_by_default_for_hosted_llms_only() -> None:
     assert build_judge(settings_of(llm_provider="openai"), object()) is None
     with pytest.raises(ConfigError, match="CITEFLOW_CITATION_JUDGE=on"):
         build_judge(settings_of(citation_judge="on"), object())
+
+
+# --- judging the sentences of one answer at once --------------------------------------------
+
+THREE_SENTENCES = (
+    "Yahoo bought Viaweb [1]. Viaweb was bought in 1998 [2]. Ducks live near ponds [3]."
+)
+
+
+class SentenceJudge:
+    """A judge that says Yes after ``delays[sentence's first word]`` seconds, noting which
+    sentences it is judging at each moment and which questions were cancelled."""
+
+    def __init__(self, delays: dict[str, float]) -> None:
+        self.delays = delays
+        self.judging: list[str] = []
+        self.most_sentences = 0
+        self.cancelled = 0
+
+    async def support(self, sentence: str, quote: str) -> float | None:
+        self.judging.append(sentence)
+        self.most_sentences = max(self.most_sentences, len(set(self.judging)))
+        try:
+            await asyncio.sleep(self.delays.get(sentence.split()[0], 0.0))
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        finally:
+            self.judging.remove(sentence)
+        return 1.0
+
+
+async def test_the_judge_checks_later_sentences_while_earlier_ones_wait_in_order() -> None:
+    # the first sentence's verdict comes last; its piece still comes out first
+    judge = SentenceJudge({"Yahoo": 0.2, "Viaweb": 0.05, "Ducks": 0.0})
+    answer = RepairedAnswer(CitationPolicy(judge=judge).checker(SOURCES))
+    pieces = await answer.feed(THREE_SENTENCES)
+    pieces += await answer.flush()
+    assert "".join(p.text for p in pieces) == THREE_SENTENCES
+    assert [p.citations for p in pieces] == [(1,), (2,), (3,)]
+    assert judge.most_sentences == 3  # all three judged at once
+    # at the end of the text, each piece comes out as soon as it is checked
+    slow_second = SentenceJudge({"Viaweb": 30.0})
+    answer = RepairedAnswer(CitationPolicy(judge=slow_second).checker(SOURCES))
+    await answer.feed(THREE_SENTENCES)
+    rest = answer.rest()
+    first = await anext(rest)
+    assert first.text.startswith("Yahoo")
+    assert set(slow_second.judging) == {"Viaweb was bought in 1998."}  # still judged
+    answer.cancel()
+    await rest.aclose()
+    # at most CHECKS_IN_FLIGHT sentences at a time
+    many = SentenceJudge({"Yahoo": 0.01})
+    many_answer = RepairedAnswer(CitationPolicy(judge=many).checker(SOURCES))
+    text = " ".join(f"Yahoo bought Viaweb in {1990 + i} [1]." for i in range(9))
+    await many_answer.feed(text)
+    await many_answer.flush()
+    assert many_answer.text == text
+    assert many.most_sentences == RepairedAnswer.CHECKS_IN_FLIGHT
+
+
+async def test_an_abandoned_answer_cancels_its_running_checks() -> None:
+    judge = SentenceJudge({"Yahoo": 30.0, "Viaweb": 30.0})
+    answer = RepairedAnswer(CitationPolicy(judge=judge).checker(SOURCES))
+    assert await answer.feed(THREE_SENTENCES) == []
+    await asyncio.sleep(0.01)
+    answer.cancel()
+    await asyncio.sleep(0.01)
+    assert judge.cancelled >= 2 and judge.judging == []

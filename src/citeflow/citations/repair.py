@@ -23,8 +23,10 @@ dangling clause, space before punctuation or empty bracket behind.
 
 from __future__ import annotations
 
+import asyncio
 import re
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
@@ -212,31 +214,76 @@ def _citation(sentence: str, s: Support, origin: Origin) -> Citation:
 class RepairedAnswer:
     """An answer checked sentence by sentence as its text arrives (`SentenceStream` segments,
     each checked by a `CitationChecker`): what the workflow streams and what a re-check of a
-    recorded answer rebuilds."""
+    recorded answer rebuilds.
+
+    With a verifier that waits on a model (`CitationVerifier.waits`: the LLM judge), a
+    sentence's check starts as soon as the sentence is complete and runs while the next ones
+    arrive and are checked, up to `CHECKS_IN_FLIGHT` at once; pieces still come out in the
+    answer's order. Other checks run in place.
+    """
+
+    #: sentences checked at once with a waiting verifier (each asks the judge 1-3 questions)
+    CHECKS_IN_FLIGHT = 4
 
     def __init__(self, checker: CitationChecker) -> None:
         self._checker = checker
         self._stream = SentenceStream()
         self._parts: list[str] = []
+        self._pending: deque[tuple[str, asyncio.Future[CheckedSentence]]] = deque()
         self.citations: list[Citation] = []
         self.unsupported: list[str] = []
 
     async def feed(self, delta: str) -> list[AnswerPiece]:
-        """The checked pieces that ``delta`` completes (empty ones left out)."""
-        return [p for segment in self._stream.feed(delta) if (p := await self._add(segment))]
+        """The checked pieces ready once ``delta`` is in, in order (empty ones left out)."""
+        for segment in self._stream.feed(delta):
+            await self._start(segment)
+        return self._ready()
+
+    async def rest(self) -> AsyncIterator[AnswerPiece]:
+        """The checked pieces of the rest of the answer, each as soon as its check and those
+        before it have finished."""
+        for segment in self._stream.flush():
+            await self._start(segment)
+        while self._pending:
+            await asyncio.wait([self._pending[0][1]])
+            for piece in self._ready():
+                yield piece
 
     async def flush(self) -> list[AnswerPiece]:
-        """The checked pieces of what is left at the end of the text."""
-        return [p for segment in self._stream.flush() if (p := await self._add(segment))]
+        """The checked pieces of the rest of the answer (`rest`, all at once)."""
+        return [piece async for piece in self.rest()]
+
+    def cancel(self) -> None:
+        """Stop the checks still running (the answer was abandoned)."""
+        for _, check in self._pending:
+            check.cancel()
+        self._pending.clear()
 
     @property
     def text(self) -> str:
         return "".join(self._parts).rstrip()
 
-    async def _add(self, segment: str) -> AnswerPiece | None:
-        core = segment.rstrip()
-        checked = await self._checker.check(core)
-        tail = segment[len(core) :]
+    async def _start(self, segment: str) -> None:
+        check = self._checker.check(segment.rstrip())
+        if self._checker.verifier.waits:
+            if len(self._pending) >= self.CHECKS_IN_FLIGHT:
+                await asyncio.wait([self._pending[0][1]])
+            self._pending.append((segment, asyncio.ensure_future(check)))
+            return
+        done = asyncio.get_running_loop().create_future()
+        done.set_result(await check)
+        self._pending.append((segment, done))
+
+    def _ready(self) -> list[AnswerPiece]:
+        pieces = []
+        while self._pending and self._pending[0][1].done():
+            segment, check = self._pending.popleft()
+            if piece := self._add(segment, check.result()):
+                pieces.append(piece)
+        return pieces
+
+    def _add(self, segment: str, checked: CheckedSentence) -> AnswerPiece | None:
+        tail = segment[len(segment.rstrip()) :]
         piece = checked.text + tail if checked.text else tail
         if not piece or (not self._parts and not checked.text):
             return None  # never start the answer with bare whitespace

@@ -35,6 +35,8 @@ class CitationVerifier(Protocol):
 
     keep: float
     add: float
+    waits: bool
+    """Whether ranking waits on a model (then an answer checks several sentences at once)."""
 
     async def rank(
         self, statement: str, cited: Sequence[int], *, denied: bool = False
@@ -46,6 +48,8 @@ class CitationVerifier(Protocol):
 
 class LexicalVerifier:
     """Word support over the answer's sources: the cheap verifier."""
+
+    waits = False
 
     def __init__(self, support: LexicalSupport, *, keep: float, add: float) -> None:
         self.support = support
@@ -64,6 +68,7 @@ class JudgeVerifier:
 
     shortlist = 2
     floor = 0.2
+    waits = True
 
     def __init__(
         self, support: LexicalSupport, judge: Judge, *, cut: float, timeout: float
@@ -81,13 +86,13 @@ class JudgeVerifier:
         lexical = self.support.rank(statement, denied=denied)
         asked = {n for n in cited if 1 <= n <= len(self.support)}
         asked |= {s.number for s in lexical[: self.shortlist] if s.score >= self.floor}
-        scored: list[Support] = []
-        for candidate in lexical:
-            if candidate.number not in asked or not candidate.quote:
-                scored.append(_with_score(candidate, 0.0))
-                continue
-            verdict = await self._verdict(statement, candidate)
-            scored.append(_with_score(candidate, candidate.score if verdict is None else verdict))
+        judged = [c for c in lexical if c.number in asked and c.quote]
+        # one call per candidate, all at once: a sentence waits for its slowest verdict only
+        verdicts = await asyncio.gather(*(self._verdict(statement, c) for c in judged))
+        by_number = {
+            c.number: c.score if v is None else v for c, v in zip(judged, verdicts, strict=True)
+        }
+        scored = [_with_score(c, by_number.get(c.number, 0.0)) for c in lexical]
         return sorted(scored, key=lambda s: (-s.score, s.number))
 
     async def _verdict(self, statement: str, candidate: Support) -> float | None:

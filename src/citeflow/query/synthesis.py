@@ -175,20 +175,24 @@ class CitationSynthesizer:
         waited = time.perf_counter()
         chunks = aiter(await stream_text(self.llm, self.messages(prompt), **options))
         sentences = StructuredSentenceStream() if self.structured else None
-        while True:
-            try:
-                delta = await anext(chunks)
-            except StopAsyncIteration:
-                break
-            finally:
-                llm_seconds += time.perf_counter() - waited
-            await check(sentences.feed(delta) if sentences is not None else [delta])
-            waited = time.perf_counter()
-        if sentences is not None:
-            await check(sentences.flush())
-        started = time.perf_counter()
-        emit(await repaired.flush())
-        checked += time.perf_counter() - started
+        try:
+            while True:
+                try:
+                    delta = await anext(chunks)
+                except StopAsyncIteration:
+                    break
+                finally:
+                    llm_seconds += time.perf_counter() - waited
+                await check(sentences.feed(delta) if sentences is not None else [delta])
+                waited = time.perf_counter()
+            if sentences is not None:
+                await check(sentences.flush())
+            started = time.perf_counter()
+            async for piece in repaired.rest():
+                emit([piece])
+            checked += time.perf_counter() - started
+        finally:
+            repaired.cancel()  # checks still running when the answer fails or is cancelled
         text = repaired.text
         if not text:  # the model said nothing (or only markers): say so instead of nothing
             text = NOT_COVERED_ANSWER
