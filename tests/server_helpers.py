@@ -29,6 +29,14 @@ from citeflow.testing.llm import ScriptedLLM
 from citeflow.testing.openai_server import FakeOpenAIServer
 from citeflow.testing.serving import ThreadedServer, serve_in_thread
 
+#: a question two of the test knowledge base's documents answer, and an answer citing both
+QUESTION = "Who bought Viaweb, and where do ducks live?"
+ANSWER = "Yahoo bought Viaweb in 1998 [1]. Ducks live near ponds [2]."
+#: many sentences, so that a paced stream lasts a while
+LONG_ANSWER = " ".join(
+    ["Yahoo bought Viaweb in 1998 [1].", "Ducks live near ponds and rivers [2]."] * 15
+)
+
 
 class PacedLLM(ScriptedLLM):
     """A `ScriptedLLM` whose async chat stream waits ``delay`` seconds per piece.
@@ -121,6 +129,11 @@ def chat_request(content: str = "Who bought Viaweb?", *, stream: bool = False) -
         "messages": [{"role": "user", "content": content}],
         "stream": stream,
     }
+
+
+#: `QUESTION` as a chat completion request, plain and streamed
+CHAT = chat_request(QUESTION)
+STREAM = chat_request(QUESTION, stream=True)
 
 
 def assert_error(

@@ -16,21 +16,18 @@ from citeflow.citations.markers import cited_numbers
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.server import create_app
 from tests.server_helpers import (
+    ANSWER,
+    CHAT,
+    LONG_ANSWER,
+    QUESTION,
+    STREAM,
     FailingLLM,
     LiveServer,
     PacedLLM,
-    chat_request,
     content_of,
     make_engine,
     parse_sse,
     wait_until,
-)
-
-QUESTION = "Who bought Viaweb, and where do ducks live?"
-ANSWER = "Yahoo bought Viaweb in 1998 [1]. Ducks live near ponds [2]."
-#: many sentences, so that a paced stream lasts a while
-LONG_ANSWER = " ".join(
-    ["Yahoo bought Viaweb in 1998 [1].", "Ducks live near ponds and rivers [2]."] * 15
 )
 
 
@@ -111,10 +108,9 @@ async def test_answer_is_delivered_incrementally(kb: KnowledgeBase) -> None:
 async def test_client_disconnect_cancels_the_run(kb: KnowledgeBase) -> None:
     llm = PacedLLM([LONG_ANSWER], delay=0.05)  # ~10 s if never cancelled
     with LiveServer(create_app(make_engine(kb, llm))) as live:
-        body = chat_request(QUESTION, stream=True)
         async with (
             httpx.AsyncClient(base_url=live.base_url) as client,
-            client.stream("POST", "/v1/chat/completions", json=body) as response,
+            client.stream("POST", "/v1/chat/completions", json=STREAM) as response,
         ):
             async for line in response.aiter_lines():
                 if '"content":"Yahoo' in line:
@@ -131,10 +127,9 @@ async def test_client_disconnect_cancels_the_run(kb: KnowledgeBase) -> None:
 async def test_non_streaming_disconnect_cancels_the_run(kb: KnowledgeBase) -> None:
     llm = PacedLLM([LONG_ANSWER], delay=0.05)
     with LiveServer(create_app(make_engine(kb, llm))) as live:
-        body = chat_request(QUESTION)
         async with httpx.AsyncClient(base_url=live.base_url) as client:
             with pytest.raises(httpx.ReadTimeout):
-                await client.post("/v1/chat/completions", json=body, timeout=0.5)
+                await client.post("/v1/chat/completions", json=CHAT, timeout=0.5)
         await wait_until(llm.closed_early.is_set, within=1.0)
         assert not llm.finished.is_set()
 
@@ -142,9 +137,8 @@ async def test_non_streaming_disconnect_cancels_the_run(kb: KnowledgeBase) -> No
 async def test_llm_failure_mid_stream_ends_with_error_then_done(kb: KnowledgeBase) -> None:
     llm = FailingLLM([LONG_ANSWER], delay=0.01)
     with LiveServer(create_app(make_engine(kb, llm))) as live:
-        body = chat_request(QUESTION, stream=True)
         async with httpx.AsyncClient(base_url=live.base_url, timeout=5) as client:
-            response = await client.post("/v1/chat/completions", json=body)
+            response = await client.post("/v1/chat/completions", json=STREAM)
         items = parse_sse(response.text)
         assert items[-1] == "[DONE]"
         assert items[-2]["error"]["type"] == "upstream_error"

@@ -16,6 +16,8 @@ from citeflow.server import create_app
 from citeflow.store import Store
 from citeflow.testing.llm import ScriptedLLM
 from tests.server_helpers import (
+    ANSWER,
+    QUESTION,
     CountingEmbedding,
     add_collection,
     asgi_client,
@@ -26,9 +28,6 @@ from tests.server_helpers import (
     make_engine,
     parse_sse,
 )
-
-ANSWER = "Yahoo bought Viaweb in 1998 [1]. Ducks live near ponds [2]."
-QUESTION = "Who bought Viaweb, and where do ducks live?"
 
 
 def _tools(count: int = 36) -> list[dict[str, Any]]:
