@@ -46,30 +46,32 @@ def _sdk(server: LiveServer) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(base_url=f"{server.base_url}/v1", api_key="unused", max_retries=0)
 
 
+async def _ask(client: openai.AsyncOpenAI, model: str = "citeflow-kb", **options: Any) -> Any:
+    """The SDK's chat completion of `QUESTION` by ``model``, with ``options`` (e.g. ``stream``)."""
+    return await client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": QUESTION}], **options
+    )
+
+
 async def test_openai_sdk_non_streaming(server: LiveServer) -> None:
     async with _sdk(server) as client:
         models = await client.models.list()
         assert [m.id for m in models.data] == ["citeflow-kb"]
-        completion = await client.chat.completions.create(
-            model="citeflow-kb", messages=[{"role": "user", "content": QUESTION}]
-        )
+        completion = await _ask(client)
         content = completion.choices[0].message.content or ""
         assert cited_numbers(content) == [1, 2]
         assert completion.usage is not None and completion.usage.total_tokens > 0
         extra: dict[str, Any] = completion.model_extra or {}
         assert [s["metadata"][0]["source"] for s in extra["sources"]] == ["viaweb#1", "ducks#2"]
         with pytest.raises(openai.NotFoundError) as info:
-            await client.chat.completions.create(
-                model="citeflow-nope", messages=[{"role": "user", "content": QUESTION}]
-            )
+            await _ask(client, model="citeflow-nope")
         assert info.value.code == "model_not_found"
 
 
 async def test_openai_sdk_streaming(server: LiveServer) -> None:
     async with _sdk(server) as client:
-        stream = await client.chat.completions.create(
-            model="citeflow-kb",
-            messages=[{"role": "user", "content": QUESTION}],
+        stream = await _ask(
+            client,
             stream=True,
             stream_options={"include_usage": True},
             tools=[{"type": "function", "function": {"name": "web_search", "parameters": {}}}],
@@ -92,9 +94,7 @@ async def test_answer_is_delivered_incrementally(kb: KnowledgeBase) -> None:
     with LiveServer(create_app(make_engine(kb, llm))) as live:
         async with _sdk(live) as client:
             started = time.monotonic()
-            stream = await client.chat.completions.create(
-                model="citeflow-kb", messages=[{"role": "user", "content": QUESTION}], stream=True
-            )
+            stream = await _ask(client, stream=True)
             arrivals: list[float] = []
             async for chunk in stream:
                 if chunk.choices and chunk.choices[0].delta.content:
@@ -147,9 +147,7 @@ async def test_llm_failure_mid_stream_ends_with_error_then_done(kb: KnowledgeBas
         assert "Yahoo bought Viaweb" in content_of(items)  # what came before the failure
         # the SDK surfaces the error line as an exception
         async with _sdk(live) as client2:
-            stream = await client2.chat.completions.create(
-                model="citeflow-kb", messages=[{"role": "user", "content": QUESTION}], stream=True
-            )
+            stream = await _ask(client2, stream=True)
             with pytest.raises(openai.APIError, match="the LLM provider failed"):
                 async for _ in stream:
                     pass
