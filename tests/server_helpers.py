@@ -171,12 +171,15 @@ async def assert_needs_key(
 
 
 def asgi_client(
-    app: Engine | FastAPI, *, address: str = "127.0.0.1", **headers: str
+    app: Engine | FastAPI, *, address: str = "127.0.0.1", raise_errors: bool = True, **headers: str
 ) -> httpx.AsyncClient:
     """An HTTP client calling ``app`` (or the app over an engine) in-process (no socket), as a
-    client at ``address``."""
+    client at ``address``; with ``raise_errors=False`` an exception the app lets through is a
+    500 response, as a real server sends, not raised in the test."""
     transport = httpx.ASGITransport(
-        app=create_app(app) if isinstance(app, Engine) else app, client=(address, 40000)
+        app=create_app(app) if isinstance(app, Engine) else app,
+        client=(address, 40000),
+        raise_app_exceptions=raise_errors,
     )
     return httpx.AsyncClient(transport=transport, base_url="http://testserver", headers=headers)
 

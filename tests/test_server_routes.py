@@ -12,7 +12,6 @@ import pytest
 
 from citeflow.citations.markers import cited_numbers
 from citeflow.knowledge_base import KnowledgeBase
-from citeflow.server import create_app
 from citeflow.store import Store
 from citeflow.testing.llm import ScriptedLLM
 from tests.server_helpers import (
@@ -421,9 +420,8 @@ async def test_an_unexpected_error_is_a_generic_500_in_the_access_log(
         raise RuntimeError("internal detail /srv/secret")
 
     engine.collections = broken  # type: ignore[method-assign]
-    transport = httpx.ASGITransport(app=create_app(engine), raise_app_exceptions=False)
     with caplog.at_level(logging.INFO, logger="citeflow.server"):
-        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
+        async with asgi_client(engine, raise_errors=False) as c:
             response = await c.get("/v1/models")
     assert_error(response, 500, "server_error", "internal server error")
     assert "secret" not in response.text
