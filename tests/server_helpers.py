@@ -122,10 +122,13 @@ class CountingEmbedding(HashEmbedding):
         return await super()._aget_query_embedding(query)
 
 
-def chat_request(content: str = "Who bought Viaweb?", *, stream: bool = False) -> dict[str, Any]:
-    """An OpenAI chat completion request body for the test knowledge base, one user message."""
+def chat_request(
+    content: str = "Who bought Viaweb?", *, model: str = "citeflow-kb", stream: bool = False
+) -> dict[str, Any]:
+    """An OpenAI chat completion request body for ``model`` (the test knowledge base), one user
+    message."""
     return {
-        "model": "citeflow-kb",
+        "model": model,
         "messages": [{"role": "user", "content": content}],
         "stream": stream,
     }
