@@ -155,6 +155,11 @@ def assert_error(
         assert body["error"]["param"] == param, body["error"]
 
 
+async def post_raw(client: httpx.AsyncClient, path: str, body: bytes | str) -> httpx.Response:
+    """POST ``body`` as it is, as JSON (bodies ``json=`` would not send)."""
+    return await client.post(path, content=body, headers={"content-type": "application/json"})
+
+
 async def assert_needs_key(
     client: httpx.AsyncClient, method: str, path: str, key: str, **request: Any
 ) -> httpx.Response:
