@@ -32,13 +32,8 @@ from tests.server_helpers import (
 
 
 @pytest.fixture
-def llm() -> PacedLLM:
-    return PacedLLM([ANSWER])
-
-
-@pytest.fixture
-def server(kb: KnowledgeBase, llm: PacedLLM) -> Iterator[LiveServer]:
-    with LiveServer(create_app(make_engine(kb, llm))) as live:
+def server(kb: KnowledgeBase) -> Iterator[LiveServer]:
+    with LiveServer(create_app(make_engine(kb, PacedLLM([ANSWER])))) as live:
         yield live
 
 
