@@ -190,8 +190,7 @@ async def test_rate_per_minute_per_key(kb: KnowledgeBase) -> None:
         assert 25 <= int(response.headers["retry-after"]) <= 31
         assert (await second.post("/v1/chat/completions", json=CHAT)).status_code == 200
         # an unauthenticated request is refused for its key, not counted against one
-        anonymous = asgi_client(engine)
-        async with anonymous:
+        async with asgi_client(engine) as anonymous:
             assert (await anonymous.post("/v1/chat/completions", json=CHAT)).status_code == 401
         assert (await second.post("/v1/chat/completions", json=CHAT)).status_code == 200
 
