@@ -29,6 +29,14 @@ from citeflow.testing.llm import ScriptedLLM
 from citeflow.testing.openai_server import FakeOpenAIServer
 from citeflow.testing.serving import ThreadedServer, serve_in_thread
 
+#: a question two of the test knowledge base's documents answer, and an answer citing both
+QUESTION = "Who bought Viaweb, and where do ducks live?"
+ANSWER = "Yahoo bought Viaweb in 1998 [1]. Ducks live near ponds [2]."
+#: many sentences, so that a paced stream lasts a while
+LONG_ANSWER = " ".join(
+    ["Yahoo bought Viaweb in 1998 [1].", "Ducks live near ponds and rivers [2]."] * 15
+)
+
 
 class PacedLLM(ScriptedLLM):
     """A `ScriptedLLM` whose async chat stream waits ``delay`` seconds per piece.
@@ -114,13 +122,21 @@ class CountingEmbedding(HashEmbedding):
         return await super()._aget_query_embedding(query)
 
 
-def chat_request(content: str = "Who bought Viaweb?", *, stream: bool = False) -> dict[str, Any]:
-    """An OpenAI chat completion request body for the test knowledge base, one user message."""
+def chat_request(
+    content: str = "Who bought Viaweb?", *, model: str = "citeflow-kb", stream: bool = False
+) -> dict[str, Any]:
+    """An OpenAI chat completion request body for ``model`` (the test knowledge base), one user
+    message."""
     return {
-        "model": "citeflow-kb",
+        "model": model,
         "messages": [{"role": "user", "content": content}],
         "stream": stream,
     }
+
+
+#: `QUESTION` as a chat completion request, plain and streamed
+CHAT = chat_request(QUESTION)
+STREAM = chat_request(QUESTION, stream=True)
 
 
 def assert_error(
@@ -137,6 +153,11 @@ def assert_error(
         assert word in body["error"]["message"], body["error"]["message"]
     if param is not None:
         assert body["error"]["param"] == param, body["error"]
+
+
+async def post_raw(client: httpx.AsyncClient, path: str, body: bytes | str) -> httpx.Response:
+    """POST ``body`` as it is, as JSON (bodies ``json=`` would not send)."""
+    return await client.post(path, content=body, headers={"content-type": "application/json"})
 
 
 async def assert_needs_key(
@@ -158,12 +179,15 @@ async def assert_needs_key(
 
 
 def asgi_client(
-    app: Engine | FastAPI, *, address: str = "127.0.0.1", **headers: str
+    app: Engine | FastAPI, *, address: str = "127.0.0.1", raise_errors: bool = True, **headers: str
 ) -> httpx.AsyncClient:
     """An HTTP client calling ``app`` (or the app over an engine) in-process (no socket), as a
-    client at ``address``."""
+    client at ``address``; with ``raise_errors=False`` an exception the app lets through is a
+    500 response, as a real server sends, not raised in the test."""
     transport = httpx.ASGITransport(
-        app=create_app(app) if isinstance(app, Engine) else app, client=(address, 40000)
+        app=create_app(app) if isinstance(app, Engine) else app,
+        client=(address, 40000),
+        raise_app_exceptions=raise_errors,
     )
     return httpx.AsyncClient(transport=transport, base_url="http://testserver", headers=headers)
 

@@ -16,21 +16,10 @@ from llama_index.core.llms import ChatMessage
 from citeflow.providers.aiohttp_transport import AiohttpTransport, aiohttp_client
 from citeflow.providers.llm import build_llm
 from citeflow.providers.upstream_errors import as_upstream_error
-from citeflow.settings import Settings
 from citeflow.testing.openai_server import FakeOpenAIServer, Reply
 from tests.settings_helpers import settings_of
 
 USER = [ChatMessage(role="user", content="What did the author work on?")]
-
-
-def _settings(base_url: str, **extra: Any) -> Settings:
-    return settings_of(
-        llm_provider="openai",
-        llm_model="chat-model",
-        openai_base_url=base_url,
-        openai_api_key="k",
-        **extra,
-    )
 
 
 def _closed_port() -> int:
@@ -54,8 +43,15 @@ async def test_plain_requests_keep_status_headers_and_body(upstream: FakeOpenAIS
 
 
 @contextlib.asynccontextmanager
-async def _llm(base_url: str, **settings: Any) -> AsyncIterator[Any]:
-    llm = build_llm(_settings(base_url, **settings), max_retries=0, aiohttp=True)
+async def _llm(base_url: str, **extra: Any) -> AsyncIterator[Any]:
+    settings = settings_of(
+        llm_provider="openai",
+        llm_model="chat-model",
+        openai_base_url=base_url,
+        openai_api_key="k",
+        **extra,
+    )
+    llm = build_llm(settings, max_retries=0, aiohttp=True)
     try:
         yield llm
     finally:

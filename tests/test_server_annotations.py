@@ -11,16 +11,16 @@ import pytest
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.testing.llm import ScriptedLLM
 from tests.server_helpers import (
+    ANSWER,
+    CHAT,
+    STREAM,
     asgi_client,
-    chat_request,
     content_of,
     events_of,
     make_engine,
     parse_sse,
 )
 
-ANSWER = "Yahoo bought Viaweb in 1998 [1]. Ducks live near ponds [2]."
-QUESTION = "Who bought Viaweb, and where do ducks live?"
 BROWSER = {"Origin": "https://chat.example.com"}
 
 
@@ -46,9 +46,7 @@ async def test_a_browser_stream_carries_one_annotation_per_cited_source(
     kb: KnowledgeBase,
 ) -> None:
     async with asgi_client(make_engine(kb, ScriptedLLM([ANSWER])), **BROWSER) as client:
-        response = await client.post(
-            "/v1/chat/completions", json=chat_request(QUESTION, stream=True)
-        )
+        response = await client.post("/v1/chat/completions", json=STREAM)
     items = parse_sse(response.text)
     annotations = annotations_of(items)
     content = content_of(items)
@@ -69,20 +67,20 @@ async def test_a_browser_stream_carries_one_annotation_per_cited_source(
 async def test_server_side_requests_get_no_annotations_unless_asked(kb: KnowledgeBase) -> None:
     engine = make_engine(kb, ScriptedLLM([ANSWER]))
     async with asgi_client(engine) as client:
-        stream = await client.post("/v1/chat/completions", json=chat_request(QUESTION, stream=True))
-        plain = await client.post("/v1/chat/completions", json=chat_request(QUESTION))
+        stream = await client.post("/v1/chat/completions", json=STREAM)
+        plain = await client.post("/v1/chat/completions", json=CHAT)
     assert not annotations_of(parse_sse(stream.text))
     assert "annotations" not in plain.json()["choices"][0]["message"]
     on = make_engine(kb, ScriptedLLM([ANSWER]), annotations="on")
     async with asgi_client(on) as client:
-        plain = await client.post("/v1/chat/completions", json=chat_request(QUESTION))
+        plain = await client.post("/v1/chat/completions", json=CHAT)
     message = plain.json()["choices"][0]["message"]
     assert [a["url_citation"]["title"] for a in message["annotations"]] == [
         s["metadata"][0]["name"] for s in plain.json()["sources"]
     ]
     off = make_engine(kb, ScriptedLLM([ANSWER]), annotations="off")
     async with asgi_client(off, **BROWSER) as client:
-        stream = await client.post("/v1/chat/completions", json=chat_request(QUESTION, stream=True))
+        stream = await client.post("/v1/chat/completions", json=STREAM)
     assert not annotations_of(parse_sse(stream.text))
 
 
@@ -98,9 +96,7 @@ async def test_cors_admits_only_the_configured_origins(kb: KnowledgeBase, allowe
     }
     async with asgi_client(engine) as client:
         preflight = await client.options("/v1/chat/completions", headers=preflight_headers)
-        answer = await client.post(
-            "/v1/chat/completions", json=chat_request(QUESTION), headers={"Origin": origin}
-        )
+        answer = await client.post("/v1/chat/completions", json=CHAT, headers={"Origin": origin})
     if allowed:
         assert preflight.status_code == 200
         assert preflight.headers["access-control-allow-origin"] == origin
@@ -113,5 +109,5 @@ async def test_cors_admits_only_the_configured_origins(kb: KnowledgeBase, allowe
 
 async def test_no_cors_by_default(kb: KnowledgeBase) -> None:
     async with asgi_client(make_engine(kb, ScriptedLLM([ANSWER])), **BROWSER) as client:
-        answer = await client.post("/v1/chat/completions", json=chat_request(QUESTION))
+        answer = await client.post("/v1/chat/completions", json=CHAT)
     assert answer.is_success and "access-control-allow-origin" not in answer.headers

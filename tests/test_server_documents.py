@@ -27,6 +27,7 @@ from tests.server_helpers import (
     asgi_client,
     assert_error,
     assert_needs_key,
+    chat_request,
     make_engine,
 )
 
@@ -77,10 +78,7 @@ async def test_upload_list_ask_and_fetch_the_original(
     models = (await client.get("/v1/models")).json()
     assert "citeflow-animals" in [m["id"] for m in models["data"]]
 
-    chat = {
-        "model": "citeflow-animals",
-        "messages": [{"role": "user", "content": "What do barn owls eat?"}],
-    }
+    chat = chat_request("What do barn owls eat?", model="citeflow-animals")
     answer = (await client.post("/v1/chat/completions", json=chat)).json()
     assert cited_numbers(answer["choices"][0]["message"]["content"]) == [1]
     (source,) = answer["sources"]
@@ -105,7 +103,7 @@ async def test_delete_removes_chunks_and_the_upload(
     missing = await client.delete(f"/v1/collections/animals/documents/{doc_id}")
     assert_error(missing, 404, "not_found_error")
     # the collection is now empty: a clear error, not an empty answer
-    chat = {"model": "citeflow-animals", "messages": [{"role": "user", "content": "Owls?"}]}
+    chat = chat_request("Owls?", model="citeflow-animals")
     empty = await client.post("/v1/chat/completions", json=chat)
     assert_error(empty, 400, "invalid_request_error", "no documents")
 

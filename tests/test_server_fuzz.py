@@ -27,9 +27,8 @@ from pydantic import SecretStr
 
 from citeflow.api.schemas import ROLES
 from citeflow.knowledge_base import KnowledgeBase
-from citeflow.server import create_app
 from citeflow.testing.llm import ScriptedLLM
-from tests.server_helpers import make_engine, parse_sse
+from tests.server_helpers import asgi_client, make_engine, parse_sse
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "60"))
 FUZZ = settings(
@@ -407,8 +406,7 @@ def _echo(prompt: str) -> str:
 @pytest.fixture
 async def client(kb: KnowledgeBase) -> AsyncIterator[httpx.AsyncClient]:
     engine = make_engine(kb, ScriptedLLM([_echo]), max_upload_bytes=4000, max_body_bytes=20_000)
-    transport = httpx.ASGITransport(app=create_app(engine), raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
+    async with asgi_client(engine, raise_errors=False) as c:
         yield c
 
 
@@ -481,9 +479,8 @@ async def test_no_request_gets_a_5xx_with_keys(
 ) -> None:
     engine = make_engine(kb, ScriptedLLM([_echo]), max_upload_bytes=4000)
     engine.settings.server.api_keys = [SecretStr(KEY)]
-    transport = httpx.ASGITransport(app=create_app(engine), raise_app_exceptions=False)
     method, path, headers, body = request
     sent: dict[str, str | bytes] = {**headers, "authorization": authorization.encode("latin-1")}
-    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
+    async with asgi_client(engine, raise_errors=False) as c:
         response = await _send(c, method, path, sent, body)
     _check(response, f"{method} {path} {headers} {body!r:.300}")

@@ -15,6 +15,11 @@ from citeflow.server import create_app
 from citeflow.settings import Settings
 from citeflow.testing.llm import ScriptedLLM
 from tests.server_helpers import (
+    ANSWER,
+    CHAT,
+    LONG_ANSWER,
+    QUESTION,
+    STREAM,
     LiveServer,
     PacedLLM,
     asgi_client,
@@ -25,14 +30,6 @@ from tests.server_helpers import (
     parse_sse,
     wait_until,
 )
-
-QUESTION = "Who bought Viaweb, and where do ducks live?"
-ANSWER = "Yahoo bought Viaweb in 1998 [1]. Ducks live near ponds [2]."
-LONG_ANSWER = " ".join(["Yahoo bought Viaweb in 1998 [1].", "Ducks live near ponds [2]."] * 15)
-
-
-CHAT = chat_request(QUESTION)
-STREAM = chat_request(QUESTION, stream=True)
 
 
 def _assert_429(response: httpx.Response) -> dict[str, Any]:
@@ -193,8 +190,7 @@ async def test_rate_per_minute_per_key(kb: KnowledgeBase) -> None:
         assert 25 <= int(response.headers["retry-after"]) <= 31
         assert (await second.post("/v1/chat/completions", json=CHAT)).status_code == 200
         # an unauthenticated request is refused for its key, not counted against one
-        anonymous = asgi_client(engine)
-        async with anonymous:
+        async with asgi_client(engine) as anonymous:
             assert (await anonymous.post("/v1/chat/completions", json=CHAT)).status_code == 401
         assert (await second.post("/v1/chat/completions", json=CHAT)).status_code == 200
 

@@ -14,14 +14,11 @@ from citeflow.knowledge_base import KnowledgeBase
 from citeflow.server import create_app
 from citeflow.settings import Settings
 from citeflow.testing.llm import ScriptedLLM
-from tests.server_helpers import asgi_client, assert_error, make_engine
+from tests.server_helpers import asgi_client, assert_error, chat_request, make_engine
 
 OWLS = b"Owls hunt at night. Barn owls eat mice and voles. An owl can turn its head far around."
 KEY = {"Authorization": "Bearer k1"}
-CHAT = {
-    "model": "citeflow-animals",
-    "messages": [{"role": "user", "content": "What do barn owls eat?"}],
-}
+CHAT = chat_request("What do barn owls eat?", model="citeflow-animals")
 
 
 @pytest.fixture

@@ -16,32 +16,24 @@ from citeflow.citations.markers import cited_numbers
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.server import create_app
 from tests.server_helpers import (
+    ANSWER,
+    CHAT,
+    LONG_ANSWER,
+    QUESTION,
+    STREAM,
     FailingLLM,
     LiveServer,
     PacedLLM,
-    chat_request,
     content_of,
     make_engine,
     parse_sse,
     wait_until,
 )
 
-QUESTION = "Who bought Viaweb, and where do ducks live?"
-ANSWER = "Yahoo bought Viaweb in 1998 [1]. Ducks live near ponds [2]."
-#: many sentences, so that a paced stream lasts a while
-LONG_ANSWER = " ".join(
-    ["Yahoo bought Viaweb in 1998 [1].", "Ducks live near ponds and rivers [2]."] * 15
-)
-
 
 @pytest.fixture
-def llm() -> PacedLLM:
-    return PacedLLM([ANSWER])
-
-
-@pytest.fixture
-def server(kb: KnowledgeBase, llm: PacedLLM) -> Iterator[LiveServer]:
-    with LiveServer(create_app(make_engine(kb, llm))) as live:
+def server(kb: KnowledgeBase) -> Iterator[LiveServer]:
+    with LiveServer(create_app(make_engine(kb, PacedLLM([ANSWER])))) as live:
         yield live
 
 
@@ -49,30 +41,32 @@ def _sdk(server: LiveServer) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(base_url=f"{server.base_url}/v1", api_key="unused", max_retries=0)
 
 
+async def _ask(client: openai.AsyncOpenAI, model: str = "citeflow-kb", **options: Any) -> Any:
+    """The SDK's chat completion of `QUESTION` by ``model``, with ``options`` (e.g. ``stream``)."""
+    return await client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": QUESTION}], **options
+    )
+
+
 async def test_openai_sdk_non_streaming(server: LiveServer) -> None:
     async with _sdk(server) as client:
         models = await client.models.list()
         assert [m.id for m in models.data] == ["citeflow-kb"]
-        completion = await client.chat.completions.create(
-            model="citeflow-kb", messages=[{"role": "user", "content": QUESTION}]
-        )
+        completion = await _ask(client)
         content = completion.choices[0].message.content or ""
         assert cited_numbers(content) == [1, 2]
         assert completion.usage is not None and completion.usage.total_tokens > 0
         extra: dict[str, Any] = completion.model_extra or {}
         assert [s["metadata"][0]["source"] for s in extra["sources"]] == ["viaweb#1", "ducks#2"]
         with pytest.raises(openai.NotFoundError) as info:
-            await client.chat.completions.create(
-                model="citeflow-nope", messages=[{"role": "user", "content": QUESTION}]
-            )
+            await _ask(client, model="citeflow-nope")
         assert info.value.code == "model_not_found"
 
 
 async def test_openai_sdk_streaming(server: LiveServer) -> None:
     async with _sdk(server) as client:
-        stream = await client.chat.completions.create(
-            model="citeflow-kb",
-            messages=[{"role": "user", "content": QUESTION}],
+        stream = await _ask(
+            client,
             stream=True,
             stream_options={"include_usage": True},
             tools=[{"type": "function", "function": {"name": "web_search", "parameters": {}}}],
@@ -95,9 +89,7 @@ async def test_answer_is_delivered_incrementally(kb: KnowledgeBase) -> None:
     with LiveServer(create_app(make_engine(kb, llm))) as live:
         async with _sdk(live) as client:
             started = time.monotonic()
-            stream = await client.chat.completions.create(
-                model="citeflow-kb", messages=[{"role": "user", "content": QUESTION}], stream=True
-            )
+            stream = await _ask(client, stream=True)
             arrivals: list[float] = []
             async for chunk in stream:
                 if chunk.choices and chunk.choices[0].delta.content:
@@ -111,10 +103,9 @@ async def test_answer_is_delivered_incrementally(kb: KnowledgeBase) -> None:
 async def test_client_disconnect_cancels_the_run(kb: KnowledgeBase) -> None:
     llm = PacedLLM([LONG_ANSWER], delay=0.05)  # ~10 s if never cancelled
     with LiveServer(create_app(make_engine(kb, llm))) as live:
-        body = chat_request(QUESTION, stream=True)
         async with (
             httpx.AsyncClient(base_url=live.base_url) as client,
-            client.stream("POST", "/v1/chat/completions", json=body) as response,
+            client.stream("POST", "/v1/chat/completions", json=STREAM) as response,
         ):
             async for line in response.aiter_lines():
                 if '"content":"Yahoo' in line:
@@ -131,10 +122,9 @@ async def test_client_disconnect_cancels_the_run(kb: KnowledgeBase) -> None:
 async def test_non_streaming_disconnect_cancels_the_run(kb: KnowledgeBase) -> None:
     llm = PacedLLM([LONG_ANSWER], delay=0.05)
     with LiveServer(create_app(make_engine(kb, llm))) as live:
-        body = chat_request(QUESTION)
         async with httpx.AsyncClient(base_url=live.base_url) as client:
             with pytest.raises(httpx.ReadTimeout):
-                await client.post("/v1/chat/completions", json=body, timeout=0.5)
+                await client.post("/v1/chat/completions", json=CHAT, timeout=0.5)
         await wait_until(llm.closed_early.is_set, within=1.0)
         assert not llm.finished.is_set()
 
@@ -142,9 +132,8 @@ async def test_non_streaming_disconnect_cancels_the_run(kb: KnowledgeBase) -> No
 async def test_llm_failure_mid_stream_ends_with_error_then_done(kb: KnowledgeBase) -> None:
     llm = FailingLLM([LONG_ANSWER], delay=0.01)
     with LiveServer(create_app(make_engine(kb, llm))) as live:
-        body = chat_request(QUESTION, stream=True)
         async with httpx.AsyncClient(base_url=live.base_url, timeout=5) as client:
-            response = await client.post("/v1/chat/completions", json=body)
+            response = await client.post("/v1/chat/completions", json=STREAM)
         items = parse_sse(response.text)
         assert items[-1] == "[DONE]"
         assert items[-2]["error"]["type"] == "upstream_error"
@@ -153,9 +142,7 @@ async def test_llm_failure_mid_stream_ends_with_error_then_done(kb: KnowledgeBas
         assert "Yahoo bought Viaweb" in content_of(items)  # what came before the failure
         # the SDK surfaces the error line as an exception
         async with _sdk(live) as client2:
-            stream = await client2.chat.completions.create(
-                model="citeflow-kb", messages=[{"role": "user", "content": QUESTION}], stream=True
-            )
+            stream = await _ask(client2, stream=True)
             with pytest.raises(openai.APIError, match="the LLM provider failed"):
                 async for _ in stream:
                     pass

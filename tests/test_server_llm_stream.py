@@ -26,6 +26,7 @@ from tests.settings_helpers import settings_of
 
 USER = [ChatMessage(role="user", content="What did the author work on before college?")]
 ANSWER = "Before college the author wrote short stories [1]. He also programmed an IBM 1401 [2]."
+USAGE = {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}
 
 
 @pytest.fixture
@@ -142,7 +143,7 @@ async def test_reasoning_tool_calls_and_usage() -> None:
         _chunk({"content": "Let me look."}),
         _chunk({"tool_calls": [{**call, "function": {"name": "search", "arguments": '{"q":'}}]}),
         _chunk({"tool_calls": [{"index": 0, "function": {"arguments": ' "owls"}'}}]}),
-        _chunk(None, usage={"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}),
+        _chunk(None, usage=USAGE),
         "data: [DONE]\n\n",
         _chunk({"content": "after done: ignored"}),
     )
@@ -154,11 +155,7 @@ async def test_reasoning_tool_calls_and_usage() -> None:
     assert last.message.content == "Let me look."
     (tool_call,) = last.message.additional_kwargs["tool_calls"]
     assert tool_call.function.name == "search" and tool_call.function.arguments == '{"q": "owls"}'
-    assert last.additional_kwargs == {
-        "prompt_tokens": 5,
-        "completion_tokens": 7,
-        "total_tokens": 12,
-    }
+    assert last.additional_kwargs == USAGE
 
 
 async def test_server_sent_events_framing() -> None:
@@ -209,7 +206,7 @@ async def test_text_deltas_are_the_content_of_the_chat_responses_and_raise_the_s
         _chunk({"content": None, "reasoning_content": "Think."}),
         _chunk({"content": "Hello"}),
         _chunk({"content": " world."}),
-        _chunk(None, usage={"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}),
+        _chunk(None, usage=USAGE),
         "data: [DONE]\n\n",
         _chunk({"content": "after done: ignored"}),
     )

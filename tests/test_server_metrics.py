@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from citeflow.api.engine import Engine
 from citeflow.api.metrics import Metrics
 from citeflow.citations.repair import Citation, citation_actions
 from citeflow.knowledge_base import KnowledgeBase
@@ -12,6 +13,8 @@ from citeflow.testing.llm import ScriptedLLM
 from tests.server_helpers import asgi_client, assert_needs_key, chat_request, make_engine, parse_sse
 
 ANSWER = "Yahoo bought Viaweb in 1998 [1]. Ducks live near ponds [2]."
+KEY = "a-long-secret-key"
+GOOD = {"Authorization": f"Bearer {KEY}"}
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -27,6 +30,11 @@ def value(
     found: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str
 ) -> float:
     return found.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def keyed_engine(kb: KnowledgeBase, **server: object) -> Engine:
+    """An engine over the test knowledge base that takes the API key `KEY`."""
+    return make_engine(kb, ScriptedLLM([ANSWER]), keys=[KEY], **server)
 
 
 async def test_answers_streams_and_requests_are_counted(kb: KnowledgeBase) -> None:
@@ -63,17 +71,15 @@ async def test_answers_streams_and_requests_are_counted(kb: KnowledgeBase) -> No
 
 
 async def test_no_label_holds_user_text_keys_or_names(kb: KnowledgeBase) -> None:
-    engine = make_engine(kb, ScriptedLLM([ANSWER]), keys=["a-long-secret-key"])
-    secrets = ("zebra-question", "private-plan.pdf", "a-long-secret-key", "wrong-key-xyz")
-    good = {"Authorization": "Bearer a-long-secret-key"}
-    async with asgi_client(engine) as client:
+    secrets = ("zebra-question", "private-plan.pdf", KEY, "wrong-key-xyz")
+    async with asgi_client(keyed_engine(kb)) as client:
         question = chat_request("What is the zebra-question about?")
-        assert (await client.post("/v1/chat/completions", json=question, headers=good)).is_success
-        await client.get("/v1/documents/kb/private-plan.pdf/file", headers=good)
+        assert (await client.post("/v1/chat/completions", json=question, headers=GOOD)).is_success
+        await client.get("/v1/documents/kb/private-plan.pdf/file", headers=GOOD)
         await client.get("/private-plan.pdf")
         await client.get("/v1/models", headers={"Authorization": "Bearer wrong-key-xyz"})
-        await client.request("BREW", "/v1/models", headers=good)
-        scraped = (await client.get("/metrics", headers=good)).text
+        await client.request("BREW", "/v1/models", headers=GOOD)
+        scraped = (await client.get("/metrics", headers=GOOD)).text
     for secret in secrets:
         assert secret not in scraped
     requests = [
@@ -88,34 +94,27 @@ async def test_no_label_holds_user_text_keys_or_names(kb: KnowledgeBase) -> None
 
 
 async def test_metrics_need_the_key_and_can_be_turned_off(kb: KnowledgeBase) -> None:
-    engine = make_engine(kb, ScriptedLLM([ANSWER]), keys=["a-long-secret-key"])
+    engine = keyed_engine(kb)
     async with asgi_client(engine) as client:
-        ok = await assert_needs_key(client, "GET", "/metrics", "a-long-secret-key")
+        ok = await assert_needs_key(client, "GET", "/metrics", KEY)
         assert "citeflow_http_requests_total" in ok.text
     engine.settings.server.metrics = False
     async with asgi_client(engine) as client:
-        off = await client.get("/metrics", headers={"Authorization": "Bearer a-long-secret-key"})
+        off = await client.get("/metrics", headers=GOOD)
         assert off.status_code == 404
 
 
 async def test_rate_limits_are_counted_by_reason(kb: KnowledgeBase) -> None:
-    engine = make_engine(
-        kb,
-        ScriptedLLM([ANSWER]),
-        keys=["a-long-secret-key"],
-        chats_per_minute=1,
-        auth_max_failures=1,
-    )
-    good = {"Authorization": "Bearer a-long-secret-key"}
+    engine = keyed_engine(kb, chats_per_minute=1, auth_max_failures=1)
     async with asgi_client(engine) as client:
         assert (
-            await client.post("/v1/chat/completions", json=chat_request(), headers=good)
+            await client.post("/v1/chat/completions", json=chat_request(), headers=GOOD)
         ).is_success
-        limited = await client.post("/v1/chat/completions", json=chat_request(), headers=good)
+        limited = await client.post("/v1/chat/completions", json=chat_request(), headers=GOOD)
         assert limited.status_code == 429
         for _ in range(3):
             await client.get("/v1/models", headers={"Authorization": "Bearer wrong"})
-        found = samples((await client.get("/metrics", headers=good)).text)
+        found = samples((await client.get("/metrics", headers=GOOD)).text)
     assert value(found, "citeflow_rate_limited_total", reason="per_minute") == 1
     assert value(found, "citeflow_rate_limited_total", reason="failed_keys") >= 1
     assert value(found, "citeflow_rate_limited_total", reason="in_progress") == 0

@@ -12,10 +12,11 @@ import pytest
 
 from citeflow.citations.markers import cited_numbers
 from citeflow.knowledge_base import KnowledgeBase
-from citeflow.server import create_app
 from citeflow.store import Store
 from citeflow.testing.llm import ScriptedLLM
 from tests.server_helpers import (
+    ANSWER,
+    QUESTION,
     CountingEmbedding,
     add_collection,
     asgi_client,
@@ -25,10 +26,8 @@ from tests.server_helpers import (
     events_of,
     make_engine,
     parse_sse,
+    post_raw,
 )
-
-ANSWER = "Yahoo bought Viaweb in 1998 [1]. Ducks live near ponds [2]."
-QUESTION = "Who bought Viaweb, and where do ducks live?"
 
 
 def _tools(count: int = 36) -> list[dict[str, Any]]:
@@ -47,13 +46,6 @@ def _tools(count: int = 36) -> list[dict[str, Any]]:
 
 def _chat(content: str = QUESTION, **extra: Any) -> dict[str, Any]:
     return {"model": "citeflow-kb", "messages": [{"role": "user", "content": content}], **extra}
-
-
-async def _post_raw(client: httpx.AsyncClient, body: bytes) -> httpx.Response:
-    """A chat completion request of ``body`` as it is (JSON that ``json=`` would not send)."""
-    return await client.post(
-        "/v1/chat/completions", content=body, headers={"content-type": "application/json"}
-    )
 
 
 @pytest.fixture
@@ -271,7 +263,7 @@ async def test_llm_failure(kb: KnowledgeBase) -> None:
 async def test_bad_requests_are_openai_errors(
     client: httpx.AsyncClient, body: bytes, status: int, words: list[str]
 ) -> None:
-    response = await _post_raw(client, body)
+    response = await post_raw(client, "/v1/chat/completions", body)
     assert_error(response, status, "invalid_request_error", *words)
 
 
@@ -354,7 +346,7 @@ async def test_a_lone_surrogate_is_400_before_any_work(
     if stream:
         body = body[:-1] + b', "stream": true}'
     async with asgi_client(make_engine(kb, llm, embed_model=embed)) as c:
-        response = await _post_raw(c, body)
+        response = await post_raw(c, "/v1/chat/completions", body)
     assert_error(response, 400, "invalid_request_error", "lone UTF-16 surrogate", "\\ud", param)
     assert response.json()["error"]["param"] == param
     assert response.json()["error"]["code"] == "invalid_unicode"
@@ -363,7 +355,7 @@ async def test_a_lone_surrogate_is_400_before_any_work(
 
 async def test_a_surrogate_pair_is_fine(client: httpx.AsyncClient) -> None:
     body = _raw('"Where do ducks \\ud83e\\udd86 live?"', stream="true")
-    response = await _post_raw(client, body)
+    response = await post_raw(client, "/v1/chat/completions", body)
     assert response.status_code == 200, response.text
     assert parse_sse(response.text)[-1] == "[DONE]"
 
@@ -371,7 +363,7 @@ async def test_a_surrogate_pair_is_fine(client: httpx.AsyncClient) -> None:
 @pytest.mark.parametrize("depth", [65, 1000, 100_000])
 async def test_deeply_nested_json_is_400(client: httpx.AsyncClient, depth: int) -> None:
     nested = "[" * depth + "]" * depth
-    response = await _post_raw(client, _raw('"hi"', tools=nested))
+    response = await post_raw(client, "/v1/chat/completions", _raw('"hi"', tools=nested))
     assert_error(response, 400, "invalid_request_error", "more than 64 levels deep")
 
 
@@ -386,7 +378,7 @@ async def test_reasonable_nesting_and_big_bodies_are_fine(client: httpx.AsyncCli
     big = _chat(padding="x" * 300_000)
     assert (await client.post("/v1/chat/completions", json=big)).status_code == 200
     big["messages"][0]["content"] = "\ud800"
-    response = await _post_raw(client, json.dumps(big).encode())
+    response = await post_raw(client, "/v1/chat/completions", json.dumps(big).encode())
     assert_error(response, 400, "invalid_request_error", "surrogate")
 
 
@@ -422,9 +414,8 @@ async def test_an_unexpected_error_is_a_generic_500_in_the_access_log(
         raise RuntimeError("internal detail /srv/secret")
 
     engine.collections = broken  # type: ignore[method-assign]
-    transport = httpx.ASGITransport(app=create_app(engine), raise_app_exceptions=False)
     with caplog.at_level(logging.INFO, logger="citeflow.server"):
-        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
+        async with asgi_client(engine, raise_errors=False) as c:
             response = await c.get("/v1/models")
     assert_error(response, 500, "server_error", "internal server error")
     assert "secret" not in response.text

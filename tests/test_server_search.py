@@ -27,6 +27,7 @@ from tests.server_helpers import (
     assert_error,
     assert_needs_key,
     make_engine,
+    post_raw,
 )
 
 #: every key a result's metadata may have: what a chat completion's sources show, plus the
@@ -441,9 +442,7 @@ async def test_bearer_key_required(kb: KnowledgeBase, llm: ScriptedLLM) -> None:
 async def test_bad_input_is_a_clear_4xx(
     client: httpx.AsyncClient, body: bytes, status: int, words: list[str], param: str | None
 ) -> None:
-    response = await client.post(
-        "/search", content=body, headers={"content-type": "application/json"}
-    )
+    response = await post_raw(client, "/search", body)
     kind = "not_found_error" if status == 404 else "invalid_request_error"
     assert_error(response, status, kind, *words, param=param)
 

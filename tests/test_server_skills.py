@@ -25,7 +25,7 @@ from citeflow.server import create_app
 from citeflow.testing.embedding import HashEmbedding, RecordingEmbedding
 from citeflow.testing.llm import ScriptedLLM
 from citeflow.testing.openai_server import FakeOpenAIServer, fake_embedding
-from tests.server_helpers import asgi_client, assert_error, assert_needs_key, make_engine
+from tests.server_helpers import asgi_client, assert_error, assert_needs_key, make_engine, post_raw
 from tests.settings_helpers import settings_of
 
 URL = "/v1/skills/embeddings"
@@ -159,7 +159,7 @@ async def test_a_lone_surrogate_is_that_records_error(local: Local) -> None:
         '{"recordId": "b", "data": {"text": "good text"}}]}'
     )
 
-    response = await client.post(URL, content=body, headers={"content-type": "application/json"})
+    response = await post_raw(client, URL, body)
 
     first, second = response.json()["values"]
     assert first["data"] == {}
@@ -209,7 +209,7 @@ async def test_a_call_that_is_not_a_skill_call_is_400(
     local: Local, body: bytes, message: str
 ) -> None:
     client, _ = local
-    response = await client.post(URL, content=body, headers={"content-type": "application/json"})
+    response = await post_raw(client, URL, body)
     assert_error(response, 400, "invalid_request_error", message)
 
 

@@ -83,11 +83,19 @@ async def _run(
 
 
 async def _answer(
-    text: str, cited: list[int], result: CitedResponse | None = None, **kw: Any
+    text: str | list[str],
+    cited: list[int],
+    result: CitedResponse | None = None,
+    *,
+    delay: float = 0.0,
+    **kw: Any,
 ) -> list[Any]:
-    """The SSE items of a run that sends its sources, then ``text`` in one checked piece."""
-    events: list[Event] = [CitationSourcesEvent(query="q", sources=SOURCES), _delta(text)]
-    return await _run(_scripted(events, result or _result(text, cited)), **kw)
+    """The SSE items of a run that sends its sources, then ``text`` in checked pieces (one for a
+    string), each after ``delay`` seconds."""
+    pieces = [text] if isinstance(text, str) else text
+    events: list[Event] = [CitationSourcesEvent(query="q", sources=SOURCES), *map(_delta, pieces)]
+    scripted = _scripted(events, result or _result("".join(pieces), cited), delay=delay)
+    return await _run(scripted, **kw)
 
 
 def _shape(items: Sequence[Any]) -> list[tuple[Any, ...]]:
@@ -201,12 +209,7 @@ async def test_only_cited_sources_are_sent_in_first_citation_order() -> None:
 
 
 async def test_each_source_goes_before_the_first_text_citing_it() -> None:
-    pieces = ["Ducks [4]. ", "Viaweb [1, 2]. ", "Done [4]."]
-    events: list[Event] = [
-        CitationSourcesEvent(query="q", sources=SOURCES),
-        *(_delta(p) for p in pieces),
-    ]
-    items = await _run(_scripted(events, _result("".join(pieces), [4, 1, 2])))
+    items = await _answer(["Ducks [4]. ", "Viaweb [1, 2]. ", "Done [4]."], [4, 1, 2])
     shape = _shape(items)
     texts = [s[1] for s in shape if s[0] == "text"]
     assert texts == ["Ducks [1]. ", "Viaweb [2][3]. ", "Done [1]."]
@@ -255,12 +258,7 @@ async def test_unexpected_error_is_a_generic_server_error() -> None:
 
 
 async def test_keepalive_comments_during_silence() -> None:
-    text = "Ducks live near ponds [2]."
-    events: list[Event] = [
-        CitationSourcesEvent(query="q", sources=SOURCES),
-        _delta(text),
-    ]
-    items = await _run(_scripted(events, _result(text, [2]), delay=0.25), keepalive=0.1)
+    items = await _answer("Ducks live near ponds [2].", [2], delay=0.25, keepalive=0.1)
     assert items.count(KEEPALIVE.strip()) >= 2
     assert content_of(items) == "Ducks live near ponds [1]."
     assert items[-1] == DONE.strip()[len("data: ") :]
