@@ -311,10 +311,12 @@ def _read(path: Path) -> str:
         return ""
 
 
-def _run(src: Path, *args: str, limit: MemoryLimit | None = None) -> dict[str, Any]:
-    """Run a worker; its JSON result plus ``anon_peak_mb``, the peak of its anonymous memory
-    (``RssAnon``, sampled every 50 ms from outside: the store's memory-mapped files count in
-    ``VmHWM`` as page cache the kernel can drop, which this leaves out)."""
+def _run(src: Path, kind: str, *values: object, limit: MemoryLimit | None = None) -> dict[str, Any]:
+    """Run the worker ``kind`` on ``values`` (its path and numbers); its JSON result plus
+    ``anon_peak_mb``, the peak of its anonymous memory (``RssAnon``, sampled every 50 ms from
+    outside: the store's memory-mapped files count in ``VmHWM`` as page cache the kernel can drop,
+    which this leaves out)."""
+    args = (kind, *map(str, values))
     env = {**os.environ, "PYTHONPATH": str(src), "PYTHONWARNINGS": "ignore"}
     command = [sys.executable, str(Path(__file__).resolve()), "--worker", *args]
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
@@ -407,20 +409,14 @@ def main() -> int:
                 started = time.perf_counter()
                 row: dict[str, Any] = {"store": name, "n": n}
                 try:
-                    row |= _run(sources[name], "ingest", str(path), str(n), limit=limit)
+                    row |= _run(sources[name], "ingest", path, n, limit=limit)
                     row["disk_mb"] = _disk_mb(path)
                     if name == "new":  # before serving, which adds chunks
                         row |= _run(
-                            sources[name],
-                            "recall",
-                            str(path),
-                            str(n),
-                            str(args.recall_queries),
-                            limit=limit,
+                            sources[name], "recall", path, n, args.recall_queries, limit=limit
                         )
                     print(f"{name} {n:,}: serving", file=sys.stderr, flush=True)
-                    queries = str(args.queries)
-                    row |= _run(sources[name], "serve", str(path), str(n), queries, limit=limit)
+                    row |= _run(sources[name], "serve", path, n, args.queries, limit=limit)
                 except WorkerKilled as killed:
                     row["killed"] = str(killed)
                 row["cell_s"] = time.perf_counter() - started
