@@ -269,7 +269,6 @@ async def wait_ready(url: str, process: subprocess.Popen[bytes], within: float =
 class Outcome:
     start: float = 0.0
     ttft: float | None = None
-    total: float = 0.0
     error: str | None = None
     retried: bool = False
 
@@ -318,7 +317,6 @@ async def chat(client: aiohttp.ClientSession, question: str) -> Outcome:
                     outcome.retried = True
     except (TimeoutError, aiohttp.ClientError) as exc:
         outcome.error = type(exc).__name__
-    outcome.total = time.perf_counter() - started
     if outcome.error is None and (not done or outcome.ttft is None):
         outcome.error = "incomplete stream"
     return outcome
@@ -484,14 +482,8 @@ def start_profiler(path: str, pid: int, native: bool = False) -> subprocess.Pope
     suffix = Path(path).suffix
     form = {".svg": "flamegraph", ".json": "speedscope"}.get(suffix, "raw")
     mode = ("--native", "--rate", "100") if native else ("--nonblocking", "--gil", "--rate", "250")
-    return subprocess.Popen(
-        [
-            *(py_spy, "record", "--pid", str(pid), *mode),
-            *("--format", form, "--output", path),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    command = [py_spy, "record", "--pid", str(pid), *mode, "--format", form, "--output", path]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 PROCESSES: dict[str, subprocess.Popen[bytes]] = {}
