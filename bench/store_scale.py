@@ -50,7 +50,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -205,6 +205,12 @@ def worker_serve(path: str, n: int, count: int) -> dict[str, Any]:
         hits = store.search(COLLECTION, dense=dense, limit=10)
         store.nodes(COLLECTION, [c.id for c in hits.dense])
 
+    def ms(run: Callable[..., None], *args: Any) -> float:
+        """The milliseconds of ``run(*args)``: one search."""
+        started = time.perf_counter()
+        run(*args)
+        return (time.perf_counter() - started) * 1000
+
     started = time.perf_counter()
     store = Store.open_path(path)
     hybrid(store, *queries[0])
@@ -212,9 +218,7 @@ def worker_serve(path: str, n: int, count: int) -> dict[str, Any]:
     timings: dict[str, list[float]] = {"dense": [], "hybrid": []}
     for dense, sparse in queries[1:]:
         for name, run in (("dense", dense_only), ("hybrid", hybrid)):
-            started = time.perf_counter()
-            run(store, dense, sparse)
-            timings[name].append((time.perf_counter() - started) * 1000)
+            timings[name].append(ms(run, store, dense, sparse))
     serve_peak = _peak_mb()
     # documents arriving through the API while questions are answered: another thread adds
     # chunks in batches of 64 (as uploads do) during a second round of hybrid searches
@@ -232,11 +236,7 @@ def worker_serve(path: str, n: int, count: int) -> dict[str, Any]:
 
     writer = threading.Thread(target=upload)
     writer.start()
-    during: list[float] = []
-    for dense, sparse in queries[1:]:
-        started = time.perf_counter()
-        hybrid(store, dense, sparse)
-        during.append((time.perf_counter() - started) * 1000)
+    during = [ms(hybrid, store, dense, sparse) for dense, sparse in queries[1:]]
     stop.set()
     writer.join()
     store.close()
