@@ -60,6 +60,7 @@ import aiohttp
 import httpx
 
 from citeflow.citations.stream import SentenceStream
+from citeflow.testing.openai_replies import last_user_text
 from citeflow.testing.openai_server import (
     FakeOpenAIServer,
     RecordedRequest,
@@ -156,8 +157,7 @@ def answer(prompt: str, sentences: int = 3) -> str:
 
 
 def respond(request: RecordedRequest, sentences: int = 3) -> str | Reply:
-    messages = request.json.get("messages") if isinstance(request.json, dict) else None
-    prompt = str(messages[-1].get("content", "")) if messages else ""
+    prompt = last_user_text(request)
     if prompt.startswith("Which passages help answer"):
         return GRADE_REPLY
     if prompt.startswith("Passage:"):
