@@ -163,6 +163,11 @@ def time_citation_engine(kb: KnowledgeBase, n: int) -> list[float]:
     return times
 
 
+def minus(values: list[float], parts: list[float]) -> list[float]:
+    """Each value less its part (the same query's)."""
+    return [v - p for v, p in zip(values, parts, strict=True)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--queries", type=int, default=200)
@@ -172,8 +177,8 @@ def main() -> None:
     rows: list[tuple[str, list[float]]] = []
     for mode in ("dense", "hybrid"):
         ours, model, retrieval = asyncio.run(time_workflow(kb, args.queries, mode))
-        overhead = [t - m for t, m in zip(ours, model, strict=True)]
-        outside = [o - r for o, r in zip(overhead, retrieval, strict=True)]
+        overhead = minus(ours, model)
+        outside = minus(overhead, retrieval)
         rows += [
             (f"citeflow {mode}: wall time", ours),
             (f"citeflow {mode}: in the fake LLM and embedder", model),
@@ -182,12 +187,7 @@ def main() -> None:
             (f"citeflow {mode}: overhead outside retrieval", outside),
         ]
     cached, model, _ = asyncio.run(time_workflow(kb, args.queries, "hybrid", step_cache=True))
-    rows.append(
-        (
-            "citeflow hybrid, CITEFLOW_STEP_CACHE: engine overhead",
-            [t - m for t, m in zip(cached, model, strict=True)],
-        )
-    )
+    rows.append(("citeflow hybrid, CITEFLOW_STEP_CACHE: engine overhead", minus(cached, model)))
     rows.append(
         ("LlamaIndex CitationQueryEngine: wall time", time_citation_engine(kb, args.queries))
     )
@@ -201,7 +201,7 @@ def main() -> None:
             kb, args.queries, "hybrid", streamed=True, metrics=Metrics() if "+" in name else None
         )
         ours, model, _ = asyncio.run(run)
-        observed[name] = [t - m for t, m in zip(ours, model, strict=True)]
+        observed[name] = minus(ours, model)
         rows.append((f"citeflow hybrid {name}: engine overhead", observed[name]))
     print(f"engine overhead per query, {args.queries} queries, essay in the embedded store")
     print(f"{'':48s} {'median ms':>10s} {'p95 ms':>8s}")

@@ -77,7 +77,7 @@ class ReplyCache:
             self.data = json.loads(path.read_text(encoding="utf-8"))
         self._llm: LLM | None = None
         self.last_seconds = 0.0
-        self.calls = self.misses = 0
+        self.misses = 0
 
     def as_llm(self) -> LLM:
         return cast(LLM, self)
@@ -86,7 +86,6 @@ class ReplyCache:
         prompt = "\n".join(f"{m.role.value}: {m.content or ''}" for m in messages)
         key = hashlib.sha256(prompt.encode()).hexdigest()[:24]
         entry = self.data.get(key)
-        self.calls += 1
         if entry is None:
             if self._llm is None:
                 from citeflow.providers.llm import build_llm
@@ -114,13 +113,6 @@ class Claim:
     def relevant_in(self, hits: Sequence[NodeWithScore]) -> int:
         """How many of ``hits`` are cut from an abstract judged relevant to the claim."""
         return sum(doc_id_of(hit) in self.relevant for hit in hits)
-
-
-def best_hits(hits: Sequence[NodeWithScore], n: int) -> list[NodeWithScore]:
-    """The workflow's fallback: the ``n`` hits of highest relevance (one per chunk)."""
-    pool: dict[str, NodeWithScore] = {}
-    keep_best(pool, hits, key=lambda hit: hit.node.node_id)
-    return sorted(pool.values(), key=lambda h: -(h.score or 0.0))[:n]
 
 
 @dataclass
@@ -171,6 +163,14 @@ class Bench:
         self.off_retriever = off_retriever
         self.llm = llm
 
+    def fallback(self, hits: Sequence[NodeWithScore]) -> list[NodeWithScore]:
+        """The workflow's fallback: the ``fallback_chunks`` hits of highest relevance (one per
+        chunk)."""
+        pool: dict[str, NodeWithScore] = {}
+        keep_best(pool, hits, key=lambda hit: hit.node.node_id)
+        best = sorted(pool.values(), key=lambda h: -(h.score or 0.0))
+        return best[: self.settings.retrieval.fallback_chunks]
+
     def sources(self, kept: Sequence[NodeWithScore], query: str) -> list[NodeWithScore]:
         sources = make_sources(
             kept,
@@ -187,7 +187,7 @@ class Bench:
         seconds = time.perf_counter() - started
         if isinstance(grader, LLMGrader):
             seconds = self.llm.last_seconds  # the model's time when the call was made, not cached
-        chosen = kept or best_hits(claim.hits, self.settings.retrieval.fallback_chunks)
+        chosen = kept or self.fallback(claim.hits)
         return Graded(kept, self.sources(chosen, claim.text), seconds)
 
     async def row(
@@ -215,9 +215,9 @@ class Bench:
             rejected = []
             for claim in offtopic:
                 if not await grader.grade(claim.text, claim.off_hits):
-                    fallback = best_hits(claim.off_hits, self.settings.retrieval.fallback_chunks)
+                    sources = self.sources(self.fallback(claim.off_hits), claim.text)
                     off = Claim(claim.qid, claim.text, claim.relevant, claim.off_hits)
-                    rejected.append((off, Graded([], self.sources(fallback, claim.text), 0.0)))
+                    rejected.append((off, Graded([], sources, 0.0)))
         if not rejected:
             return None
         found_new = kept2 = rel_before = rel_after = 0
@@ -236,10 +236,7 @@ class Bench:
             before = {doc_id_of(h) for h in claim.hits}
             found_new += any(doc_id_of(h) in claim.relevant - before for h in hits)
             kept2 += bool(kept)
-            chosen = kept or best_hits(
-                [*claim.hits, *hits], self.settings.retrieval.fallback_chunks
-            )
-            after = self.sources(chosen, claim.text)
+            after = self.sources(kept or self.fallback([*claim.hits, *hits]), claim.text)
             rel_before += claim.relevant_in(graded.sources) > 0
             rel_after += claim.relevant_in(after) > 0
         n = len(rejected)

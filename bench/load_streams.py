@@ -60,6 +60,7 @@ import aiohttp
 import httpx
 
 from citeflow.citations.stream import SentenceStream
+from citeflow.testing.openai_replies import last_user_text
 from citeflow.testing.openai_server import (
     FakeOpenAIServer,
     RecordedRequest,
@@ -156,8 +157,7 @@ def answer(prompt: str, sentences: int = 3) -> str:
 
 
 def respond(request: RecordedRequest, sentences: int = 3) -> str | Reply:
-    messages = request.json.get("messages") if isinstance(request.json, dict) else None
-    prompt = str(messages[-1].get("content", "")) if messages else ""
+    prompt = last_user_text(request)
     if prompt.startswith("Which passages help answer"):
         return GRADE_REPLY
     if prompt.startswith("Passage:"):
@@ -269,7 +269,6 @@ async def wait_ready(url: str, process: subprocess.Popen[bytes], within: float =
 class Outcome:
     start: float = 0.0
     ttft: float | None = None
-    total: float = 0.0
     error: str | None = None
     retried: bool = False
 
@@ -318,7 +317,6 @@ async def chat(client: aiohttp.ClientSession, question: str) -> Outcome:
                     outcome.retried = True
     except (TimeoutError, aiohttp.ClientError) as exc:
         outcome.error = type(exc).__name__
-    outcome.total = time.perf_counter() - started
     if outcome.error is None and (not done or outcome.ttft is None):
         outcome.error = "incomplete stream"
     return outcome
@@ -484,14 +482,8 @@ def start_profiler(path: str, pid: int, native: bool = False) -> subprocess.Pope
     suffix = Path(path).suffix
     form = {".svg": "flamegraph", ".json": "speedscope"}.get(suffix, "raw")
     mode = ("--native", "--rate", "100") if native else ("--nonblocking", "--gil", "--rate", "250")
-    return subprocess.Popen(
-        [
-            *(py_spy, "record", "--pid", str(pid), *mode),
-            *("--format", form, "--output", path),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    command = [py_spy, "record", "--pid", str(pid), *mode, "--format", form, "--output", path]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 PROCESSES: dict[str, subprocess.Popen[bytes]] = {}

@@ -70,9 +70,6 @@ from citeflow.store import Store
 from citeflow.store.edge import EdgeEngine
 from citeflow.store.edge_config import HNSW, ShardConfig, shard_config
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
 DATASETS = ("/work/shared/data/scifact", "/work/shared/data/hotpotqa")
 #: HNSW full-scan and optimizer indexing thresholds of the forced stores, in KB: about 66 384-d
 #: vectors, so every segment is indexed and searched through its graph (with the search filter,
@@ -308,7 +305,7 @@ async def run_dataset(path: Path, args: argparse.Namespace, stack: ExitStack) ->
     context = EvalContext(settings=settings, cache_dir=args.cache_dir, stack=stack, progress=False)
     index = corpus_index(dataset, context)
     for note in context.notes:
-        print(note, file=sys.stderr, flush=True)
+        say(note)
     assert context.embed_model is not None
     embed = CachedQueries(context.embed_model)
     queries = [embed.get_query_embedding(text) for text in dataset.queries.values()]

@@ -50,7 +50,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -205,6 +205,12 @@ def worker_serve(path: str, n: int, count: int) -> dict[str, Any]:
         hits = store.search(COLLECTION, dense=dense, limit=10)
         store.nodes(COLLECTION, [c.id for c in hits.dense])
 
+    def ms(run: Callable[..., None], *args: Any) -> float:
+        """The milliseconds of ``run(*args)``: one search."""
+        started = time.perf_counter()
+        run(*args)
+        return (time.perf_counter() - started) * 1000
+
     started = time.perf_counter()
     store = Store.open_path(path)
     hybrid(store, *queries[0])
@@ -212,9 +218,7 @@ def worker_serve(path: str, n: int, count: int) -> dict[str, Any]:
     timings: dict[str, list[float]] = {"dense": [], "hybrid": []}
     for dense, sparse in queries[1:]:
         for name, run in (("dense", dense_only), ("hybrid", hybrid)):
-            started = time.perf_counter()
-            run(store, dense, sparse)
-            timings[name].append((time.perf_counter() - started) * 1000)
+            timings[name].append(ms(run, store, dense, sparse))
     serve_peak = _peak_mb()
     # documents arriving through the API while questions are answered: another thread adds
     # chunks in batches of 64 (as uploads do) during a second round of hybrid searches
@@ -232,11 +236,7 @@ def worker_serve(path: str, n: int, count: int) -> dict[str, Any]:
 
     writer = threading.Thread(target=upload)
     writer.start()
-    during: list[float] = []
-    for dense, sparse in queries[1:]:
-        started = time.perf_counter()
-        hybrid(store, dense, sparse)
-        during.append((time.perf_counter() - started) * 1000)
+    during = [ms(hybrid, store, dense, sparse) for dense, sparse in queries[1:]]
     stop.set()
     writer.join()
     store.close()
@@ -311,10 +311,12 @@ def _read(path: Path) -> str:
         return ""
 
 
-def _run(src: Path, *args: str, limit: MemoryLimit | None = None) -> dict[str, Any]:
-    """Run a worker; its JSON result plus ``anon_peak_mb``, the peak of its anonymous memory
-    (``RssAnon``, sampled every 50 ms from outside: the store's memory-mapped files count in
-    ``VmHWM`` as page cache the kernel can drop, which this leaves out)."""
+def _run(src: Path, kind: str, *values: object, limit: MemoryLimit | None = None) -> dict[str, Any]:
+    """Run the worker ``kind`` on ``values`` (its path and numbers); its JSON result plus
+    ``anon_peak_mb``, the peak of its anonymous memory (``RssAnon``, sampled every 50 ms from
+    outside: the store's memory-mapped files count in ``VmHWM`` as page cache the kernel can drop,
+    which this leaves out)."""
+    args = (kind, *map(str, values))
     env = {**os.environ, "PYTHONPATH": str(src), "PYTHONWARNINGS": "ignore"}
     command = [sys.executable, str(Path(__file__).resolve()), "--worker", *args]
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
@@ -407,20 +409,14 @@ def main() -> int:
                 started = time.perf_counter()
                 row: dict[str, Any] = {"store": name, "n": n}
                 try:
-                    row |= _run(sources[name], "ingest", str(path), str(n), limit=limit)
+                    row |= _run(sources[name], "ingest", path, n, limit=limit)
                     row["disk_mb"] = _disk_mb(path)
                     if name == "new":  # before serving, which adds chunks
                         row |= _run(
-                            sources[name],
-                            "recall",
-                            str(path),
-                            str(n),
-                            str(args.recall_queries),
-                            limit=limit,
+                            sources[name], "recall", path, n, args.recall_queries, limit=limit
                         )
                     print(f"{name} {n:,}: serving", file=sys.stderr, flush=True)
-                    queries = str(args.queries)
-                    row |= _run(sources[name], "serve", str(path), str(n), queries, limit=limit)
+                    row |= _run(sources[name], "serve", path, n, args.queries, limit=limit)
                 except WorkerKilled as killed:
                     row["killed"] = str(killed)
                 row["cell_s"] = time.perf_counter() - started
