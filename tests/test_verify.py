@@ -82,21 +82,37 @@ SOURCES = [
 
 
 class ScriptedJudge:
-    """A judge with a fixed P(Yes) per quote's first word; raises or stalls when told to."""
+    """A judge with a fixed P(Yes) per quote's first word (else ``default``) that answers after
+    ``delays[the sentence's first word]`` seconds (else ``stall``), or raises when told to; it
+    notes the sentences it is judging at each moment and the questions cancelled."""
 
-    def __init__(self, verdicts: dict[str, float | BaseException | None], stall: float = 0) -> None:
-        self.verdicts = verdicts
-        self.stall = stall
+    def __init__(
+        self,
+        verdicts: dict[str, float | BaseException | None],
+        stall: float = 0,
+        *,
+        default: float = 0.0,
+        delays: dict[str, float] | None = None,
+    ) -> None:
+        self.verdicts, self.default = verdicts, default
+        self.stall, self.delays = stall, delays or {}
         self.asked: list[tuple[str, str]] = []
-        self.waiting = self.most_waiting = 0
+        self.judging: list[str] = []
+        self.most_questions = self.most_sentences = self.cancelled = 0
 
     async def support(self, sentence: str, quote: str) -> float | None:
         self.asked.append((sentence, quote))
-        self.waiting += 1
-        self.most_waiting = max(self.most_waiting, self.waiting)
-        await asyncio.sleep(self.stall)
-        self.waiting -= 1
-        verdict = self.verdicts.get(quote.split()[0], 0.0)
+        self.judging.append(sentence)
+        self.most_questions = max(self.most_questions, len(self.judging))
+        self.most_sentences = max(self.most_sentences, len(set(self.judging)))
+        try:
+            await asyncio.sleep(self.delays.get(sentence.split()[0], self.stall))
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        finally:
+            self.judging.remove(sentence)
+        verdict = self.verdicts.get(quote.split()[0], self.default)
         if isinstance(verdict, BaseException):
             raise verdict
         return verdict
@@ -117,7 +133,7 @@ async def test_the_judge_moves_a_marker_to_the_source_it_finds_supporting() -> N
     # asked about the cited source and the best word-support candidates only, never ducks
     assert {quote.split()[0] for _, quote in judge.asked} == {"Yahoo", "Viaweb"}
     assert all(sentence == "Yahoo bought Viaweb." for sentence, _ in judge.asked)
-    assert judge.most_waiting == 2  # both questions asked at once, not one after the other
+    assert judge.most_questions == 2  # both questions asked at once, not one after the other
 
 
 async def test_a_sentence_the_judge_finds_unsupported_is_reported() -> None:
@@ -181,32 +197,9 @@ THREE_SENTENCES = (
 )
 
 
-class SentenceJudge:
-    """A judge that says Yes after ``delays[sentence's first word]`` seconds, noting which
-    sentences it is judging at each moment and which questions were cancelled."""
-
-    def __init__(self, delays: dict[str, float]) -> None:
-        self.delays = delays
-        self.judging: list[str] = []
-        self.most_sentences = 0
-        self.cancelled = 0
-
-    async def support(self, sentence: str, quote: str) -> float | None:
-        self.judging.append(sentence)
-        self.most_sentences = max(self.most_sentences, len(set(self.judging)))
-        try:
-            await asyncio.sleep(self.delays.get(sentence.split()[0], 0.0))
-        except asyncio.CancelledError:
-            self.cancelled += 1
-            raise
-        finally:
-            self.judging.remove(sentence)
-        return 1.0
-
-
 async def test_the_judge_checks_later_sentences_while_earlier_ones_wait_in_order() -> None:
     # the first sentence's verdict comes last; its piece still comes out first
-    judge = SentenceJudge({"Yahoo": 0.2, "Viaweb": 0.05, "Ducks": 0.0})
+    judge = ScriptedJudge({}, default=1.0, delays={"Yahoo": 0.2, "Viaweb": 0.05})
     answer = RepairedAnswer(CitationPolicy(judge=judge).checker(SOURCES))
     pieces = await answer.feed(THREE_SENTENCES)
     pieces += await answer.flush()
@@ -214,7 +207,7 @@ async def test_the_judge_checks_later_sentences_while_earlier_ones_wait_in_order
     assert [p.citations for p in pieces] == [(1,), (2,), (3,)]
     assert judge.most_sentences == 3  # all three judged at once
     # at the end of the text, each piece comes out as soon as it is checked
-    slow_second = SentenceJudge({"Viaweb": 30.0})
+    slow_second = ScriptedJudge({}, default=1.0, delays={"Viaweb": 30.0})
     answer = RepairedAnswer(CitationPolicy(judge=slow_second).checker(SOURCES))
     await answer.feed(THREE_SENTENCES)
     rest = answer.rest()
@@ -224,7 +217,7 @@ async def test_the_judge_checks_later_sentences_while_earlier_ones_wait_in_order
     answer.cancel()
     await rest.aclose()
     # at most CHECKS_IN_FLIGHT sentences at a time
-    many = SentenceJudge({"Yahoo": 0.01})
+    many = ScriptedJudge({}, default=1.0, stall=0.01)
     many_answer = RepairedAnswer(CitationPolicy(judge=many).checker(SOURCES))
     text = " ".join(f"Yahoo bought Viaweb in {1990 + i} [1]." for i in range(9))
     await many_answer.feed(text)
@@ -234,7 +227,7 @@ async def test_the_judge_checks_later_sentences_while_earlier_ones_wait_in_order
 
 
 async def test_an_abandoned_answer_cancels_its_running_checks() -> None:
-    judge = SentenceJudge({"Yahoo": 30.0, "Viaweb": 30.0})
+    judge = ScriptedJudge({}, stall=30.0, delays={"Ducks": 0.0})
     answer = RepairedAnswer(CitationPolicy(judge=judge).checker(SOURCES))
     assert await answer.feed(THREE_SENTENCES) == []
     await asyncio.sleep(0.01)
