@@ -32,6 +32,8 @@ def test_broken_sentences_are_found_and_clean_ones_pass() -> None:
         "It won awards for photography .",
         "It was sold [] in 1998.",
         "Twice..",
+        "This is supported by the meta-analysis conducted in.",
+        "It is stated in [2] and.",
     ]
     for sentence in broken:
         assert broken_sentences(sentence) == [sentence], sentence

@@ -17,6 +17,7 @@ from citeflow.citations.markers import (
     strip_markers,
 )
 from citeflow.citations.stream import SentenceStream
+from citeflow.evaluation.scoring import broken_sentences
 
 
 @pytest.mark.parametrize(
@@ -157,6 +158,12 @@ ERIKA = "Erika Jayne was born on 10 July 1971."
         ("The Agronomist was created first, [3].", [2, 3], "The Agronomist was created first."),
         ('It won prizes for photography." [2].', None, 'It won prizes for photography."'),
         ('It won prizes for photography." [2].', [2, 3], 'It won prizes for photography."'),
+        # a word whose object was the marker goes with it, and so does what joined two markers
+        ("It is shown in [1], [2], [3], and [4].", None, "It is shown."),
+        ("It is stated in [2] and [3].", [2], "It is stated in [3]."),
+        ("It is stated in [2] and [3].", [3], "It is stated in [2]."),
+        ("Results of [1] and [2] agree.", [2], "Results of [1] agree."),
+        ("[1] and [2] show it.", [1], "[2] show it."),
     ],
 )
 def test_removing_markers_joins_the_text_cleanly(
@@ -210,6 +217,8 @@ SENTENCES = [
     'It won prizes for photography." [2].',
     "Paris is the capital (see [1], [2]).",
     "| Paris | capital [1] |\n| Rome | [2] |",
+    "It is supported by the meta-analysis conducted in [1], [2], [3], and [4].",
+    "This is stated in [2] and [3].",
 ]
 
 
@@ -224,6 +233,7 @@ def test_no_removal_leaves_broken_text(sentence: str) -> None:
         assert ".." not in cleaned.replace("...", ""), (sentence, cleaned)
         assert cleaned == cleaned.rstrip(), (sentence, cleaned)
         assert cleaned.count("\n") == sentence.count("\n")
+        assert broken_sentences(cleaned) == [], (sentence, cleaned)
     assert find_markers(everything[0]) == []
     # every word of the sentence that is neither a marker nor a dangling function word stays
     kept = re.findall(r"[A-Za-z]{3,}", everything[0])

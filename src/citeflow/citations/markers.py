@@ -18,7 +18,8 @@ Removing a marker (`strip_markers`, `remove_markers`, `renumber`) repairs the te
 marker was, so the answer's own wording (".NET", "cd ..") is never touched: no space before
 punctuation, no doubled stop ('first, [3].', 'photography." [2].'; an ellipsis stays), no
 emptied bracket ("([1])", "(see [1])"), no double or trailing space, no dangling clause of
-function words (", which is [2]."), no joined lines; list items and table cells keep their
+function words (", which is [2].") or word left without its object ("as reported in [3]."), no
+joined lines; list items and table cells keep their
 bullets and pipes.
 """
 
@@ -67,6 +68,13 @@ _SPACE_BEFORE_PUNCTUATION = re.compile(r"[ \t]+([.,;:!?])")
 _DOUBLE_SPACE = re.compile(r"(?<=\S)[ \t]{2,}")  # indentation stays
 # where a marker was removed: the text before it (``left``) and after it
 _DANGLING = re.compile(rf"[ \t]*[,;:]+(?:[ \t]+(?:{_FUNCTION}))*[ \t]*\Z", re.I)
+#: a word left with no object when the marker after it ends the sentence: "conducted in [1]."
+_ORPHANED = re.compile(
+    r"(?:[ \t]+(?:in|on|at|by|for|with|from|of|to|see|and|or|the|a|an))+[ \t]*\Z", re.I
+)
+#: what joins a marker to the next one ("[2] and [3]", "[2], [3]"), and to the one before
+_JOINER = re.compile(r",[ \t]*(?:(?:and|or|&)[ \t]+)?|(?:and|or|&)[ \t]+", re.I)
+_JOINED = re.compile(r"(?<=\])[ \t]*(?:,[ \t]*)?(?:and|or|&)[ \t]*\Z", re.I)
 _STOPPED = re.compile(r"[.!?][\"'”’)\]]*\Z")
 _OPENED = re.compile(r"[(\[【][ \t]*(?:see(?: also)?|cf\.|sources?)?[ \t,;:]*\Z", re.I)
 _CLOSED = re.compile(r"[ \t,;]*[)\]】]")
@@ -158,6 +166,14 @@ def _close(left: str, text: str, j: int) -> tuple[str, int]:
             left = core[:-1]  # a separator closing a bracket: "([1], [2])" without 2
         elif core[-1:] in (",", ";", ":") and text[k : k + 1] in (",", ";", ":"):
             left, j = core, k + 1  # "X, [1], Y"
+        elif (
+            core[-1:] not in (",", ";", ":")
+            and (joiner := _JOINER.match(text, k))
+            and any(m.start == joiner.end() for m in _markers(text))
+        ):
+            j = joiner.end()  # "in [2] and [3]" without 2: its "and" goes with it
+        elif joined := _JOINED.search(core):
+            left = core[: joined.start()]  # "of [1] and [2] agree" without 2
         else:
             break
     pre, post, nxt = left[len(core) :], text[j:k], text[k : k + 1]
@@ -165,8 +181,8 @@ def _close(left: str, text: str, j: int) -> tuple[str, int]:
         return core + post, k  # the text's end keeps the space it ended with
     closing_quote = nxt in "\"'" and text[k + 1 : k + 2] in ("", " ", *_CLOSERS)
     if nxt in ".!?":
-        dangling = _DANGLING.search(core)  # "first, [3]." "1971, which is [2]."
-        if dangling:
+        # "first, [3]." "1971, which is [2]." "reported in [3]." "conducted in [1], and [2]."
+        while dangling := _DANGLING.search(core) or _ORPHANED.search(core):
             core = core[: dangling.start()]
         if nxt == "." and _STOPPED.search(core) and text[k : k + 2] != "..":
             k += 1  # 'photography." [2].'

@@ -10,7 +10,8 @@ Per dataset, over the answers whose sources hold a gold (relevant) document:
   of it);
 * **citations per answer**, **unsupported sentences** (reported by citeflow, per answer);
 * **broken sentences**: answer sentences left with a space before punctuation, doubled
-  punctuation, an empty bracket, or a clause of function words before the final stop;
+  punctuation, an empty bracket, or a clause of function words or a preposition, article or
+  conjunction before the final stop ("which is.", "reported in.");
 * **accuracy**: HotpotQA: a gold answer string stands in the answer (SQuAD normalisation:
   lower case, no punctuation or articles); PubMedQA: the answer's decision is the gold one
   (its first word when yes, no or maybe, else no when its first sentence denies, yes when it
@@ -43,7 +44,8 @@ _BROKEN = re.compile(
     r"|[,;:]\s*[.!?]"  # a clause cut off: "first,."
     r"|(?<!\.)\.\.(?!\.)|[!?]\.|[,;]{2}"  # doubled punctuation (an ellipsis is fine)
     r"|\[\s*[,;]?\s*\]|\(\s*\)|【\s*】"  # an empty bracket
-    rf"|,\s+(?:{_FUNCTION_WORDS})(?:\s+(?:{_FUNCTION_WORDS}))*\s*[.!?]$",  # ", which is."
+    rf"|,\s+(?:{_FUNCTION_WORDS})(?:\s+(?:{_FUNCTION_WORDS}))*\s*[.!?]$"  # ", which is."
+    r"|\s(?:in|on|at|by|for|with|from|of|to|see|and|or|the|a|an)\s*[.!?]$",  # "reported in."
     re.IGNORECASE,
 )
 
