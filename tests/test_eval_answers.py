@@ -67,12 +67,8 @@ def test_a_record_scores_citations_against_relevant_documents() -> None:
         "seconds": 2.0,
     }
     score = score_record(record, dataset)
-    assert (score.citations, score.doc_correct, score.with_gold, score.cited_with_gold) == (
-        2,
-        1,
-        1,
-        1,
-    )
+    counts = (score.citations, score.doc_correct, score.with_gold, score.cited_with_gold)
+    assert counts == (2, 1, 1, 1)
     assert score.unsupported == 1 and score.figures()["doc_precision"] == 0.5
 
 

@@ -69,12 +69,14 @@ def _open(
     dataset: BeirDataset,
     settings: Settings,
     cache: Path,
-    embed: BaseEmbedding,
+    embed: BaseEmbedding | None = None,
     **kwargs: object,
 ) -> DenseIndex:
+    """The dense index of ``dataset`` in ``cache``, embedded by ``embed`` (a `HashEmbedding` if
+    none is given)."""
     return DenseIndex.open(
         dataset,
-        embed_model=embed,
+        embed_model=HashEmbedding() if embed is None else embed,
         embedder="hash-256",
         cache_dir=cache,
         settings=settings,
@@ -219,14 +221,14 @@ def test_cache_key_follows_corpus_embedder_chunking_and_slice(
 
     cache = tmp_path / "cache"
     for chunk_size in (128, 256):
-        _open(ds, settings, cache, HashEmbedding(), chunk_size=chunk_size).close()
+        _open(ds, settings, cache, chunk_size=chunk_size).close()
     assert len([p for p in cache.iterdir() if p.name.startswith("beir_mini-")]) == 2
 
 
 def test_index_holds_what_add_documents_writes(
     mini: BeirDataset, settings: Settings, store: Store, tmp_path: Path
 ) -> None:
-    with _open(mini, settings, tmp_path / "cache", HashEmbedding()) as index:
+    with _open(mini, settings, tmp_path / "cache") as index:
         points = stored_points(index.kb.store, COLLECTION)
     ours = {(p.id, p.payload["doc_id"], p.payload["title"]) for p in points}
 
@@ -265,7 +267,7 @@ def test_interrupted_build_resumes_without_re_embedding(
         assert len(docs) == 12 and docs["d2"].chunks == 2
         resumed_run = evaluate_retrieval(mini, {"dense": index.retriever()}, progress=False)
 
-    with _open(mini, settings, tmp_path / "fresh", HashEmbedding(), **small) as fresh:
+    with _open(mini, settings, tmp_path / "fresh", **small) as fresh:
         fresh_run = evaluate_retrieval(mini, {"dense": fresh.retriever()}, progress=False)
     _same_runs(resumed_run.retrieval["dense"].run, fresh_run.retrieval["dense"].run)
 
@@ -277,9 +279,7 @@ def test_interrupted_build_resumes_without_re_embedding(
 async def test_dense_search_ranks_documents_by_their_best_chunk(
     mini: BeirDataset, settings: Settings, tmp_path: Path
 ) -> None:
-    with _open(
-        mini, settings, tmp_path / "c", HashEmbedding(), chunk_size=32, chunk_overlap=0
-    ) as ix:
+    with _open(mini, settings, tmp_path / "c", chunk_size=32, chunk_overlap=0) as ix:
         search = ix.retriever(overfetch=1.0)  # forces the refetch when chunks share a document
         query = "earthquakes tectonic plates faults seismic waves"
         hits = await search.search(query, 3)
@@ -298,10 +298,10 @@ def test_locked_cache_is_a_clear_error(
     mini: BeirDataset, settings: Settings, tmp_path: Path
 ) -> None:
     with (
-        _open(mini, settings, tmp_path / "cache", HashEmbedding()),
+        _open(mini, settings, tmp_path / "cache"),
         pytest.raises(StoreLockedError, match="another `citeflow eval`"),
     ):
-        _open(mini, settings, tmp_path / "cache", HashEmbedding())
+        _open(mini, settings, tmp_path / "cache")
 
 
 # --- the command ---------------------------------------------------------------------------------

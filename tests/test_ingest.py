@@ -150,11 +150,10 @@ def test_mixed_formats_from_shared_docs(disk_kb: KnowledgeBase, tmp_path: Path) 
 
 @pytest.mark.parametrize("overlap", [True, False])
 def test_pools_are_embedded_in_length_order_and_every_chunk_keeps_its_own_vector(
-    folder: Path, overlap: bool
+    folder: Path, store: Store, overlap: bool
 ) -> None:
     """Small pools and windows: several length-sorted pools, written in series or by the writer
     thread; every stored chunk has the vector of its own text."""
-    store = Store.open_path(":memory:")
     embed = RecordingEmbedding(dim=32, embed_batch_size=2)
     ingestor = Ingestor(
         store, embed, collection="w", chunk_size=64, chunk_overlap=8, window=2, pool=6,
@@ -288,17 +287,15 @@ def test_a_document_written_over_several_calls_is_complete_after_its_last_chunk(
     assert store.documents("c")["geese"].complete
 
 
-def test_writes_overlap_embedding_only_for_a_remote_embedder() -> None:
+def test_writes_overlap_embedding_only_for_a_remote_embedder(store: Store) -> None:
     from citeflow.providers.embeddings import CompatOpenAIEmbedding
 
-    store = Store.open_path(":memory:")
     remote = CompatOpenAIEmbedding(model_name="m", api_key="k", api_base="http://127.0.0.1:9")
     assert Ingestor(store, remote, collection="r").overlap_writes
     assert not Ingestor(store, HashEmbedding(dim=8), collection="r").overlap_writes
 
 
-def test_ingest_documents_from_python_skips_unchanged_and_replaces_changed() -> None:
-    store = Store.open_path(":memory:")
+def test_ingest_documents_from_python_skips_unchanged_and_replaces_changed(store: Store) -> None:
     ingestor = Ingestor(store, HashEmbedding(dim=32), collection="py", progress=False)
     docs = [
         Document(id_=f"d{i}", text=f"Document {i} is about ducks number {i}.") for i in range(3)

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 from llama_index.core.schema import Document
-from pydantic import SecretStr
 
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.server import create_app
@@ -231,8 +230,7 @@ async def test_non_streamed_question_returns_text_and_sources(server: LiveServer
 
 
 async def test_wrong_or_missing_key_is_a_clear_message(kb: KnowledgeBase) -> None:
-    engine = make_engine(kb, PacedLLM([_reply]))
-    engine.settings.server.api_keys = [SecretStr("right-key")]
+    engine = make_engine(kb, PacedLLM([_reply]), keys=["right-key"])
     with LiveServer(create_app(engine)) as live:
         pipe = make_pipe(live.base_url, key="wrong-key")
         text, rec = await ask(pipe, body())

@@ -33,7 +33,9 @@ from citeflow.result import CitedResponse
 from citeflow.settings import RetrievalSettings, Settings
 from citeflow.store import Store
 from citeflow.testing.embedding import HashEmbedding
+from citeflow.testing.openai_server import FakeOpenAIServer
 from citeflow.workflows.citation_query import CitationQueryWorkflow
+from tests.settings_helpers import settings_of
 
 QUESTION = "Who bought Viaweb?"
 P1 = (
@@ -395,39 +397,36 @@ async def test_perfect_model_llm_answers_the_in_process_workflow(
 
 
 async def _run_over_http(
-    kb: KnowledgeBase, variant: Variant
+    kb: KnowledgeBase, server: FakeOpenAIServer, variant: Variant
 ) -> list[tuple[list[AuthoredSentence], str, str]]:
-    """Each gold question through the real workflow, its LLM the author behind a fake OpenAI
-    server: (what the author wrote for the prompt the server received, its raw reply, the
+    """Each gold question through the real workflow, its LLM the author behind the fake OpenAI
+    ``server``: (what the author wrote for the prompt the server received, its raw reply, the
     final answer)."""
     from citeflow.providers.llm import build_llm
-    from citeflow.testing.openai_server import FakeOpenAIServer
 
     author = PerfectAuthor(GOLDS, variant)
+    server.script(lambda request: author.reply(request.json["messages"]))
+    llm_settings = settings_of(
+        llm_provider="openai", llm_model="qwen2.5:1.5b", openai_base_url=server.openai_base_url
+    )
+    workflow = _workflow(kb, build_llm(llm_settings, max_retries=0))
     out = []
-    with FakeOpenAIServer(lambda request: author.reply(request.json["messages"])) as server:
-        llm_settings = Settings(
-            _env_file=None,
-            llm={"provider": "openai", "model": "qwen2.5:1.5b"},
-            openai={"base_url": server.openai_base_url},
-        )
-        workflow = _workflow(kb, build_llm(llm_settings, max_retries=0))
-        for gold in GOLDS:
-            result: object = await workflow.run(query=gold.question)
-            assert isinstance(result, CitedResponse)
-            request = server.last_request
-            assert request is not None and request.stream
-            messages = request.json["messages"]
-            assert gold.question in messages[-1]["content"]
-            out.append((author.authored(messages), result.raw_response, str(result)))
+    for gold in GOLDS:
+        result: object = await workflow.run(query=gold.question)
+        assert isinstance(result, CitedResponse)
+        request = server.last_request
+        assert request is not None and request.stream
+        messages = request.json["messages"]
+        assert gold.question in messages[-1]["content"]
+        out.append((author.authored(messages), result.raw_response, str(result)))
     return out
 
 
 @pytest.mark.parametrize("variant", ["verbatim", "paraphrase", "wrong"])
 async def test_workflow_over_http_is_scored_from_its_real_answers(
-    settings: Settings, store: Store, variant: Variant
+    settings: Settings, store: Store, upstream: FakeOpenAIServer, variant: Variant
 ) -> None:
-    runs = await _run_over_http(_kb(settings, store), variant)
+    runs = await _run_over_http(_kb(settings, store), upstream, variant)
     scores = []
     for authored, raw, final in runs:
         # the model's reply reached citeflow unchanged; citeflow did not reword it

@@ -278,28 +278,22 @@ def test_the_rendered_pieces_split_into_the_same_sentences() -> None:
 # --- LLMs -----------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def server() -> Iterator[FakeOpenAIServer]:
-    with FakeOpenAIServer(tokens_per_second=0) as fake:
-        yield fake
-
-
-def _settings(server: FakeOpenAIServer, provider: Provider, **values: Any) -> Settings:
+def _settings(upstream: FakeOpenAIServer, provider: Provider, **values: Any) -> Settings:
     if provider == "openai":
-        values.update(openai_base_url=server.openai_base_url, openai_api_key="k")
+        values.update(openai_base_url=upstream.openai_base_url, openai_api_key="k")
     else:
-        values.update(azure_endpoint=server.azure_endpoint, azure_api_key="k")
+        values.update(azure_endpoint=upstream.azure_endpoint, azure_api_key="k")
         values.setdefault("azure_api_version", "2024-10-21")
     return settings_of(llm_provider=provider, llm_model="chat-model", **values)
 
 
-def test_which_llms_support_response_format(server: FakeOpenAIServer) -> None:
-    assert supports_response_format(build_llm(_settings(server, "openai")))
-    azure = build_llm(_settings(server, "azure"))
+def test_which_llms_support_response_format(upstream: FakeOpenAIServer) -> None:
+    assert supports_response_format(build_llm(_settings(upstream, "openai")))
+    azure = build_llm(_settings(upstream, "azure"))
     assert isinstance(azure, CompatAzureOpenAI) and supports_response_format(azure)
-    preview = build_llm(_settings(server, "azure", azure_api_version="2024-08-01-preview"))
+    preview = build_llm(_settings(upstream, "azure", azure_api_version="2024-08-01-preview"))
     assert supports_response_format(preview)
-    old = build_llm(_settings(server, "azure", azure_api_version="2024-06-01"))
+    old = build_llm(_settings(upstream, "azure", azure_api_version="2024-06-01"))
     assert not supports_response_format(old)  # before structured outputs
     legacy = CompatOpenAI(model="gpt-3.5-turbo-instruct", api_key="k")
     assert not legacy.metadata.is_chat_model and not supports_response_format(legacy)
@@ -325,47 +319,47 @@ async def stream_sentences(llm: Any, messages: list[ChatMessage]) -> tuple[list[
 
 @pytest.mark.parametrize("provider", ["openai", "azure"])
 async def test_openai_streams_with_response_format_in_the_body(
-    server: FakeOpenAIServer, provider: Provider
+    upstream: FakeOpenAIServer, provider: Provider
 ) -> None:
-    server.script([REPLY])
-    llm = build_llm(_settings(server, provider), max_retries=0)
+    upstream.script([REPLY])
+    llm = build_llm(_settings(upstream, provider), max_retries=0)
     deltas, sentences = await stream_sentences(llm, USER)
     assert sentences == EXPECTED
     assert len(deltas) > 10  # streamed, not in one piece
-    body = server.last_request.json
+    body = upstream.last_request.json
     assert body["response_format"] == response_format(3)
     assert body["stream"] is True and body["messages"][-1]["content"] == USER[0].content
-    assert server.last_request.is_azure == (provider == "azure")
+    assert upstream.last_request.is_azure == (provider == "azure")
 
 
-async def test_without_response_format_the_request_is_unchanged(server: FakeOpenAIServer) -> None:
-    server.script(["Paris [1]."])
-    llm = build_llm(_settings(server, "openai"), max_retries=0)
+async def test_without_response_format_the_request_is_unchanged(upstream: FakeOpenAIServer) -> None:
+    upstream.script(["Paris [1]."])
+    llm = build_llm(_settings(upstream, "openai"), max_retries=0)
     assert "".join([d async for d in await stream_text(llm, USER)]) == "Paris [1]."
-    assert "response_format" not in server.last_request.json
+    assert "response_format" not in upstream.last_request.json
 
 
 async def test_response_format_also_goes_through_llama_index_when_observed(
-    server: FakeOpenAIServer,
+    upstream: FakeOpenAIServer,
 ) -> None:
     """With an event handler listening, `stream_text` goes through LlamaIndex's own streaming
     chat (and the SDK's ``create``): ``response_format`` still reaches the request."""
-    server.script([REPLY])
-    llm = build_llm(_settings(server, "openai"), max_retries=0)
+    upstream.script([REPLY])
+    llm = build_llm(_settings(upstream, "openai"), max_retries=0)
     with listening() as recorder:
         text = "".join([d async for d in await stream_text(llm, USER, **_format())])
     assert "LLMChatInProgressEvent" in recorder.seen
     assert text == REPLY
-    assert server.last_request.json["response_format"] == response_format(3)
+    assert upstream.last_request.json["response_format"] == response_format(3)
 
 
-async def test_a_non_streamed_chat_passes_response_format_too(server: FakeOpenAIServer) -> None:
-    server.script([REPLY])
-    llm = build_llm(_settings(server, "openai"), max_retries=0)
+async def test_a_non_streamed_chat_passes_response_format_too(upstream: FakeOpenAIServer) -> None:
+    upstream.script([REPLY])
+    llm = build_llm(_settings(upstream, "openai"), max_retries=0)
     answer = await llm.achat(USER, **_format())
     assert answer.message.content == REPLY
-    assert server.last_request.json["response_format"] == response_format(3)
-    assert not server.last_request.stream
+    assert upstream.last_request.json["response_format"] == response_format(3)
+    assert not upstream.last_request.stream
 
 
 async def test_stream_text_passes_keyword_arguments_to_other_llms() -> None:

@@ -30,6 +30,7 @@ from citeflow.settings import CitationSettings, RetrievalSettings, Settings
 from citeflow.testing.llm import ScriptedLLM
 from citeflow.testing.openai_server import FakeOpenAIServer, RecordedRequest, Reply
 from citeflow.workflows.citation_query import CitationQueryWorkflow
+from tests.server_helpers import FailingLLM
 from tests.settings_helpers import settings_of
 
 
@@ -217,20 +218,8 @@ async def test_empty_collection_is_a_clear_error(kb: KnowledgeBase) -> None:
 
 
 async def test_llm_failure_mid_stream_fails_the_run_promptly(kb: KnowledgeBase) -> None:
-    class Exploding(ScriptedLLM):
-        async def astream_chat(self, messages, **kw):  # type: ignore[no-untyped-def,override]
-            async def gen():  # type: ignore[no-untyped-def]
-                from llama_index.core.llms import ChatResponse
-
-                yield ChatResponse(
-                    message=ChatMessage(role="assistant", content="Yahoo"),
-                    delta="Yahoo bought Viaweb. ",
-                )
-                raise ConnectionError("upstream went away")
-
-            return gen()
-
-    handler = _workflow(kb, Exploding()).run(query="Who bought Viaweb?")
+    llm = FailingLLM(["Yahoo bought Viaweb. It became Yahoo Store."], fail_after=3)
+    handler = _workflow(kb, llm).run(query="Who bought Viaweb?")
     with pytest.raises(UpstreamError, match="upstream went away") as info:
         await asyncio.wait_for(handler, timeout=5)
     assert isinstance(info.value.__cause__, ConnectionError)
