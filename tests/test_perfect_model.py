@@ -223,6 +223,10 @@ def test_score_counts_correct_markers_kept_moved_and_removed() -> None:
     # one removed
     removed = score_answer(AUTHORED, final.replace(" [1]", "", 1))
     assert (removed.correct_kept, removed.unaligned) == (2, 0)
+    # a sentence ending in a word that had a removed marker as its object (tidied away with it)
+    cut = [AuthoredSentence("It grew into cells or.", frozenset({1}), (1,))]
+    assert score_answer(cut, "It grew into cells or [1].").unaligned == 0
+    assert score_answer(cut, "It grew into cells.").unaligned == 0
 
 
 def test_score_counts_wrong_markers_fixed_removed_kept_and_added() -> None:

@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 
-from citeflow.citations.markers import find_markers, strip_markers
+from citeflow.citations.markers import TIDIED_WORDS, find_markers, strip_markers
 from citeflow.citations.text import split_sentences
 from citeflow.evaluation.perfect_model.author import AuthoredSentence
 
@@ -52,8 +52,10 @@ class PerfectScore:
 
 
 def _key(text: str) -> str:
-    """A sentence's words, lower-cased, without markers or punctuation: what tidying keeps."""
-    return " ".join(re.findall(r"\w+", strip_markers(text).lower()))
+    """A sentence's words, lower-cased, without markers, punctuation or the function words that
+    may go with a removed marker: what tidying keeps."""
+    words = re.findall(r"\w+", strip_markers(text).lower())
+    return " ".join(word for word in words if word not in TIDIED_WORDS)
 
 
 def _final_sentences(text: str) -> list[tuple[str, set[int]]]:
