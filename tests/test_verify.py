@@ -216,13 +216,13 @@ async def test_the_judge_checks_later_sentences_while_earlier_ones_wait_in_order
     assert set(slow_second.judging) == {"Viaweb was bought in 1998."}  # still judged
     answer.cancel()
     await rest.aclose()
-    # at most CHECKS_IN_FLIGHT sentences at a time
-    many = ScriptedJudge({}, default=1.0, stall=0.01)
+    # at most CHECKS_IN_FLIGHT sentences at a time, however their checks end
+    many = ScriptedJudge({}, default=1.0, delays={"Yahoo": 0.01, "Viaweb": 0.05})
     many_answer = RepairedAnswer(CitationPolicy(judge=many).checker(SOURCES))
-    text = " ".join(f"Yahoo bought Viaweb in {1990 + i} [1]." for i in range(9))
-    await many_answer.feed(text)
+    years = " ".join(f"Viaweb was bought in {1990 + i} [2]." for i in range(8))
+    await many_answer.feed(f"Yahoo bought Viaweb [1]. {years}")
     await many_answer.flush()
-    assert many_answer.text == text
+    assert many_answer.text == f"Yahoo bought Viaweb [1]. {years}"
     assert many.most_sentences == RepairedAnswer.CHECKS_IN_FLIGHT
 
 

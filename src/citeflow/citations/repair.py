@@ -266,8 +266,9 @@ class RepairedAnswer:
     async def _start(self, segment: str) -> None:
         check = self._checker.check(segment.rstrip())
         if self._checker.verifier.waits:
-            if len(self._pending) >= self.CHECKS_IN_FLIGHT:
-                await asyncio.wait([self._pending[0][1]])
+            running = [c for _, c in self._pending if not c.done()]
+            if len(running) >= self.CHECKS_IN_FLIGHT:
+                await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
             self._pending.append((segment, asyncio.ensure_future(check)))
             return
         done = asyncio.get_running_loop().create_future()
