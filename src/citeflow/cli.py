@@ -207,8 +207,7 @@ def cmd_models_install(args: argparse.Namespace) -> int:
 
 
 def cmd_models_path(args: argparse.Namespace) -> int:
-    settings = load_settings()
-    print(settings.local.gguf_path)
+    print(load_settings().local.gguf_path)
     return 0
 
 

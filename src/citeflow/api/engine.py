@@ -144,8 +144,7 @@ class Engine:
 
     def _open(self, model: str) -> str:
         collection = self._resolve(model)
-        count = self.store.count(collection)
-        if count == 0:
+        if self.store.count(collection) == 0:
             raise EmptyCollectionError(
                 f"knowledge base {collection!r} has no documents; add some with: citeflow ingest "
                 f"PATH --collection {collection}, or POST /v1/collections/{collection}/documents"
@@ -199,8 +198,7 @@ class Engine:
         """The query workflow of a collection (one per collection, shared by its runs)."""
         workflow = self._workflows.get(collection)
         if workflow is None:
-            kb = self.knowledge_base(collection)
-            workflow = kb.workflow(llm=self.llm)
+            workflow = self.knowledge_base(collection).workflow(llm=self.llm)
             self._workflows[collection] = workflow
         return workflow
 

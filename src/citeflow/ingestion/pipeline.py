@@ -26,6 +26,7 @@ import hashlib
 import logging
 import time
 import uuid
+from collections import Counter
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -172,23 +173,19 @@ class Ingestor:
     def prune(self, records: Iterable[DocumentRecord] | None = None) -> int:
         """Delete the documents whose files no longer exist; returns how many."""
         docs = records if records is not None else self.store.documents(self.collection).values()
-        removed = 0
-        for record in docs:
-            if record.file_path and not Path(record.file_path).exists():
-                self.store.delete_document(self.collection, record.doc_id)
-                removed += 1
-        return removed
+        return self._delete(
+            [r.doc_id for r in docs if r.file_path and not Path(r.file_path).exists()]
+        )
 
     def delete_paths(self, paths: Iterable[Path]) -> int:
         """Delete the documents of these files (whether or not they still exist)."""
         known = self.store.documents(self.collection)
-        removed = 0
-        for path in paths:
-            doc_id = doc_id_for(Path(path))
-            if doc_id in known:
-                self.store.delete_document(self.collection, doc_id)
-                removed += 1
-        return removed
+        return self._delete([d for d in (doc_id_for(Path(p)) for p in paths) if d in known])
+
+    def _delete(self, doc_ids: list[str]) -> int:
+        for doc_id in doc_ids:
+            self.store.delete_document(self.collection, doc_id)
+        return len(doc_ids)
 
     # --- documents from Python -----------------------------------------------------------------
     def ingest_documents(self, documents: Sequence[Document]) -> int:
@@ -244,9 +241,7 @@ class Ingestor:
         return [node]
 
     def _chunks(self, doc_id: str, digest: str, docs: list[Document]) -> list[BaseNode]:
-        nodes: list[BaseNode] = []
-        for doc in docs:
-            nodes.extend(self._split(doc))
+        nodes = [node for doc in docs for node in self._split(doc)]
         for index, node in enumerate(nodes):
             assert isinstance(node, TextNode)
             node.id_ = str(uuid.uuid5(_NAMESPACE, f"{doc_id}:{digest}:{index}"))
@@ -273,9 +268,7 @@ class Ingestor:
     def _write(
         self, todo: list[tuple[str, str, list[Document]]], *, replacing: Collection[str]
     ) -> int:
-        nodes: list[BaseNode] = []
-        for doc_id, digest, docs in todo:
-            nodes.extend(self._chunks(doc_id, digest, docs))
+        nodes = [node for item in todo for node in self._chunks(*item)]
         try:
             return self.write_nodes(nodes, replacing=replacing)
         except StorageFullError as exc:
@@ -361,12 +354,10 @@ def _document_key(node: BaseNode) -> tuple[str, str]:
 def _expected_chunks(nodes: Sequence[BaseNode]) -> dict[tuple[str, str], int]:
     """How many chunks each document of these chunks has: its ``chunk_count``, else (chunks
     written elsewhere) how many of them are here."""
-    here: dict[tuple[str, str], int] = {}
+    here = Counter(map(_document_key, nodes))
     recorded: dict[tuple[str, str], int] = {}
     for node in nodes:
-        key = _document_key(node)
-        here[key] = here.get(key, 0) + 1
         count = node.metadata.get("chunk_count")
         if isinstance(count, int):
-            recorded[key] = count
+            recorded[_document_key(node)] = count
     return {key: recorded.get(key, n) for key, n in here.items()}

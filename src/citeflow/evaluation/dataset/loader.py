@@ -84,8 +84,7 @@ def load_beir(
 
     full = True
     if corpus_limit is not None and corpus_limit < len(corpus):
-        judged = {doc for docs in qrels.values() for doc in docs}
-        keep = set(judged)
+        keep = {doc for docs in qrels.values() for doc in docs}
         for doc_id in corpus:
             if len(keep) >= corpus_limit:
                 break

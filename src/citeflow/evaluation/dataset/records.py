@@ -71,19 +71,15 @@ class BeirDataset:
 
     def evidence_texts(self, query_id: str) -> list[tuple[str, str, list[str]]]:
         """A query's gold rationales as ``(doc_id, label, [sentence text, ...])``."""
-        out: list[tuple[str, str, list[str]]] = []
-        for ev in self.evidence.get(query_id, []):
-            sents = self.sentences.get(ev.doc_id, [])
-            out.append((ev.doc_id, ev.label, [sents[i] for i in ev.sentences]))
-        return out
+        return [
+            (ev.doc_id, ev.label, [self.sentences.get(ev.doc_id, [])[i] for i in ev.sentences])
+            for ev in self.evidence.get(query_id, [])
+        ]
 
     def corpus_digest(self) -> str:
         """sha256 of the sorted document ids (identifies a corpus slice)."""
-        digest = hashlib.sha256()
-        for doc_id in sorted(self.corpus):
-            digest.update(doc_id.encode())
-            digest.update(b"\0")
-        return digest.hexdigest()
+        ids = b"".join(doc_id.encode() + b"\0" for doc_id in sorted(self.corpus))
+        return hashlib.sha256(ids).hexdigest()
 
     def summary(self) -> str:
         """One line for people, e.g. ``scifact/test: 300 queries, 339 judgements, 5183 docs``."""

@@ -95,11 +95,10 @@ def _html_is_noise(tag: Tag) -> bool:
     if isinstance(role, str) and role.lower() in _HTML_DROP_ROLES:
         return True
     classes = attrs.get("class")
-    if classes:
-        tokens = classes.split() if isinstance(classes, str) else list(classes)
-        if not _HTML_DROP_CLASSES.isdisjoint(tokens):
-            return True
-    return False
+    if not classes:
+        return False
+    tokens = classes.split() if isinstance(classes, str) else list(classes)
+    return not _HTML_DROP_CLASSES.isdisjoint(tokens)
 
 
 def _html_text(soup: BeautifulSoup) -> str:
