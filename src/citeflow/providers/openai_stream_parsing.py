@@ -79,11 +79,8 @@ def _token_counts(chunk: dict[str, Any]) -> dict[str, Any]:
     usage = chunk.get("usage")
     if not isinstance(usage, dict):
         return {}
-    return {
-        "prompt_tokens": usage.get("prompt_tokens", 0),
-        "completion_tokens": usage.get("completion_tokens", 0),
-        "total_tokens": usage.get("total_tokens", 0),
-    }
+    keys = ("prompt_tokens", "completion_tokens", "total_tokens")
+    return {key: usage.get(key, 0) for key in keys}
 
 
 async def _chunks(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:

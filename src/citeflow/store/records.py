@@ -65,8 +65,7 @@ def records(payloads: Iterable[dict[str, Any]]) -> dict[str, DocumentRecord]:
     marked: set[tuple[str, str]] = set()
     for payload in payloads:
         key = (str(payload.get("doc_id", "")), str(payload.get("content_hash", "")))
-        if key not in firsts:
-            firsts[key] = payload
+        firsts.setdefault(key, payload)
         counts[key] = counts.get(key, 0) + 1
         if payload.get(INCOMPLETE) is True:
             marked.add(key)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import AsyncGenerator, Callable, Sequence
+from itertools import accumulate
 from typing import Any
 
 from llama_index.core.llms import (
@@ -73,14 +74,8 @@ class ScriptedLLM(CustomLLM):
         self, prompt: str, formatted: bool = False, **kwargs: Any
     ) -> CompletionResponseGen:
         pieces = self._pieces(self._next(prompt, kwargs))
-
-        def gen() -> CompletionResponseGen:
-            sofar = ""
-            for piece in pieces:
-                sofar += piece
-                yield CompletionResponse(text=sofar, delta=piece)
-
-        return gen()
+        texts = accumulate(pieces)
+        return (CompletionResponse(text=t, delta=p) for t, p in zip(texts, pieces, strict=True))
 
     @llm_completion_callback()
     async def astream_complete(
@@ -90,11 +85,9 @@ class ScriptedLLM(CustomLLM):
         delay = self.delay
 
         async def gen() -> AsyncGenerator[CompletionResponse, None]:
-            sofar = ""
-            for piece in pieces:
+            for text, piece in zip(accumulate(pieces), pieces, strict=True):
                 if delay:
                     await asyncio.sleep(delay)
-                sofar += piece
-                yield CompletionResponse(text=sofar, delta=piece)
+                yield CompletionResponse(text=text, delta=piece)
 
         return gen()

@@ -11,9 +11,8 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
 __all__ = [
@@ -113,7 +112,6 @@ class RecordedRequest:
     kind: Kind
     #: Azure deployment from the path, None for OpenAI paths.
     deployment: str | None
-    received_at: float = field(default_factory=time.monotonic)
 
     @property
     def is_azure(self) -> bool:
