@@ -159,9 +159,14 @@ LOOSE: dict[str, float | bool] = {"support_keep": 0.21, "support_threshold": 0.3
             "Ducks are waterfowl that live near ponds [3].",
             [(3, "added")],
         ),
-        (  # the supported marker kept when a sibling is wrong
-            "Yahoo bought Viaweb in 1998. [3][1]",
+        (  # a marker written after the stop goes before it
             "Yahoo bought Viaweb in 1998. [1]",
+            "Yahoo bought Viaweb in 1998 [1].",
+            [(1, "model")],
+        ),
+        (  # the supported marker kept when a sibling is wrong, before the stop
+            "Yahoo bought Viaweb in 1998. [3][1]",
+            "Yahoo bought Viaweb in 1998 [1].",
             [(1, "model")],
         ),
     ],

@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 
 Origin = Literal["model", "moved", "added"]
 
+#: canonical markers after a sentence's closing stop
+_AFTER_STOP = re.compile(r"(?<=[.!?])[ \t]*((?:\[\d+\])+)[ \t]*\Z")
 _END_PUNCT = re.compile(r"([.!?:;]+[\"')\]]*)\s*$")
 #: an answer sentence that is only a decision ("Yes.", "No, it does not.", "The answer is
 #: maybe."): it is about the question's claim, so that is what its citation is checked against
@@ -316,7 +318,11 @@ def needs_citation(sentence: str) -> bool:
 
 def _markers_last(sentence: str) -> str:
     """A sentence the model opened with its markers ("[1] The two main things ...") gets them at
-    its end, where a reader expects them (and where Open WebUI's chips read naturally)."""
+    its end, where a reader expects them (and where Open WebUI's chips read naturally); markers
+    written after its closing stop ("He dropped out. [3]") go before it."""
+    after = _AFTER_STOP.search(sentence)
+    if after:
+        return insert_marker(sentence[: after.start()], after.group(1))
     stripped = sentence.lstrip()
     markers: list[str] = []
     end = 0
