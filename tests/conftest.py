@@ -5,11 +5,15 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from llama_index.core.schema import Document
 
+from citeflow.errors import ModelError
 from citeflow.knowledge_base import KnowledgeBase
+from citeflow.providers.local_llm import LocalLlamaCppLLM
+from citeflow.providers.models import smollm2_path
 from citeflow.settings import Settings
 from citeflow.store import Store
 from citeflow.store.engine import Record
@@ -100,3 +104,20 @@ def open_kb(settings: Settings) -> KnowledgeBase:
 def stored_points(store: Store, collection: str) -> list[Record]:
     """Every point of a collection, payloads and vectors included (either engine)."""
     return [record for page in store.points(collection) for record in page]
+
+
+def smollm2_llm(**options: Any) -> Iterator[LocalLlamaCppLLM]:
+    """For a fixture: the real SmolLM2-135M through llama.cpp on one thread, closed after; skips
+    without xllamacpp or the model.
+
+    One thread: with llama.cpp's spinning thread pool, two threads on two busy cores (other test
+    runs) can be ten times slower; one thread stays fast and predictable.
+    """
+    pytest.importorskip("xllamacpp")
+    try:
+        path = smollm2_path()
+    except ModelError as exc:
+        pytest.skip(str(exc))
+    model = LocalLlamaCppLLM(path, context_window=2048, threads=1, **options)
+    yield model
+    model.close()

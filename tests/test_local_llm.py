@@ -17,7 +17,7 @@ from llama_index.core.llms import ChatMessage
 
 from citeflow.errors import ModelError
 from citeflow.providers.local_llm import LocalLlamaCppLLM
-from citeflow.providers.models import smollm2_path
+from tests.conftest import smollm2_llm
 from tests.settings_helpers import settings_of
 
 LONG_ANSWER = "Write a very long essay about the history of the ocean, with many paragraphs."
@@ -25,16 +25,7 @@ LONG_ANSWER = "Write a very long essay about the history of the ocean, with many
 
 @pytest.fixture(scope="module")
 def llm() -> Iterator[LocalLlamaCppLLM]:
-    pytest.importorskip("xllamacpp")
-    try:
-        path = smollm2_path()
-    except ModelError as exc:
-        pytest.skip(str(exc))
-    # One thread: with llama.cpp's spinning thread pool, two threads on two busy cores (other
-    # test runs) can be ten times slower; one thread stays fast and predictable.
-    model = LocalLlamaCppLLM(path, context_window=2048, max_tokens=16, threads=1)
-    yield model
-    model.close()
+    yield from smollm2_llm(max_tokens=16)
 
 
 def test_from_settings_checks_the_file_first(tmp_path: Path) -> None:

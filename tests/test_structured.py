@@ -29,6 +29,7 @@ from citeflow.providers.openai_stream import stream_text, supports_response_form
 from citeflow.settings import Settings
 from citeflow.testing.llm import ScriptedLLM
 from citeflow.testing.openai_server import FakeOpenAIServer
+from tests.conftest import smollm2_llm
 from tests.server_helpers import listening
 from tests.settings_helpers import settings_of
 
@@ -394,16 +395,7 @@ def test_local_llm_requests_carry_the_response_format() -> None:
 
 @pytest.fixture(scope="module")
 def smollm2() -> Iterator[LocalLlamaCppLLM]:
-    pytest.importorskip("xllamacpp")
-    from citeflow.providers.models import smollm2_path
-
-    try:
-        path = smollm2_path()
-    except ModelError as exc:
-        pytest.skip(str(exc))
-    model = LocalLlamaCppLLM(path, context_window=2048, max_tokens=128, threads=1, temperature=0)
-    yield model
-    model.close()
+    yield from smollm2_llm(max_tokens=128, temperature=0)
 
 
 @pytest.mark.slow
