@@ -41,6 +41,12 @@ def make_kb(settings: Settings, store: Store, embed: HashEmbedding = BLURRY) -> 
     return kb
 
 
+@pytest.fixture
+def kb(settings: Settings, store: Store) -> KnowledgeBase:
+    """OFFICE on the blurry dense side (this module's own ``kb``)."""
+    return make_kb(settings, store)
+
+
 def make_retriever(
     store: Store, embed: BaseEmbedding, collection: str, top_k: int, mode: str, **options: object
 ) -> Retriever:
@@ -74,8 +80,7 @@ async def doc_ids(r: Retriever, query: str, top_k: int = 3) -> list[str]:
     return [h.node.ref_doc_id or "" for h in (await r.asearch(query, top_k)).hits]
 
 
-async def test_new_collections_have_the_hybrid_layout(settings: Settings, store: Store) -> None:
-    kb = make_kb(settings, store)
+async def test_new_collections_have_the_hybrid_layout(kb: KnowledgeBase, store: Store) -> None:
     layout = store.layout(kb.collection)
     assert (layout.dense, layout.sparse) == (DENSE_VECTOR, SPARSE_VECTOR)
     info = qdrant_client(store).get_collection(kb.collection)
@@ -83,10 +88,7 @@ async def test_new_collections_have_the_hybrid_layout(settings: Settings, store:
     assert info.config.params.sparse_vectors[SPARSE_VECTOR].modifier == "idf"
 
 
-async def test_keyword_search_finds_an_exact_code_the_dense_side_misses(
-    settings: Settings, store: Store
-) -> None:
-    kb = make_kb(settings, store)
+async def test_keyword_search_finds_an_exact_code_the_dense_side_misses(kb: KnowledgeBase) -> None:
     query = "what does E4711 mean"
     assert (await doc_ids(retriever(kb, "keyword"), query))[0] == "error"
     assert "error" not in await doc_ids(retriever(kb, "dense"), query)
@@ -94,16 +96,12 @@ async def test_keyword_search_finds_an_exact_code_the_dense_side_misses(
         assert "error" in await doc_ids(retriever(kb, "hybrid", fusion=fusion), query)
 
 
-async def test_idf_ranks_the_rare_term_above_the_common_one(
-    settings: Settings, store: Store
-) -> None:
-    kb = make_kb(settings, store)
+async def test_idf_ranks_the_rare_term_above_the_common_one(kb: KnowledgeBase) -> None:
     # "printer" is in four documents, "toner" in one: Qdrant's IDF makes toner decide
     assert (await doc_ids(retriever(kb, "keyword"), "printer toner"))[0] == "toner"
 
 
-async def test_ingestion_keeps_the_keyword_side_in_step(settings: Settings, store: Store) -> None:
-    kb = make_kb(settings, store)
+async def test_ingestion_keeps_the_keyword_side_in_step(kb: KnowledgeBase, store: Store) -> None:
     keyword = retriever(kb, "keyword")
     kb.add_documents([Document(id_=k, text=v) for k, v in OFFICE.items()])  # unchanged: no-op
     assert await doc_ids(keyword, "E4711", top_k=10) == ["error"]
@@ -116,10 +114,7 @@ async def test_ingestion_keeps_the_keyword_side_in_step(settings: Settings, stor
     assert await doc_ids(keyword, "jam", top_k=10) == []
 
 
-async def test_hybrid_hits_are_scored_by_embedding_similarity(
-    settings: Settings, store: Store
-) -> None:
-    kb = make_kb(settings, store)
+async def test_hybrid_hits_are_scored_by_embedding_similarity(kb: KnowledgeBase) -> None:
     query = "what does E4711 mean"
     dense = await retriever(kb, "dense").asearch(query, 3)
     hits = await retriever(kb, "hybrid").aretrieve(query, top_k=3)
@@ -187,10 +182,7 @@ async def test_reindex_adds_the_keyword_side_without_re_embedding(
     assert store.add_keyword_index("old", BM25Encoder()) == len(OFFICE)  # again: nothing to do
 
 
-async def test_reindex_resumes_from_the_staging_collection(
-    settings: Settings, store: Store
-) -> None:
-    kb = make_kb(settings, store)
+async def test_reindex_resumes_from_the_staging_collection(kb: KnowledgeBase, store: Store) -> None:
     # as if interrupted after the original was dropped: only the staging copy remains
     client = qdrant_client(store)
     client.create_collection(
