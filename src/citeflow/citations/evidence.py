@@ -39,8 +39,6 @@ def select_evidence(texts: Sequence[str], question: str) -> list[Evidence]:
     for number, text in enumerate(texts, start=1):
         for position, (start, end) in enumerate(sentence_spans(text)):
             candidates.append((number, position, (start, end), term_set(text[start:end])))
-    if not candidates:
-        return []
     coverage = QuestionCoverage.over(question, [c[3] for c in candidates])
     ranked = sorted(candidates, key=lambda c: (-coverage(c[3]), c[0], c[1]))
     chosen: dict[int, list[tuple[int, int]]] = {}

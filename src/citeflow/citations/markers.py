@@ -138,11 +138,7 @@ def find_markers(text: str) -> list[Marker]:
 
 def cited_numbers(text: str) -> list[int]:
     """Source numbers cited in ``text``, unique, in order of first citation."""
-    seen: dict[int, None] = {}
-    for marker in find_markers(text):
-        for n in marker.numbers:
-            seen.setdefault(n, None)
-    return list(seen)
+    return list(dict.fromkeys(n for marker in find_markers(text) for n in marker.numbers))
 
 
 def render(numbers: Iterable[int]) -> str:

@@ -28,10 +28,7 @@ class SentenceStream:
         """Add ``delta`` and return the segments it completed."""
         self._buffer += delta
         out: list[str] = []
-        while True:
-            match = _BOUNDARY.search(self._buffer)
-            if match is None:
-                break
+        while (match := _BOUNDARY.search(self._buffer)) is not None:
             end = match.end()
             # a run of newlines may go on in the next delta; take it whole only when followed
             if "\n" in match.group(0) and end == len(self._buffer):

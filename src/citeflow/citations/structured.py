@@ -219,19 +219,15 @@ class StructuredSentenceStream:
         head = self._buffer.lstrip()
         if not head:
             return None
-        if head.startswith("`"):
-            if len(head) < 3 and "```".startswith(head):
+        if len(head) < 3 and "```".startswith(head):
+            return None
+        if head.startswith("```"):
+            newline = head.find("\n")
+            if newline < 0:
                 return None
-            if head.startswith("```"):
-                newline = head.find("\n")
-                if newline < 0:
-                    return None
-                rest = head[newline + 1 :].lstrip()
-                if not rest:
-                    return None
-                if rest.startswith("{"):
-                    self._buffer, self._mode = rest, "json"
-                    return None
+            head = head[newline + 1 :].lstrip()  # what the fence holds
+            if not head:
+                return None
         if head.startswith("{"):
             self._buffer, self._mode = head, "json"
             return None

@@ -21,6 +21,7 @@ import asyncio
 import logging
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Protocol
 
 from citeflow.citations.judge import Judge
@@ -92,7 +93,7 @@ class JudgeVerifier:
         by_number = {
             c.number: c.score if v is None else v for c, v in zip(judged, verdicts, strict=True)
         }
-        scored = [_with_score(c, by_number.get(c.number, 0.0)) for c in lexical]
+        scored = [replace(c, score=by_number.get(c.number, 0.0)) for c in lexical]
         return sorted(scored, key=lambda s: (-s.score, s.number))
 
     async def _verdict(self, statement: str, candidate: Support) -> float | None:
@@ -113,7 +114,3 @@ class JudgeVerifier:
                 self.verdicts["supported" if verdict >= self.keep else "unsupported"] += 1
             return verdict
         return None
-
-
-def _with_score(support: Support, score: float) -> Support:
-    return Support(support.number, score, support.quote, support.quote_start, support.quote_end)

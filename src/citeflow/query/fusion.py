@@ -43,8 +43,7 @@ def _merge(
     for contributions, weight in sides:
         for key, value in contributions.items():
             fused[key] = fused.get(key, 0.0) + weight * value
-    ranked = sorted(fused, key=lambda key: fused[key], reverse=True)[:top_k]
-    return [(key, fused[key]) for key in ranked]
+    return sorted(fused.items(), key=lambda item: item[1], reverse=True)[:top_k]
 
 
 def reciprocal_rank_fusion(

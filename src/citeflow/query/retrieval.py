@@ -78,7 +78,6 @@ class Retriever:
         collection: str,
         settings: RetrievalSettings | None = None,
         top_k: int | None = None,
-        encoder: BM25Encoder | None = None,
     ) -> None:
         """``settings``: how to search (the defaults when omitted); ``top_k``: chunks per
         search, instead of ``settings.top_k``."""
@@ -87,7 +86,7 @@ class Retriever:
         self.collection = collection
         self.settings = settings or RetrievalSettings.defaults()
         self.top_k = top_k or self.settings.top_k
-        self.encoder = encoder or BM25Encoder()
+        self.encoder = BM25Encoder()
         self._native = is_async_native(embed_model)
 
     @classmethod
