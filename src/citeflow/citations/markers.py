@@ -68,11 +68,11 @@ _SPACE_BEFORE_PUNCTUATION = re.compile(r"[ \t]+([.,;:!?])")
 _DOUBLE_SPACE = re.compile(r"(?<=\S)[ \t]{2,}")  # indentation stays
 # where a marker was removed: the text before it (``left``) and after it
 _DANGLING = re.compile(rf"[ \t]*[,;:]+(?:[ \t]+(?:{_FUNCTION}))*[ \t]*\Z", re.I)
-#: a word left with no object when the marker after it ends the sentence: "conducted in [1]."
-_OBJECT_OF = "in|on|at|by|for|with|from|of|to|see|and|or|the|a|an"
-_ORPHANED = re.compile(rf"(?:[ \t]+(?:{_OBJECT_OF}))+[ \t]*\Z", re.I)
+#: words whose object a marker can be ("conducted in [1]."), as a regex alternation
+OBJECT_WORDS = "in|on|at|by|for|with|from|of|to|see|and|or|the|a|an"
+_ORPHANED = re.compile(rf"(?:[ \t]+(?:{OBJECT_WORDS}))+[ \t]*\Z", re.I)
 #: the words that may go with a removed marker (", which is [2].", "reported in [3].")
-TIDIED_WORDS = frozenset(f"{_FUNCTION}|{_OBJECT_OF}".split("|"))
+TIDIED_WORDS = frozenset(f"{_FUNCTION}|{OBJECT_WORDS}".split("|"))
 #: what joins a marker to the next one ("[2] and [3]", "[2], [3]"), and to the one before
 _JOINER = re.compile(r",[ \t]*(?:(?:and|or|&)[ \t]+)?|(?:and|or|&)[ \t]+", re.I)
 _JOINED = re.compile(r"(?<=\])[ \t]*(?:,[ \t]*)?(?:and|or|&)[ \t]*\Z", re.I)

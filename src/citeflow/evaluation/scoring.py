@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from citeflow.citations.markers import find_markers, strip_markers
+from citeflow.citations.markers import OBJECT_WORDS, find_markers, strip_markers
 from citeflow.citations.support import negates
 from citeflow.citations.text import split_sentences
 from citeflow.evaluation.dataset import BeirDataset
@@ -45,7 +45,7 @@ _BROKEN = re.compile(
     r"|(?<!\.)\.\.(?!\.)|[!?]\.|[,;]{2}"  # doubled punctuation (an ellipsis is fine)
     r"|\[\s*[,;]?\s*\]|\(\s*\)|【\s*】"  # an empty bracket
     rf"|,\s+(?:{_FUNCTION_WORDS})(?:\s+(?:{_FUNCTION_WORDS}))*\s*[.!?]$"  # ", which is."
-    r"|\s(?:in|on|at|by|for|with|from|of|to|see|and|or|the|a|an)\s*[.!?]$",  # "reported in."
+    rf"|\s(?:{OBJECT_WORDS})\s*[.!?]$",  # a word whose object was a marker: "reported in."
     re.IGNORECASE,
 )
 
