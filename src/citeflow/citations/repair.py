@@ -247,7 +247,9 @@ class RepairedAnswer:
         for segment in self._stream.flush():
             await self._start(segment)
         while self._pending:
-            await asyncio.wait([self._pending[0][1]])
+            head = self._pending[0][1]
+            if not head.done():  # a finished check (every word-support one) needs no wait
+                await asyncio.wait([head])
             for piece in self._ready():
                 yield piece
 
