@@ -136,6 +136,18 @@ def test_support_picks_the_right_source_and_quote() -> None:
     assert support.score("Yahoo bought Viaweb in 1998.", 3).score < 0.2
 
 
+def test_equal_support_ranks_the_source_holding_the_phrase_first() -> None:
+    sources = [
+        "The rivalry is played in Oregon, between the Ducks and the Beavers, at football games.",
+        "The Oregon Ducks football program is the team of the University of Oregon.",
+    ]
+    ranked = LexicalSupport(sources).rank("Oregon Ducks football")
+    assert ranked[0].score == ranked[1].score  # every word in both
+    assert [s.number for s in ranked] == [2, 1]
+    # with the phrase nowhere, equal support keeps source order
+    assert [s.number for s in LexicalSupport(sources[::-1]).rank("football Oregon")] == [1, 2]
+
+
 #: the word support at which the model's marker stays, and at which one is moved or added
 LOOSE: dict[str, float | bool] = {"support_keep": 0.21, "support_threshold": 0.35}
 

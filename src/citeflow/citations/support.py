@@ -6,6 +6,8 @@ that stand in one source sentence, two adjacent ones, or the whole source (a sta
 facts from several sentences of a paragraph). It needs no model, is deterministic, and costs well
 under a millisecond per sentence; the best window is the citation's quote, a single sentence
 preferred to a pair and a pair to the whole source (`WINDOW_PENALTY`, `SOURCE_PENALTY`).
+Between sources of equal support, the one whose quote holds the statement's words in the same
+order, as a phrase, ranks first.
 
 Words that repeat the question weigh less (`ASKED_WEIGHT`): the citation must back what the
 sentence adds to the question; a question word that no source holds does not count at all (it
@@ -24,8 +26,15 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import pairwise
 
-from citeflow.citations.text import question_parts, sentence_spans, statement_of, term_set
+from citeflow.citations.text import (
+    content_terms,
+    question_parts,
+    sentence_spans,
+    statement_of,
+    term_set,
+)
 
 #: what a two-sentence window must gain over one sentence to be the quote
 WINDOW_PENALTY = 0.1
@@ -98,6 +107,12 @@ def _windows_of(text: str) -> tuple[_Window, ...]:
             )
         )
     return tuple(windows)
+
+
+@lru_cache(maxsize=4096)
+def word_pairs(text: str) -> frozenset[tuple[str, str]]:
+    """The consecutive pairs of a text's content words (stopwords skipped), in order."""
+    return frozenset(pairwise(content_terms(text)))
 
 
 def asked_terms(question: str) -> frozenset[str]:
@@ -199,7 +214,15 @@ class LexicalSupport:
         what an answer denies ("No, it is not true that X")."""
         weighed = self._weighed(statement, denied)
         scored = [self._score(weighed, n) for n in range(1, len(self._texts) + 1)]
-        return sorted(scored, key=lambda s: (-s.score, s.number))
+        ranked = sorted(scored, key=lambda s: (-s.score, s.number))
+        tied = [s for s in ranked if ranked[0].score - s.score < 1e-9] if ranked else []
+        if len(tied) > 1:
+            # equal word support: the quote that holds the statement's words as a phrase (its
+            # consecutive word pairs in the same order) backs it better than scattered words
+            pairs = word_pairs(statement)
+            tied.sort(key=lambda s: -len(pairs & word_pairs(s.quote)))  # stable: number order
+            ranked[: len(tied)] = tied
+        return ranked
 
     def _weighed(self, statement: str, denied: bool = False) -> _Weighed:
         """A statement's words with their share in its support: the IDF (the highest for a word

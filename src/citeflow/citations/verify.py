@@ -94,7 +94,7 @@ class JudgeVerifier:
             c.number: c.score if v is None else v for c, v in zip(judged, verdicts, strict=True)
         }
         scored = [replace(c, score=by_number.get(c.number, 0.0)) for c in lexical]
-        return sorted(scored, key=lambda s: (-s.score, s.number))
+        return sorted(scored, key=lambda s: -s.score)  # stable: equal verdicts in lexical order
 
     async def _verdict(self, statement: str, candidate: Support) -> float | None:
         try:
