@@ -38,7 +38,7 @@ from fastapi.responses import FileResponse
 from citeflow.api.deps import EngineDep, require_api_key, require_key_or_link
 from citeflow.api.engine import Engine
 from citeflow.api.errors import BadRequestError
-from citeflow.api.schemas import DocumentInfo, DocumentList, ErrorResponse
+from citeflow.api.schemas import DocumentInfo, DocumentList, error_responses
 from citeflow.api.uploads import ReceivedFile, receive_files
 from citeflow.errors import CiteflowError, CollectionNotFoundError
 from citeflow.ingestion.pipeline import doc_id_for, file_hash
@@ -46,9 +46,7 @@ from citeflow.ingestion.readers import SUPPORTED_SUFFIXES
 from citeflow.names import check_collection_name
 from citeflow.store import DocumentRecord
 
-ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorResponse} for status in (400, 401, 403, 404, 413, 422, 503)
-}
+ERRORS = error_responses(400, 401, 403, 404, 413, 422, 503)
 
 router = APIRouter(
     prefix="/v1", tags=["documents"], dependencies=[Depends(require_api_key)], responses=ERRORS

@@ -37,9 +37,9 @@ from citeflow.api.schemas import (
     ChatCompletion,
     ChatCompletionRequest,
     Conversation,
-    ErrorResponse,
     ModelCard,
     ModelList,
+    error_responses,
 )
 from citeflow.api.users import forwarded_user
 from citeflow.api.webui_tasks import answer_task
@@ -52,9 +52,7 @@ T = TypeVar("T")
 #: Request bodies up to this size are parsed on the event loop; larger ones in a worker thread.
 PARSE_INLINE_BYTES = 256 * 1024
 
-ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorResponse} for status in (400, 401, 404, 413, 429, 500, 502, 503)
-}
+ERRORS = error_responses(400, 401, 404, 413, 429, 500, 502, 503)
 
 health = APIRouter(tags=["health"])
 api = APIRouter(prefix="/v1", dependencies=[Depends(require_api_key)], responses=ERRORS)

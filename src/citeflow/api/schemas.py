@@ -225,6 +225,11 @@ class ErrorResponse(BaseModel):
     error: ErrorDetail
 
 
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """A router's ``responses``: the OpenAPI schema's error body for each of ``statuses``."""
+    return {status: {"model": ErrorResponse} for status in statuses}
+
+
 class DocumentInfo(BaseModel):
     """One document of a knowledge base."""
 

@@ -20,8 +20,6 @@ on as 429 with ``Retry-After``, any other failure is a 502 (Azure's indexer retr
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
@@ -29,13 +27,11 @@ from citeflow.api.deps import EngineDep, require_api_key
 from citeflow.api.docs import json_body
 from citeflow.api.errors import PayloadTooLargeError
 from citeflow.api.routes import read_json, unless_disconnected
-from citeflow.api.schemas import ErrorResponse
+from citeflow.api.schemas import error_responses
 from citeflow.api.skill_embedding import InputType, embed_call
 from citeflow.api.skill_format import SkillAnswer, SkillRequest, SkillResponse, read_records
 
-ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorResponse} for status in (400, 401, 413, 429, 500, 502, 503)
-}
+ERRORS = error_responses(400, 401, 413, 429, 500, 502, 503)
 
 router = APIRouter(
     prefix="/v1", tags=["skills"], dependencies=[Depends(require_api_key)], responses=ERRORS
