@@ -21,10 +21,17 @@ class CiteflowError(Exception):
     #: OpenAI-style error ``type`` and HTTP status used by the server.
     kind: str = "server_error"
     status: int = 500
+    #: the error body's ``param`` (the request field at fault) and ``code``, when there are
+    param: str | None = None
+    code: str | None = None
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
         self.message = message
+        if param is not None:
+            self.param = param
+        if code is not None:
+            self.code = code
 
     def __str__(self) -> str:
         return self.message

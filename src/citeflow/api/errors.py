@@ -73,21 +73,12 @@ class AuthenticationError(CiteflowError):
     status = 401
     code = "invalid_api_key"
 
-    def __init__(self, message: str, *, code: str | None = None) -> None:
-        super().__init__(message)
-        if code is not None:
-            self.code = code
-
 
 class PermissionDeniedError(CiteflowError):
     """A credential was presented but grants no access (a bad or expired signed link)."""
 
     kind = "permission_error"
     status = 403
-
-    def __init__(self, message: str, *, code: str | None = None) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 class RateLimitError(CiteflowError):
@@ -126,21 +117,9 @@ class UnknownCollectionError(CollectionNotFoundError):
 
     code = "collection_not_found"
 
-    def __init__(self, message: str, *, param: str | None = None) -> None:
-        super().__init__(message)
-        self.param = param
-
 
 class BadRequestError(InvalidRequestError):
     """An invalid request, naming the offending parameter (``param``) when there is one."""
-
-    code: str | None = None
-
-    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
-        super().__init__(message)
-        self.param = param
-        if code is not None:
-            self.code = code
 
 
 class PayloadTooLargeError(BadRequestError):
@@ -171,14 +150,9 @@ def describe(exc: BaseException) -> tuple[int, dict[str, Any]]:
     by the caller.
     """
     if isinstance(exc, UpstreamError | StorageFullError):  # their own words: for the log only
-        return exc.status, error_body(exc.public, exc.kind, code=getattr(exc, "code", None))
+        return exc.status, error_body(exc.public, exc.kind, code=exc.code)
     if isinstance(exc, CiteflowError):
-        return exc.status, error_body(
-            exc.message,
-            exc.kind,
-            param=getattr(exc, "param", None),
-            code=getattr(exc, "code", None),
-        )
+        return exc.status, error_body(exc.message, exc.kind, param=exc.param, code=exc.code)
     if isinstance(exc, RequestValidationError | ValidationError):
         return 400, _validation_body(list(exc.errors()))
     if isinstance(exc, StarletteHTTPException):
