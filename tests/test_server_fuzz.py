@@ -425,7 +425,6 @@ def _check(response: httpx.Response, what: str) -> None:
     kind = response.headers.get("content-type", "").split(";")[0]
     event(f"{response.request.method} {response.status_code} {kind}")  # statistics
     assert response.status_code < 500, f"{what} -> {response.status_code}: {response.text[:500]}"
-    kind = response.headers.get("content-type", "")
     if response.request.method == "HEAD":
         assert not response.content, what
     elif kind.startswith("application/json"):
