@@ -103,8 +103,8 @@ class ClientEngine:
         self._layouts.pop(collection, None)
         return self.client.delete_collection(collection)
 
-    def count(self, collection: str, where: Where | None = None) -> int:
-        return self.client.count(collection, count_filter=_filter(where), exact=True).count
+    def count(self, collection: str) -> int:
+        return self.client.count(collection, exact=True).count
 
     # --- writes ------------------------------------------------------------------------------
     def upsert(self, collection: str, points: Sequence[Point]) -> None:

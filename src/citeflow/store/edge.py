@@ -165,11 +165,8 @@ class EdgeEngine:
         return collection in self._shards or self._path(collection).is_dir()
 
     def create(self, collection: str, dimension: int) -> None:
-        self.create_at(self._path(collection), dimension)
-        self._shards[collection] = load_shard(self._path(collection))
-
-    def create_at(self, path: Path, dimension: int) -> None:
-        """Create a shard with citeflow's layout and payload indexes at ``path`` (closed)."""
+        """Create the collection's shard with citeflow's layout and payload indexes."""
+        path = self._path(collection)
         require_room(self.root)
         path.parent.mkdir(parents=True, exist_ok=True)
         shard = EdgeShard.create(str(path), self.config(dimension))
@@ -178,6 +175,7 @@ class EdgeEngine:
             shard.update(UpdateOperation.create_field_index(INCOMPLETE, PayloadSchemaType.Bool))
         finally:
             shard.close()
+        self._shards[collection] = load_shard(path)
 
     def layout(self, collection: str) -> Layout:
         return LAYOUT
@@ -207,11 +205,9 @@ class EdgeEngine:
         self._forget(collection)  # its `STALE_IDF` flag file moves with it
         self._path(collection).rename(self._path(name))
 
-    def count(self, collection: str, where: Where | None = None) -> int:
+    def count(self, collection: str) -> int:
         with reading(self._path(collection)):
-            return self._shard(collection).count(
-                CountRequest(exact=True, filter=edge_filter(where))
-            )
+            return self._shard(collection).count(CountRequest(exact=True))
 
     # --- writes ------------------------------------------------------------------------------
     def upsert(self, collection: str, points: Sequence[Point]) -> None:
