@@ -108,44 +108,33 @@ def test_existing_dest_is_verified_cheaply(tmp_path: Path, monkeypatch: pytest.M
     assert hashed == [dest]
 
 
-def test_tampered_dest_is_rebuilt(tmp_path: Path) -> None:
+@pytest.mark.parametrize("damage", ["tampered", "missing"])
+def test_a_tampered_or_missing_dest_is_rebuilt(tmp_path: Path, damage: str) -> None:
     parts, whole, dest, kwargs = assembled(tmp_path)
-    dest.write_bytes(b"x" * len(whole))  # same size, new mtime: the sidecar no longer matches
-    stat = dest.stat()
-    os.utime(dest, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    if damage == "missing":
+        dest.unlink()  # the sidecar stays behind, stale
+    else:  # same size, new mtime: the sidecar no longer matches
+        dest.write_bytes(b"x" * len(whole))
+        stat = dest.stat()
+        os.utime(dest, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
 
     models.assemble(parts, dest, **kwargs)
 
     assert dest.read_bytes() == whole
-
-
-def test_missing_dest_is_reassembled(tmp_path: Path) -> None:
-    parts, whole, dest, kwargs = assembled(tmp_path)
-    dest.unlink()  # the sidecar stays behind, stale
-
-    models.assemble(parts, dest, **kwargs)
-
-    assert dest.read_bytes() == whole
-
-
-def test_check_gguf_missing_file(tmp_path: Path) -> None:
-    with pytest.raises(ModelError) as caught:
-        models.check_gguf(tmp_path / "nope.gguf")
-    assert "not found" in str(caught.value)
-    assert "citeflow models install" in str(caught.value)
-    assert "CITEFLOW_LOCAL_MODEL_PATH" in str(caught.value)
 
 
 @pytest.mark.parametrize(
     ("name", "content", "match"),
     [
+        ("nope.gguf", None, "not found; .*citeflow models install.*CITEFLOW_LOCAL_MODEL_PATH"),
         ("model.gguf", b"<html>not a model</html>", "not a GGUF file"),
         (DEFAULT_LOCAL_MODEL_FILE, b"GGUF" + b"\0" * 60, "citeflow models install"),  # wrong size
     ],
 )
-def test_check_gguf_refuses(tmp_path: Path, name: str, content: bytes, match: str) -> None:
+def test_check_gguf_refuses(tmp_path: Path, name: str, content: bytes | None, match: str) -> None:
     path = tmp_path / name
-    path.write_bytes(content)
+    if content is not None:
+        path.write_bytes(content)
     with pytest.raises(ModelError, match=match):
         models.check_gguf(path)
 
