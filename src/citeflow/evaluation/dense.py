@@ -117,13 +117,6 @@ def _read_manifest(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _documents(dataset: BeirDataset) -> list[Document]:
-    return [
-        Document(id_=doc.id, text=doc.text, metadata={"title": doc.title})
-        for doc in dataset.corpus.values()
-    ]
-
-
 class DenseIndex:
     """A dataset's corpus embedded into a cached embedded-Qdrant directory (see module doc)."""
 
@@ -248,7 +241,9 @@ def _sync(
     """Make the collection hold exactly the corpus' chunks; returns (embedded, documents kept)."""
     store = kb.store
     ingestor = kb.ingestor(progress=False)
-    nodes = ingestor.chunk_documents(_documents(dataset))
+    corpus = dataset.corpus.values()
+    docs = [Document(id_=d.id, text=d.text, metadata={"title": d.title}) for d in corpus]
+    nodes = ingestor.chunk_documents(docs)
     expected: dict[str, tuple[str, int]] = {}
     for node in nodes:
         doc_id = str(node.metadata["doc_id"])

@@ -88,18 +88,14 @@ def per_query(
     judged = {qid: dict(docs) for qid, docs in qrels.items()}
     ranked = {qid: dict(scores) for qid, scores in run.items() if qid in judged and scores}
     found: dict[str, dict[str, float]] = {qid: {} for qid in ranked}
-    cut_measures = {
-        f"{_TREC_MEASURE[family]}.{','.join(map(str, ks))}"
-        for family in names
-        if family in _TREC_MEASURE
-    }
-    if cut_measures:
-        results = pytrec_eval.RelevanceEvaluator(judged, cut_measures).evaluate(ranked)
+    cut = [family for family in names if family in _TREC_MEASURE]
+    if cut:
+        measures = {f"{_TREC_MEASURE[family]}.{','.join(map(str, ks))}" for family in cut}
+        results = pytrec_eval.RelevanceEvaluator(judged, measures).evaluate(ranked)
         for qid, values in results.items():
-            for family in names:
-                if family in _TREC_MEASURE:
-                    for k in ks:
-                        found[qid][metric_name(family, k)] = values[f"{_TREC_MEASURE[family]}_{k}"]
+            for family in cut:
+                for k in ks:
+                    found[qid][metric_name(family, k)] = values[f"{_TREC_MEASURE[family]}_{k}"]
     if "MRR" in names:
         reciprocal = pytrec_eval.RelevanceEvaluator(judged, {"recip_rank"})
         for k in ks:

@@ -199,8 +199,7 @@ async def _run_one(
             for qid, text in queries.items():
                 group.create_task(one(qid, text))
     except BaseExceptionGroup as group_error:
-        first = group_error.exceptions[0]
-        raise first from None
+        raise group_error.exceptions[0] from None
     finally:
         bar.close()
     return run, time.perf_counter() - started
