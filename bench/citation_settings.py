@@ -56,12 +56,9 @@ DataSet = tuple[BeirDataset, dict[str, Any], Perfect]
 def recorded(dataset: BeirDataset, context: EvalContext, count: int) -> dict[str, Any]:
     """The real model's answers recorded for the first ``count`` questions."""
     cache = answer_cache(dataset, context, describe_llm(context.settings))
-    out = {}
-    for qid in list(dataset.queries)[:count]:
-        record = cache.get(qid, question_of(dataset.queries[qid]))
-        if record is not None:
-            out[qid] = record
-    return out
+    ids = list(dataset.queries)[:count]
+    found = {qid: cache.get(qid, question_of(dataset.queries[qid])) for qid in ids}
+    return {qid: record for qid, record in found.items() if record is not None}
 
 
 def perfect_of(dataset: BeirDataset, context: EvalContext, count: int) -> Perfect:

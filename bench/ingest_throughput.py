@@ -64,13 +64,10 @@ def main() -> None:
     # Raw encoding and ingestion alternate slice by slice (which goes first flips every slice).
     size = args.slice or len(docs)
     slices = [docs[i : i + size] for i in range(0, len(docs), size)]
-    slice_texts = []
-    start = 0
-    for part in slices:
-        ids = {d.doc_id for d in part}
-        count = sum(1 for n in nodes if n.metadata["doc_id"] in ids)
-        slice_texts.append(texts[start : start + count])
-        start += count
+    by_doc: dict[str, list[str]] = {}
+    for node, text in zip(nodes, texts, strict=True):
+        by_doc.setdefault(node.metadata["doc_id"], []).append(text)
+    slice_texts = [[t for d in part for t in by_doc.get(d.doc_id, [])] for part in slices]
     raw, ours, base, pairs = [], [], [], []
     for run in range(args.repeats):
         raw_s = ours_s = 0.0

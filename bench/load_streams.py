@@ -233,7 +233,7 @@ def cpu_seconds(pid: int, tid: int | None = None) -> float:
 
 def server_env(tmp: Path, upstream: str, args: argparse.Namespace, port: int) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CITEFLOW_")}
-    env.update(
+    return env | dict(
         CITEFLOW_DATA_DIR=str(tmp / "data"),
         CITEFLOW_COLLECTION=COLLECTION,
         CITEFLOW_LLM_PROVIDER="openai",
@@ -246,7 +246,6 @@ def server_env(tmp: Path, upstream: str, args: argparse.Namespace, port: int) ->
         CITEFLOW_HOST="127.0.0.1",
         CITEFLOW_PORT=str(port),
     )
-    return env
 
 
 async def wait_ready(url: str, process: subprocess.Popen[bytes], within: float = 180) -> None:

@@ -283,7 +283,8 @@ class MemoryLimit:
         self.mb = mb
         name = f"citeflow-store-scale-{os.getpid()}"
         v2, v1 = Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/memory")
-        if "memory" in _read(v2 / "cgroup.controllers").split():
+        controllers = v2 / "cgroup.controllers"
+        if controllers.is_file() and "memory" in controllers.read_text().split():
             self.path, limit = v2 / name, "memory.max"
         elif v1.is_dir():
             self.path, limit = v1 / name, "memory.limit_in_bytes"
@@ -302,13 +303,6 @@ class MemoryLimit:
 
     def remove(self) -> None:
         self.path.rmdir()
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text()
-    except OSError:
-        return ""
 
 
 def _run(src: Path, kind: str, *values: object, limit: MemoryLimit | None = None) -> dict[str, Any]:
