@@ -265,17 +265,14 @@ class CitationQueryWorkflow(Workflow):
                         AnswerDeltaEvent(text=piece.text, citations=list(piece.citations))
                     ),
                 )
-                annotate(
-                    current,
-                    cited=len(synthesis.cited),
-                    unsupported=len(synthesis.unsupported),
-                    **{
-                        f"citations.{action}": count
-                        for action, count in citation_actions(
-                            synthesis.citations, synthesis.raw_text
-                        ).items()
-                    },
-                )
+                if current.is_recording():  # counting the actions re-reads the answer
+                    actions = citation_actions(synthesis.citations, synthesis.raw_text)
+                    annotate(
+                        current,
+                        cited=len(synthesis.cited),
+                        unsupported=len(synthesis.unsupported),
+                        **{f"citations.{action}": count for action, count in actions.items()},
+                    )
                 if self.trace_content:
                     annotate(
                         current,
