@@ -12,7 +12,6 @@ from citeflow.citations.repair import (
     Citation,
     CitationPolicy,
     check_text,
-    insert_marker,
     needs_citation,
 )
 from citeflow.citations.sources import format_sources, make_sources, split_spans
@@ -205,12 +204,6 @@ def test_repair_disabled_only_validates_numbers() -> None:
     assert cits == [] and not unsupported
 
 
-def test_insert_marker_before_punctuation() -> None:
-    assert insert_marker("He left.", "[1]") == "He left [1]."
-    assert insert_marker('He said "go."', "[2]").endswith('[2]."')
-    assert insert_marker("No punctuation", "[1]") == "No punctuation [1]"
-
-
 # --- streaming -------------------------------------------------------------------------------
 def test_sentence_stream_is_lossless_and_holds_markers() -> None:
     text = "First claim. [1] Second claim [2]. Third\nline 3.5 units. Last one"
@@ -358,6 +351,8 @@ def test_markers_opening_a_sentence_move_to_its_end() -> None:
     text = _check(sources, mixed, **policy)[0]
     assert text == "Pet ducks eat leafy greens, peas and sweetcorn [2]."  # [1] does not support it
     assert _check(sources, "Pet ducks eat peas [2].", **policy)[0] == "Pet ducks eat peas [2]."
+    both = [sources[1], "Pet ducks eat peas."]
+    assert _check(both, "Pet ducks eat peas. [1] [2]", **policy)[0] == "Pet ducks eat peas [1][2]."
 
 
 async def test_the_contract_over_a_whole_answer_streamed_in_any_chunks() -> None:
@@ -415,5 +410,9 @@ def test_a_bare_decision_keeps_a_source_that_restates_the_question_less_fully() 
     ]
     assert _check(sources, "Yes [2].", question=question)[0] == "Yes [2]."
     assert _check(sources, "Yes [2].", question=question, decision_relative=0.8)[0] == "Yes [1]."
+    # a sentence that only restates the question is held to the same rule; one that adds to it
+    # is held to ``relative`` and moved to the best source
     claim = "Pretreatment with statins improves clinical outcome after stroke [2]."
-    assert _check(sources, claim, question=question)[0].endswith("stroke [1].")
+    assert _check(sources, claim, question=question)[0] == claim
+    added = "Statins improve clinical outcome after stroke in treated patients [2]."
+    assert _check(sources, added, question=question)[0].endswith("patients [1].")

@@ -7,7 +7,8 @@ for the sentence's statement (its text without markers or yes/no framing) and:
 * the model's own marker stays when its source supports the statement: the verifier's ``keep``
   score, and at least ``relative`` × the best source's (a marker far behind a better source is
   on the wrong one). A bare decision ("Yes [1].") is checked as the question's claim, which
-  any study of the same question restates, so it is held to ``decision_relative`` instead;
+  any study of the same question restates, so it, like any sentence whose words are all the
+  question's, is held to ``decision_relative`` instead;
 * a marker on a source that does not support the statement is moved to the source that supports
   it best, when that one reaches the verifier's ``add`` score;
 * a sentence with no marker gets one to that source the same way;
@@ -33,7 +34,7 @@ from typing import TYPE_CHECKING, Literal
 from citeflow.citations.markers import find_markers, render, renumber, strip_markers
 from citeflow.citations.stream import SentenceStream
 from citeflow.citations.support import LexicalSupport, Support
-from citeflow.citations.text import content_terms, frame_denies, statement_of
+from citeflow.citations.text import content_terms, frame_denies, statement_of, term_set
 from citeflow.citations.verify import CitationVerifier, JudgeVerifier, LexicalVerifier
 from citeflow.settings import CitationSettings
 
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
 Origin = Literal["model", "moved", "added"]
 
 #: canonical markers after a sentence's closing stop
-_AFTER_STOP = re.compile(r"(?<=[.!?])[ \t]*((?:\[\d+\])+)[ \t]*\Z")
+_AFTER_STOP = re.compile(r"(?<=[.!?])[ \t]*((?:\[\d+\][ \t]*)+)\Z")
 _END_PUNCT = re.compile(r"([.!?:;]+[\"')\]]*)\s*$")
 #: an answer sentence that is only a decision ("Yes.", "No, it does not.", "The answer is
 #: maybe."): it is about the question's claim, so that is what its citation is checked against
@@ -183,7 +184,8 @@ class CitationChecker:
         relative = self._policy.relative
         if decision and self._proposition and not content_terms(bare[decision.end() :]):
             statement, states = self._proposition, True  # "Yes." says the question's claim
-            relative = self._policy.decision_relative
+        if term_set(statement) <= term_set(self._proposition):
+            relative = self._policy.decision_relative  # restates the question's claim
         if not content_terms(statement):
             return CheckedSentence(renumber(sentence, {}), [])  # states nothing to check
         ranking = await self.verifier.rank(statement, cited, denied=denied)
@@ -324,7 +326,7 @@ def _markers_last(sentence: str) -> str:
     written after its closing stop ("He dropped out. [3]") go before it."""
     after = _AFTER_STOP.search(sentence)
     if after:
-        return insert_marker(sentence[: after.start()], after.group(1))
+        return insert_marker(sentence[: after.start()], "".join(after.group(1).split()))
     stripped = sentence.lstrip()
     markers: list[str] = []
     end = 0
