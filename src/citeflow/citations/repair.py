@@ -103,7 +103,7 @@ class CitationPolicy:
     judge: Judge | None = None
     judge_timeout: float = 30.0
     relative: float = 0.8
-    decision_relative: float = 0.65
+    decision_relative: float = 0.5
 
     def with_(self, **changes: object) -> CitationPolicy:
         """The same policy with some values changed, the settings' (``support_keep``...) or its
