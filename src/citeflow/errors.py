@@ -21,7 +21,7 @@ class CiteflowError(Exception):
     #: OpenAI-style error ``type`` and HTTP status used by the server.
     kind: str = "server_error"
     status: int = 500
-    #: the error body's ``param`` (the request field at fault) and ``code``, when there are
+    #: the error body's ``param`` (the request field at fault) and ``code``, when it has them
     param: str | None = None
     code: str | None = None
 
