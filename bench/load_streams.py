@@ -37,6 +37,9 @@ requests then arrive as one burst, and the waves stay synchronized.
 
 Targets at 64 concurrent: 0 errors, added TTFT p50 <= 100 ms and p95 <= 300 ms, peak RSS of the
 server <= 1.5 GB.
+
+One file of about 600 lines on purpose: the script is the client, starts itself as the upstream
+(``--serve-upstream``) and starts the server, so one command runs the whole experiment.
 """
 
 from __future__ import annotations

@@ -34,6 +34,9 @@ pages it needs to, and a worker that needs more anonymous memory than the limit 
 
     .venv/bin/python bench/store_scale.py [--sizes 10000,100000,1000000] [--stores old,new]
         [--old-ref 3b14540] [--queries 200] [--dir DIR] [--memory-limit MB]
+
+One file of about 470 lines on purpose: each cell re-runs this script as its worker process
+(``--worker``), against either tree's store, so the workers live beside the driver.
 """
 
 from __future__ import annotations

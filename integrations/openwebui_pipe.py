@@ -22,7 +22,8 @@ license: MIT
 # unknown model, a failure mid-answer) end the answer with a readable message and a final status
 # line; they never raise.
 #
-# Needs only the standard library, httpx and pydantic (both ship with Open WebUI).
+# Needs only the standard library, httpx and pydantic (both ship with Open WebUI). One file of
+# about 420 lines on purpose: Open WebUI takes a function as one pasted file.
 # (This file avoids a few import phrases that Open WebUI's loader rewrites in function code.)
 
 import json
