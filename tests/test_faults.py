@@ -1,5 +1,7 @@
 """The fault matrix: what citeflow does when the LLM provider, a client, the disk or the
 operating system fails it. Each fault is tested here or, where a test already existed, there.
+Over 400 lines: the matrix is one concept, and its fakes (a filling disk, a hanging embedder,
+a killed process) serve only it.
 
 The LLM provider (the real OpenAI client, through aiohttp, against the fake OpenAI server):
 

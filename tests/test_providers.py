@@ -1,7 +1,8 @@
 """Providers against a real HTTP server: OpenAI(-compatible) and Azure OpenAI, LLM and embeddings.
 
 Everything but the last test talks over real sockets to `FakeOpenAIServer`; the last one loads the
-real MiniLM embedder (marked slow).
+real MiniLM embedder (marked slow). Over 400 lines: two providers times LLM and embeddings, each
+with its failures and configuration errors, against one fake server fixture.
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ none), the same listings and the same answers to searches; interrupted by ``kill
 disk, nothing is lost and the next open finishes it; a busy or damaged earlier store is one line
 and left as it was.
 
+Over 400 lines because the earlier store is rebuilt here as citeflow 3b14540 wrote it
+(`OldStore`, ~200 lines that serve only these tests).
+
 The earlier store is written here as citeflow 3b14540 wrote it, by `OldStore` (its
 ``src/citeflow/store.py`` reduced to the calls its ingestion made) straight through
 qdrant-client: LlamaIndex's hybrid layout, payloads from ``node_to_metadata_dict``, the
