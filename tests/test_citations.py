@@ -170,9 +170,9 @@ LOOSE: dict[str, float | bool] = {"support_keep": 0.21, "support_threshold": 0.3
             "Ducks are waterfowl that live near ponds [3].",
             [(3, "added")],
         ),
-        (  # a marker written after the stop goes before it
-            "Yahoo bought Viaweb in 1998. [1]",
-            "Yahoo bought Viaweb in 1998 [1].",
+        (  # a marker written after the stop goes before it, and after a closing quote
+            'Yahoo bought Viaweb in "1998." [1]',
+            'Yahoo bought Viaweb in "1998" [1].',
             [(1, "model")],
         ),
         (  # the supported marker kept when a sibling is wrong, before the stop

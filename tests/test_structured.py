@@ -190,7 +190,7 @@ def test_sentences_with_empty_text_or_no_text_are_skipped() -> None:
 
 def test_render_sentence() -> None:
     assert render_sentence("Paris is the capital.", [1]) == "Paris is the capital [1]."
-    assert render_sentence('He said "yes."', [2, 3]) == 'He said "yes [2][3]."'
+    assert render_sentence('He said "yes."', [2, 3]) == 'He said "yes" [2][3].'
     assert render_sentence("  No punctuation  ", [4]) == "No punctuation [4]"
     assert render_sentence(" ", [1]) == ""
 

@@ -44,8 +44,8 @@ if TYPE_CHECKING:
 Origin = Literal["model", "moved", "added"]
 
 #: canonical markers after a sentence's closing stop
-_AFTER_STOP = re.compile(r"(?<=[.!?])[ \t]*((?:\[\d+\][ \t]*)+)\Z")
-_END_PUNCT = re.compile(r"([.!?:;]+[\"')\]]*)\s*$")
+_AFTER_STOP = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"'”’)\]]))[ \t]*((?:\[\d+\][ \t]*)+)\Z")
+_END_PUNCT = re.compile(r"([.!?:;]+)([\"'”’)\]]*)\s*$")
 #: an answer sentence that is only a decision ("Yes.", "No, it does not.", "The answer is
 #: maybe."): it is about the question's claim, so that is what its citation is checked against
 _BARE_DECISION = re.compile(
@@ -343,10 +343,12 @@ def _markers_last(sentence: str) -> str:
 
 
 def insert_marker(sentence: str, marker: str) -> str:
-    """Put ``marker`` at the end of the sentence, before its closing punctuation."""
+    """Put ``marker`` at the end of the sentence, before its closing punctuation; a closing quote
+    or bracket after the stop goes before the marker (``"data processing" [1].``), so the marker
+    never lands inside a quotation."""
     stripped = sentence.rstrip()
     trailing = sentence[len(stripped) :]
     match = _END_PUNCT.search(stripped)
     if match:
-        return f"{stripped[: match.start()].rstrip()} {marker}{match.group(1)}{trailing}"
+        return f"{stripped[: match.start()].rstrip()}{match[2]} {marker}{match[1]}{trailing}"
     return f"{stripped} {marker}{trailing}"
