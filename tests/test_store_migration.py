@@ -5,16 +5,14 @@ none), the same listings and the same answers to searches; interrupted by ``kill
 disk, nothing is lost and the next open finishes it; a busy or damaged earlier store is one line
 and left as it was.
 
-Over 400 lines because the earlier store is rebuilt here as citeflow 3b14540 wrote it
-(`OldStore`, ~200 lines that serve only these tests).
-
 The earlier store is written here as citeflow 3b14540 wrote it, by `OldStore` (its
-``src/citeflow/store.py`` reduced to the calls its ingestion made) straight through
-qdrant-client: LlamaIndex's hybrid layout, payloads from ``node_to_metadata_dict``, the
-``incomplete`` mark, SQLite files in write-ahead-log mode. The process writing it ends without
-closing anything, as ``kill -9`` would leave it, so part of what it wrote is still in SQLite's
-log. A collection of the layout before BM25 existed (one unnamed dense vector) is written by
-LlamaIndex's ``QdrantVectorStore``, as citeflow wrote those.
+``src/citeflow/store.py`` reduced to the calls its ingestion made; ~200 lines that serve only these
+tests, which is why this module is over 400 lines) straight through qdrant-client: LlamaIndex's
+hybrid layout, payloads from ``node_to_metadata_dict``, the ``incomplete`` mark, SQLite files in
+write-ahead-log mode. The process writing it ends without closing anything, as ``kill -9`` would
+leave it, so part of what it wrote is still in SQLite's log. A collection of the layout before BM25
+existed (one unnamed dense vector) is written by LlamaIndex's ``QdrantVectorStore``, as citeflow
+wrote those.
 """
 
 from __future__ import annotations
