@@ -76,7 +76,9 @@ TIDIED_WORDS = frozenset(f"{_FUNCTION}|{OBJECT_WORDS}".split("|"))
 #: what joins a marker to the next one ("[2] and [3]", "[2], [3]"), and to the one before
 _JOINER = re.compile(r",[ \t]*(?:(?:and|or|&)[ \t]+)?|(?:and|or|&)[ \t]+", re.I)
 _JOINED = re.compile(r"(?<=\])[ \t]*(?:,[ \t]*)?(?:and|or|&)[ \t]*\Z", re.I)
-_STOPPED = re.compile(r"[.!?][\"'”’)\]]*\Z")
+#: what may close a sentence after its stop (a character class's contents): quotes, brackets
+STOP_CLOSERS = "\"'”’)\\]"
+_STOPPED = re.compile(rf"[.!?][{STOP_CLOSERS}]*\Z")
 _OPENED = re.compile(r"[(\[【][ \t]*(?:see(?: also)?|cf\.|sources?)?[ \t,;:]*\Z", re.I)
 _CLOSED = re.compile(r"[ \t,;]*[)\]】]")
 _CLOSERS = ".,;:!?)]}】”’\r\n"

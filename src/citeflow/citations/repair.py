@@ -31,7 +31,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
-from citeflow.citations.markers import find_markers, render, renumber, strip_markers
+from citeflow.citations.markers import STOP_CLOSERS, find_markers, render, renumber, strip_markers
 from citeflow.citations.stream import SentenceStream
 from citeflow.citations.support import LexicalSupport, Support
 from citeflow.citations.text import content_terms, frame_denies, statement_of, term_set
@@ -44,8 +44,8 @@ if TYPE_CHECKING:
 Origin = Literal["model", "moved", "added"]
 
 #: canonical markers after a sentence's closing stop
-_AFTER_STOP = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"'”’)\]]))[ \t]*((?:\[\d+\][ \t]*)+)\Z")
-_END_PUNCT = re.compile(r"([.!?:;]+)([\"'”’)\]]*)\s*$")
+_AFTER_STOP = re.compile(rf"(?:(?<=[.!?])|(?<=[.!?][{STOP_CLOSERS}]))[ \t]*((?:\[\d+\][ \t]*)+)\Z")
+_END_PUNCT = re.compile(rf"([.!?:;]+)([{STOP_CLOSERS}]*)\s*$")
 #: an answer sentence that is only a decision ("Yes.", "No, it does not.", "The answer is
 #: maybe."): it is about the question's claim, so that is what its citation is checked against
 _BARE_DECISION = re.compile(
