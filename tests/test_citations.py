@@ -399,20 +399,20 @@ def test_a_bare_decision_is_checked_as_the_question_it_answers() -> None:
     assert _check(sources, "Yes [1].") == ("Yes.", [], False)
 
 
-def test_a_bare_decision_keeps_a_source_that_restates_the_question_less_fully() -> None:
-    """Studies of the same question restate it in other words: a bare "Yes [2]." on one that
-    scores 0.74 of the best keeps its marker (``decision_relative``), while the statement itself
-    at the same ratio is moved to the best source (``relative``)."""
-    question = "Does pretreatment with statins improve clinical outcome after stroke?"
-    sources = [
-        "Statins improve clinical outcome after stroke in treated patients.",
-        "Statins improve outcome after stroke in many patients.",
-    ]
-    assert _check(sources, "Yes [2].", question=question)[0] == "Yes [2]."
-    assert _check(sources, "Yes [2].", question=question, decision_relative=0.8)[0] == "Yes [1]."
-    # a sentence that only restates the question is held to the same rule; one that adds to it
-    # is held to ``relative`` and moved to the best source
+def test_the_question_s_claim_is_cited_to_the_best_ranked_source_that_restates_it() -> None:
+    """Studies of the same question restate it alike: "Yes [2]." goes to the best-ranked source
+    (Source 1 first) among those within ``decision_relative`` of the best-scoring one, so to the
+    source 0.74 as full when it ranks first, and not when the band is 0.8."""
+    q = "Does pretreatment with statins improve clinical outcome after stroke?"
+    full = "Statins improve clinical outcome after stroke in treated patients."
+    partial = "Statins improve outcome after stroke in many patients."
+    assert _check([partial, full], "Yes [2].", question=q)[0] == "Yes [1]."
+    assert _check([partial, full], "Yes [2].", question=q, decision_relative=0.8)[0] == "Yes [2]."
     claim = "Pretreatment with statins improves clinical outcome after stroke [2]."
-    assert _check(sources, claim, question=question)[0] == claim
-    added = "Statins improve clinical outcome after stroke in treated patients [2]."
-    assert _check(sources, added, question=question)[0].endswith("patients [1].")
+    assert _check([full, partial], claim, question=q)[0].endswith("stroke [1].")
+    # part of the claim keeps its marker within the band; more than the claim is held to
+    # ``relative`` and moved to the best-supported source
+    part = "Statins improve outcome after stroke [2]."
+    assert _check([full, partial], part, question=q)[0] == part
+    added = full.replace(".", " [2].")
+    assert _check([full, partial], added, question=q)[0].endswith("patients [1].")

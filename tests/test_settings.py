@@ -170,12 +170,7 @@ OLD_VARIABLES: dict[str, tuple[str, str, str, object]] = {
     "CITEFLOW_OPENWEBUI_JWT_SECRET": ("jwt", "server", "openwebui_jwt_secret", "jwt"),
     "CITEFLOW_TRACE_CONTENT": ("true", "tracing", "content", True),
     "CITEFLOW_ANNOTATIONS": ("on", "server", "annotations", "on"),
-    "CITEFLOW_CORS_ORIGINS": (
-        "https://a.example/",
-        "server",
-        "cors_origins",
-        ["https://a.example"],
-    ),
+    "CITEFLOW_CORS_ORIGINS": ("https://a.io/", "server", "cors_origins", ["https://a.io"]),
     "CITEFLOW_METRICS": ("false", "server", "metrics", False),
     "CITEFLOW_PUBLIC_URL": ("https://cf.example", "server", "public_url", "https://cf.example"),
     "CITEFLOW_LINK_SECRET": ("ls", "server", "link_secret", "ls"),

@@ -8,7 +8,9 @@ for the sentence's statement (its text without markers or yes/no framing) and:
   score, and at least ``relative`` × the best source's (a marker far behind a better source is
   on the wrong one). A bare decision ("Yes [1].") is checked as the question's claim, which
   any study of the same question restates, so it, like any sentence whose words are all the
-  question's, is held to ``decision_relative`` instead;
+  question's, is held to ``decision_relative`` instead; and as word support cannot tell such
+  studies apart on the claim's own words, a sentence stating just the claim is cited to the
+  best-ranked source (the retriever's order for those words) among those that support it;
 * a marker on a source that does not support the statement is moved to the source that supports
   it best, when that one reaches the verifier's ``add`` score;
 * a sentence with no marker gets one to that source the same way;
@@ -193,7 +195,12 @@ class CitationChecker:
         best = ranking[0] if ranking else None
         keep, add = self.verifier.keep, self.verifier.add
         floor = max(keep, relative * best.score) if best is not None else keep
-        kept = [n for n in cited if by_number[n].score >= floor - 1e-9]
+        band = [s.number for s in ranking if s.score >= floor - 1e-9]  # those that support it
+        if band and term_set(statement) == term_set(self._proposition):  # just the claim:
+            # every source about it has its words alike; the retriever ranked them for those
+            # very words (Source 1 first), so the best-ranked of those supporting it is cited
+            band, best, add = [min(band)], by_number[min(band)], min(add, floor) if cited else add
+        kept = [n for n in cited if n in band]
         citations = [_citation(bare, by_number[n], "model") for n in kept]
         mapping = {n: n for n in kept}
         supported = best is not None and best.score >= add - 1e-9
