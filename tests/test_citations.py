@@ -401,8 +401,8 @@ def test_a_bare_decision_is_checked_as_the_question_it_answers() -> None:
 
 def test_the_question_s_claim_is_cited_to_the_best_ranked_source_that_restates_it() -> None:
     """Studies of the same question restate it alike: "Yes [2]." goes to the best-ranked source
-    (Source 1 first) among those within ``decision_relative`` of the best-scoring one, so to the
-    source 0.74 as full when it ranks first, and not when the band is 0.8."""
+    (Source 1 first) among those within ``decision_relative`` of the best-scoring one: to a
+    source that restates it 0.74 as fully when that one ranks first, unless the band is 0.8."""
     q = "Does pretreatment with statins improve clinical outcome after stroke?"
     full = "Statins improve clinical outcome after stroke in treated patients."
     partial = "Statins improve outcome after stroke in many patients."
