@@ -199,7 +199,9 @@ class CitationChecker:
         if band and term_set(statement) == term_set(self._proposition):  # just the claim:
             # every source about it has its words alike; the retriever ranked them for those
             # very words (Source 1 first), so the best-ranked of those supporting it is cited
-            band, best, add = [min(band)], by_number[min(band)], min(add, floor) if cited else add
+            band = [min(band)]
+            best = by_number[band[0]]
+            add = min(add, floor) if cited else add  # moving a marker needs only the floor
         kept = [n for n in cited if n in band]
         citations = [_citation(bare, by_number[n], "model") for n in kept]
         mapping = {n: n for n in kept}
