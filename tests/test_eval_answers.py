@@ -70,6 +70,11 @@ def test_a_record_scores_citations_against_relevant_documents() -> None:
     counts = (score.citations, score.doc_correct, score.with_gold, score.cited_with_gold)
     assert counts == (2, 1, 1, 1)
     assert score.unsupported == 1 and score.figures()["doc_precision"] == 0.5
+    # an answer whose sources hold no relevant document: its citation is a retrieval miss
+    missed = {**record, "sources": [{"doc_id": "elsewhere", "text": "y"}], "answer": "No [1]."}
+    score.add(score_record(missed, dataset))
+    figures = score.figures()
+    assert figures["doc_precision"] == 0.333 and figures["doc_precision_gold_retrieved"] == 0.5
 
 
 def _copying_model() -> ScriptedLLM:

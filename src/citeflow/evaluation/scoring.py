@@ -4,7 +4,9 @@ Per dataset, over the answers whose sources hold a gold (relevant) document:
 
 * **cited**: the share of those answers with at least one citation;
 * **document precision**: the share of citations whose source is cut from a relevant document
-  (over every answer's citations);
+  (over every answer's citations), and the same over the answers whose sources hold one: a
+  citation in an answer whose sources hold none is wrong whatever the check does (retrieval
+  missed), so the gap between the two is retrieval's share of the wrong citations;
 * **sentence precision** (datasets with gold rationale sentences, SciFact): the share of
   citations whose quote is one of the gold sentences (it covers half of one, or one covers half
   of it);
@@ -103,6 +105,7 @@ class DatasetScore:
     with_gold: int = 0
     cited_with_gold: int = 0
     citations: int = 0
+    citations_with_gold: int = 0
     doc_correct: int = 0
     sentence_checked: int = 0
     sentence_correct: int = 0
@@ -127,6 +130,7 @@ class DatasetScore:
             "answers": self.answers,
             "cited": ratio(self.cited_with_gold, self.with_gold),
             "doc_precision": ratio(self.doc_correct, self.citations),
+            "doc_precision_gold_retrieved": ratio(self.doc_correct, self.citations_with_gold),
             "sentence_precision": ratio(self.sentence_correct, self.sentence_checked),
             "citations_per_answer": ratio(self.citations, self.answers),
             "citations": self.citations,
@@ -151,6 +155,7 @@ def score_record(
     score.with_gold = int(any(s["doc_id"] in relevant for s in sources))
     numbers = [n for m in find_markers(text) for n in m.numbers if 1 <= n <= len(sources)]
     score.citations = len(numbers)
+    score.citations_with_gold = score.citations * score.with_gold
     score.cited_with_gold = int(score.with_gold == 1 and bool(numbers))
     score.doc_correct = sum(sources[n - 1]["doc_id"] in relevant for n in numbers)
     if gold_sentences and answer is None:
@@ -180,6 +185,7 @@ _COLUMNS = {
     "answers": "answers",
     "cited": "cited",
     "doc_precision": "doc prec.",
+    "doc_precision_gold_retrieved": "doc prec. (gold retrieved)",
     "sentence_precision": "sent. prec.",
     "citations_per_answer": "cit./answer",
     "unsupported_per_answer": "unsupported",
