@@ -34,10 +34,13 @@ def test_broken_sentences_are_found_and_clean_ones_pass() -> None:
         "Twice..",
         "This is supported by the meta-analysis conducted in.",
         "It is stated in [2] and.",
+        "further confirms that iron is toxic.",
+        "It is supported by Rrp6p. further confirms that iron is toxic.",
     ]
     for sentence in broken:
         assert broken_sentences(sentence) == [sentence], sentence
     clean = 'Yahoo bought Viaweb in 1998 [1]. He said "go." It cost $49.5 million... Really?'
+    clean += " H. pylori has urease, e.g. the mRNA of iPhone users. Based on a True Story... is it."
     assert broken_sentences(clean) == []
 
 

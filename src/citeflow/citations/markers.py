@@ -19,8 +19,8 @@ marker was, so the answer's own wording (".NET", "cd ..") is never touched: no s
 punctuation, no doubled stop ('first, [3].', 'photography." [2].'; an ellipsis stays), no
 emptied bracket ("([1])", "(see [1])"), no double or trailing space, no dangling clause of
 function words (", which is [2].") or word left without its object ("as reported in [3]."), no
-joined lines; list items and table cells keep their
-bullets and pipes.
+sentence left without its subject ("[2] shows that X." keeps "Source 2 shows that X."), no
+joined lines; list items and table cells keep their bullets and pipes.
 """
 
 from __future__ import annotations
@@ -82,6 +82,9 @@ _STOPPED = re.compile(rf"[.!?][{STOP_CLOSERS}]*\Z")
 _OPENED = re.compile(r"[(\[【][ \t]*(?:see(?: also)?|cf\.|sources?)?[ \t,;:]*\Z", re.I)
 _CLOSED = re.compile(r"[ \t,;]*[)\]】]")
 _CLOSERS = ".,;:!?)]}】”’\r\n"
+#: a marker that opens a sentence as its subject ("[2] shows that ..."), not a list item
+_SENTENCE_START = re.compile(rf"(?:\A|\n|[.!?][{STOP_CLOSERS}]*[ \t]+)\Z")
+_VERB_NEXT = re.compile(r"[ \t]+(?!(?:and|or)\b)[a-z]{2}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,7 +205,10 @@ def _rewrite(text: str, keep: dict[int, int] | None) -> str:
         out += text[i : marker.start]
         numbers = marker.numbers
         new = "" if keep is None else render(dict.fromkeys(keep[n] for n in numbers if n in keep))
-        if not new:
+        if not new and _SENTENCE_START.search(out) and _VERB_NEXT.match(text, marker.end):
+            # the sentence's subject: named in words, so that the sentence keeps one
+            new = ("Sources " if len(numbers) > 1 else "Source ") + ", ".join(map(str, numbers))
+        elif not new:
             out, i = _close(out, text, marker.end)
             continue
         out, i = out + new, marker.end

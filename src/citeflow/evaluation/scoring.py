@@ -13,7 +13,8 @@ Per dataset, over the answers whose sources hold a gold (relevant) document:
 * **citations per answer**, **unsupported sentences** (reported by citeflow, per answer);
 * **broken sentences**: answer sentences left with a space before punctuation, doubled
   punctuation, an empty bracket, or a clause of function words or a preposition, article or
-  conjunction before the final stop ("which is.", "reported in.");
+  conjunction before the final stop ("which is.", "reported in."), or a sentence opening with
+  a lower-case word (its subject was a marker: "shows that X.");
 * **accuracy**: HotpotQA: a gold answer string stands in the answer (SQuAD normalisation:
   lower case, no punctuation or articles); PubMedQA: the answer's decision is the gold one
   (its first word when yes, no or maybe, else no when its first sentence denies, yes when it
@@ -47,7 +48,8 @@ _BROKEN = re.compile(
     r"|(?<!\.)\.\.(?!\.)|[!?]\.|[,;]{2}"  # doubled punctuation (an ellipsis is fine)
     r"|\[\s*[,;]?\s*\]|\(\s*\)|【\s*】"  # an empty bracket
     rf"|,\s+(?:{_FUNCTION_WORDS})(?:\s+(?:{_FUNCTION_WORDS}))*\s*[.!?]$"  # ", which is."
-    rf"|\s(?:{OBJECT_WORDS})\s*[.!?]$",  # a word whose object was a marker: "reported in."
+    rf"|\s(?:{OBJECT_WORDS})\s*[.!?]$"  # a word whose object was a marker: "reported in."
+    r"|(?-i:^[a-z]{2}|(?<=\w\w\w[.!?])\s+[a-z]{2})",  # one whose subject was: "It is. shows that"
     re.IGNORECASE,
 )
 
