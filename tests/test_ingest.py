@@ -10,7 +10,7 @@ import pytest
 from llama_index.core.schema import Document, MetadataMode
 
 from citeflow.errors import StoreLockedError
-from citeflow.ingestion.pipeline import Ingestor, doc_id_for
+from citeflow.ingestion.pipeline import Ingestor, doc_id_for, file_hash
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.settings import Settings
 from citeflow.store import Store
@@ -89,6 +89,27 @@ def test_changed_file_replaces_its_chunks(disk_kb: KnowledgeBase, folder: Path) 
     alpha = [p for p in _payloads(disk_kb) if p["file_name"] == "a.md"]
     assert len(alpha) == 1 and "rewritten entirely" in str(alpha[0]["_node_content"])
     assert len({p["content_hash"] for p in alpha}) == 1
+
+
+def test_a_change_of_chunk_size_cuts_every_document_again(
+    disk_kb: KnowledgeBase, folder: Path
+) -> None:
+    first = disk_kb.ingest([folder], progress=False)
+    before = {r.file_name: r.content_hash for r in disk_kb.documents()}
+    at_default = Ingestor(disk_kb.store, disk_kb.embed_model, collection="c", progress=False)
+    digest = file_hash(folder / "a.md")
+    assert at_default.version(digest) == digest  # what stores written before it counted hold
+    assert before["a.md"] == disk_kb.ingestor().version(digest) != digest
+    finer = Ingestor(
+        disk_kb.store, disk_kb.embed_model, collection=disk_kb.collection, chunk_size=64,
+        chunk_overlap=8, progress=False,
+    )  # fmt: skip
+    report = finer.ingest_paths([folder])
+    assert report.replaced == 2 and report.unchanged == 0 and report.chunks > first.chunks
+    assert disk_kb.count() == report.chunks  # the chunks of the old size are gone
+    assert finer.ingest_paths([folder]).unchanged == 2
+    assert disk_kb.ingest([folder], progress=False).replaced == 2
+    assert {r.file_name: r.content_hash for r in disk_kb.documents()} == before
 
 
 def test_prune_removes_documents_whose_files_are_gone(disk_kb: KnowledgeBase, folder: Path) -> None:

@@ -202,10 +202,11 @@ def _stored_whole(engine: Engine, collection: str, kept: Sequence[_Kept]) -> set
     try:
         ids = {doc_id_for(item.path): item for item in kept}
         stored = engine.store.content_hashes(collection, list(ids))
+        version = engine.knowledge_base(collection).ingestor(progress=False).version
         return {
             item.path.name
             for doc_id, item in ids.items()
-            if stored.get(doc_id) == file_hash(item.path)
+            if stored.get(doc_id) == version(file_hash(item.path))
         }
     except Exception:  # the store or the disk fails too: put every earlier upload back
         return set()

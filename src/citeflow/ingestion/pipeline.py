@@ -1,14 +1,16 @@
 """Ingestion: files → documents → chunks → embeddings → Qdrant, idempotently.
 
 Each file is one document keyed by its absolute path (``doc_id``) and identified by the sha256 of
-its bytes (``content_hash``). Unchanged files are skipped before they are even parsed. A document's
-chunks are stored marked incomplete (`citeflow.store.INCOMPLETE`: searches leave them out, listings
-show the document as incomplete); once its last chunk is stored, the chunks of the version it
-replaces (a changed file) are deleted and the mark is taken off. So a failure midway (a crash,
-``kill -9``, a full disk) never leaves a document with no chunks, never lets part of one into an
-answer, and the next run writes it again instead of taking it as unchanged (each chunk also
-records how many chunks its document has, ``chunk_count``). Chunk ids derive from the document and
-its content, so writing it again overwrites what was stored: no duplicate, no chunk lost.
+its bytes and the chunking it was cut with (``content_hash``, `Ingestor.version`). Unchanged files
+are skipped before they are even parsed; a change of chunk size writes every document again. A
+document's chunks are stored marked incomplete (`citeflow.store.INCOMPLETE`: searches leave them
+out, listings show the document as incomplete); once its last chunk is stored, the chunks of the
+version it replaces (a changed file) are deleted and the mark is taken off. So a failure midway (a
+crash, ``kill -9``, a full disk) never leaves a document with no chunks, never lets part of one
+into an answer, and the next run writes it again instead of taking it as unchanged (each chunk
+also records how many chunks its document has, ``chunk_count``). Chunk ids derive from the
+document and its version, so writing it again overwrites what was stored: no duplicate, no chunk
+lost.
 
 Writing (`bench/ingest_throughput.py`):
 
@@ -54,6 +56,8 @@ from citeflow.store import DocumentRecord, Store
 log = logging.getLogger("citeflow.ingest")
 
 _NAMESPACE = uuid.UUID("6f1f3c1e-8a4b-4c0e-9a51-2f2f5e0c1d7a")
+#: chunk size and overlap by default (tokens); a version cut so is its content's sha256 alone
+DEFAULT_CHUNKING = (512, 64)
 
 
 @dataclass
@@ -104,8 +108,8 @@ class Ingestor:
         embed_model: BaseEmbedding,
         *,
         collection: str,
-        chunk_size: int = 512,
-        chunk_overlap: int = 64,
+        chunk_size: int = DEFAULT_CHUNKING[0],
+        chunk_overlap: int = DEFAULT_CHUNKING[1],
         window: int | None = None,
         pool: int = 512,
         progress: bool = True,
@@ -129,6 +133,19 @@ class Ingestor:
         #: the chunks stored so far of each document (id, version) whose write is under way
         self._stored: dict[tuple[str, str], set[str]] = {}
 
+    def version(self, content_hash: str) -> str:
+        """The version of a document whose content has this sha256, as cut by this ingestor:
+        the hash itself at the default chunking (as stores written before the chunking counted
+        have it), else a hash of both, so that ingesting again after a change of
+        ``CITEFLOW_CHUNK_SIZE`` or ``_OVERLAP`` cuts every document again."""
+        chunking = (self.splitter.chunk_size, self.splitter.chunk_overlap)
+        if chunking == DEFAULT_CHUNKING:
+            return content_hash
+        return hashlib.sha256(f"{content_hash} chunks {chunking}".encode()).hexdigest()
+
+    def text_version(self, text: str) -> str:
+        return self.version(hashlib.sha256(text.encode()).hexdigest())
+
     # --- files -------------------------------------------------------------------------------
     def ingest_paths(self, paths: Iterable[Path], *, prune: bool = False) -> IngestReport:
         """Ingest files and folders (recursively); see the module docstring for the rules."""
@@ -143,7 +160,7 @@ class Ingestor:
         for path in tqdm(files, desc="reading", unit="file", disable=not self.progress):
             doc_id = doc_id_for(path)
             try:
-                digest = file_hash(path)
+                digest = self.version(file_hash(path))
                 old = existing.get(doc_id)
                 if old is not None and old.content_hash == digest and old.complete:
                     report.unchanged += 1
@@ -194,7 +211,7 @@ class Ingestor:
         todo: list[tuple[str, str, list[Document]]] = []
         replacing: set[str] = set()
         for doc in documents:
-            digest = hashlib.sha256(doc.text.encode()).hexdigest()
+            digest = self.text_version(doc.text)
             old = existing.get(doc.doc_id)
             if old == digest:
                 continue
@@ -261,7 +278,7 @@ class Ingestor:
         """The chunks ingestion would write for these documents (ids, metadata, no vectors)."""
         nodes: list[BaseNode] = []
         for doc in documents:
-            digest = hashlib.sha256(doc.text.encode()).hexdigest()
+            digest = self.text_version(doc.text)
             nodes.extend(self._chunks(doc.doc_id, digest, [doc]))
         return nodes
 
