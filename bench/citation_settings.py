@@ -19,6 +19,12 @@ rule of bare decisions ("Yes [1]."), on that dataset alone by the same rule with
 (keep, add, relative) fixed: a set whose questions are yes/no questions, which the FIRST set
 hardly has. The chosen settings and the defaults are then printed on every dataset, perfect
 model included.
+
+``--ceiling`` prints instead, per dataset, what any check that keeps supported citations could
+reach: of the citations the check leaves, the share whose sentence some relevant source of its
+answer supports at all (word support of the best one at least ``add``, at least ``keep``). A
+citation no relevant source supports can only be wrong: a retrieval miss, or a sentence the
+model took from an irrelevant source.
 """
 
 from __future__ import annotations
@@ -31,7 +37,9 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from citeflow.citations.markers import strip_markers
 from citeflow.citations.repair import CitationPolicy
+from citeflow.citations.text import statement_of
 from citeflow.evaluation.answers import answer_cache, question_of, recheck, recheck_all
 from citeflow.evaluation.dataset import BeirDataset, load_beir
 from citeflow.evaluation.dense import default_cache_dir
@@ -90,6 +98,26 @@ def rescore(
     return real, perfect_scores(answers, policy)
 
 
+async def ceiling(dataset: BeirDataset, records: Mapping[str, Any], policy: CitationPolicy) -> str:
+    cited = right = at_add = at_keep = 0
+    for record in records.values():
+        docs = [source["doc_id"] for source in record["sources"]]
+        relevant = dataset.relevant(record["query_id"])
+        verifier = policy.verifier([s["text"] for s in record["sources"]], record["question"])
+        for citation in (await recheck(record, policy))["citations"]:
+            ranking = await verifier.rank(statement_of(strip_markers(citation["sentence"])), [])
+            best = max((s.score for s in ranking if docs[s.number - 1] in relevant), default=0.0)
+            cited += 1
+            right += docs[citation["number"] - 1] in relevant
+            at_add += best >= verifier.add - 1e-9
+            at_keep += best >= verifier.keep - 1e-9
+    ok, add, keep = (f"{n / max(cited, 1):.3f}" for n in (right, at_add, at_keep))
+    return (
+        f"{dataset.name}: {cited} citations, right {ok}; a relevant source supports the sentence "
+        f"at >= add {add}, at >= keep {keep}"
+    )
+
+
 def meets_targets(scores: Mapping[str, PerfectScore]) -> bool:
     """≥ 98% of correct citations kept and none added wrong (verbatim, paraphrase); ≥ 90% of
     wrong citations fixed or removed (wrong)."""
@@ -146,6 +174,7 @@ def main() -> int:
     parser.add_argument("--answers", type=int, default=40)
     parser.add_argument("--perfect", type=int, default=100)
     parser.add_argument("--decisions", type=Path, help="the dataset that chooses decision_relative")
+    parser.add_argument("--ceiling", action="store_true", help="print what any check could reach")
     args = parser.parse_args()
     settings: Settings = load_settings()
     defaults = CitationPolicy(settings.citations)
@@ -160,7 +189,12 @@ def main() -> int:
             if not records:
                 print(f"{dataset.name}: no recorded answers; run citeflow eval", file=sys.stderr)
                 return 1
+            if args.ceiling:
+                print(asyncio.run(ceiling(dataset, records, defaults)))
+                continue
             sets.append((dataset, records, perfect_of(dataset, context, args.perfect)))
+        if args.ceiling:
+            return 0
         first, first_records, _ = sets[0]
         grid: list[Setting] = [(k, a, r) for k in KEEP for a in ADD for r in RELATIVE if a >= k]
         real: dict[Setting, DatasetScore] = {}
