@@ -144,6 +144,7 @@ class Ingestor:
         return hashlib.sha256(f"{content_hash} chunks {chunking}".encode()).hexdigest()
 
     def text_version(self, text: str) -> str:
+        """The version of an in-memory document with this text."""
         return self.version(hashlib.sha256(text.encode()).hexdigest())
 
     # --- files -------------------------------------------------------------------------------
