@@ -135,6 +135,19 @@ def test_support_picks_the_right_source_and_quote() -> None:
     assert support.score("Yahoo bought Viaweb in 1998.", 3).score < 0.2
 
 
+def test_a_statement_drawn_from_across_a_source_quotes_only_the_sentences_it_needs() -> None:
+    source = (
+        "Viaweb made software for online stores. It was based in Cambridge. "
+        "Yahoo bought Viaweb in 1998. The price was about 49 million dollars. "
+        "Later it became Yahoo Store."
+    )
+    best = LexicalSupport([source]).rank(
+        "Viaweb made store software; Yahoo bought it, and the price was 49 million dollars."
+    )
+    assert best[0].score > 0.9
+    assert best[0].quote == source[: source.index(" Later")]  # not the last sentence
+
+
 def test_equal_support_ranks_the_source_holding_the_phrase_first() -> None:
     sources = [
         "The rivalry is played in Oregon, between the Ducks and the Beavers, at football games.",

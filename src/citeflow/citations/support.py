@@ -5,7 +5,8 @@ of the statement's content words (weighted by how specific they are among the an
 that stand in one source sentence, two adjacent ones, or the whole source (a statement may join
 facts from several sentences of a paragraph). It needs no model, is deterministic, and costs well
 under a millisecond per sentence; the best window is the citation's quote, a single sentence
-preferred to a pair and a pair to the whole source (`WINDOW_PENALTY`, `SOURCE_PENALTY`).
+preferred to a pair and a pair to the whole source (`WINDOW_PENALTY`, `SOURCE_PENALTY`), which
+is quoted as the shortest run of its sentences that holds the words it shares with the statement.
 Between sources of equal support, the one whose quote holds the statement's words in the same
 order, as a phrase, ranks first.
 
@@ -74,6 +75,19 @@ class _Window:
     terms: frozenset[str]
     penalty: float = 0.0
     negated: bool = False
+
+
+def _narrowest(windows: Sequence[_Window], terms: frozenset[str]) -> tuple[int, int]:
+    """The shortest run of a source's sentences (its unpenalised windows) that holds ``terms``."""
+    sentences = [w for w in windows if not w.penalty]
+    runs = [
+        (j - i, sentences[i].start, sentences[j].end)
+        for i in range(len(sentences))
+        for j in range(i, len(sentences))
+        if terms <= frozenset().union(*(w.terms for w in sentences[i : j + 1]))
+    ]
+    _, start, end = min(runs)
+    return start, end
 
 
 @lru_cache(maxsize=4096)
@@ -255,5 +269,8 @@ class LexicalSupport:
             # strictly better only: on ties the single sentence (listed first) stays
             if key > best_key + 1e-9:
                 best, best_key, best_support = window, key, support
+        start, end = best.start, best.end
+        if best.penalty == SOURCE_PENALTY:  # the whole source: quote what holds the shared words
+            start, end = _narrowest(windows, statement.terms & best.terms)
         text = self._texts[number - 1]
-        return Support(number, best_support, text[best.start : best.end], best.start, best.end)
+        return Support(number, best_support, text[start:end], start, end)
