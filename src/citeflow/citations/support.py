@@ -80,12 +80,14 @@ class _Window:
 def _narrowest(windows: Sequence[_Window], terms: frozenset[str]) -> tuple[int, int]:
     """The shortest run of a source's sentences (its unpenalised windows) that holds ``terms``."""
     sentences = [w for w in windows if not w.penalty]
-    runs = [
-        (j - i, sentences[i].start, sentences[j].end)
-        for i in range(len(sentences))
-        for j in range(i, len(sentences))
-        if terms <= frozenset().union(*(w.terms for w in sentences[i : j + 1]))
-    ]
+    runs = []
+    for i, first in enumerate(sentences):
+        held: set[str] = set()
+        for count, last in enumerate(sentences[i:]):
+            held |= last.terms
+            if terms <= held:  # the shortest run from this sentence on
+                runs.append((count, first.start, last.end))
+                break
     _, start, end = min(runs)
     return start, end
 
