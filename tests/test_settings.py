@@ -12,6 +12,7 @@ from pydantic import SecretStr
 
 from citeflow.errors import ConfigError
 from citeflow.settings import (
+    ChunkingSettings,
     LLMSettings,
     RetrievalSettings,
     Settings,
@@ -31,6 +32,17 @@ def dotenv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The ``.env`` file `load_settings` reads: in a fresh working directory, not written yet."""
     monkeypatch.chdir(tmp_path)
     return tmp_path / ".env"
+
+
+def test_a_groups_defaults_read_neither_the_environment_nor_dotenv(
+    dotenv: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CITEFLOW_TOP_K", "9")
+    dotenv.write_text("CITEFLOW_CHUNK_SIZE=256\n")
+    assert (RetrievalSettings().top_k, ChunkingSettings().size) == (9, 256)
+    assert (RetrievalSettings.defaults().top_k, ChunkingSettings.defaults().size) == (6, 512)
+    assert RetrievalSettings.defaults(top_k=3).top_k == 3
+    assert RetrievalSettings().top_k == 9  # building defaults leaves the sources in place
 
 
 def config_error(**values: object) -> str:
@@ -55,7 +67,6 @@ def test_groups_are_given_as_instances_or_dicts_over_the_environment(
     s = Settings(_env_file=None, llm={"provider": "openai"}, retrieval=RetrievalSettings(top_k=3))
     assert (s.llm.provider, s.llm.model, s.retrieval.top_k) == ("openai", "from-env", 3)
     assert Settings(_env_file=None, llm=LLMSettings(provider="azure")).llm.provider == "azure"
-    assert RetrievalSettings.defaults().top_k == 6  # the environment is not read
     changed = s.updated(llm={"model": "other"})
     assert (changed.llm.model, changed.llm.provider, s.llm.model) == ("other", "openai", "from-env")
     with pytest.raises(TypeError, match="llm_provider"):

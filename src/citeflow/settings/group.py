@@ -12,6 +12,7 @@ with one warning line.
 from __future__ import annotations
 
 import logging
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, Self
 
@@ -27,6 +28,9 @@ logger = logging.getLogger("citeflow.settings")
 
 #: a path setting: ``~`` is the user's home
 UserPath = Annotated[Path, AfterValidator(Path.expanduser)]
+
+#: set while `SettingsGroup.defaults` builds a group: only the values given are read
+_DEFAULTS_ONLY: ContextVar[bool] = ContextVar("citeflow_settings_defaults_only", default=False)
 
 
 class SettingsGroup(BaseSettings):
@@ -56,7 +60,11 @@ class SettingsGroup(BaseSettings):
     def defaults(cls, **values: Any) -> Self:
         """The group's defaults with ``values`` changed, without reading the environment (for
         components built without settings, and tests)."""
-        return cls.model_validate(values)
+        token = _DEFAULTS_ONLY.set(True)
+        try:
+            return cls(**values)
+        finally:
+            _DEFAULTS_ONLY.reset(token)
 
     @classmethod
     def settings_customise_sources(
@@ -68,7 +76,10 @@ class SettingsGroup(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         """The usual sources; first, one warning line for each old variable name set in the
-        environment or ``.env``: ``CITEFLOW_OLD is deprecated; use CITEFLOW_NEW``."""
+        environment or ``.env``: ``CITEFLOW_OLD is deprecated; use CITEFLOW_NEW``. Only the
+        values given when `defaults` builds the group."""
+        if _DEFAULTS_ONLY.get():
+            return (init_settings,)
         found = [
             s.env_vars for s in (env_settings, dotenv_settings) if isinstance(s, EnvSettingsSource)
         ]
