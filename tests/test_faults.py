@@ -48,11 +48,8 @@ hostile request at large gets a 5xx (`test_server_fuzz.py`).
 from __future__ import annotations
 
 import errno
-import multiprocessing
 import os
 import re
-import select
-import signal
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -78,6 +75,7 @@ from citeflow.testing.llm import ScriptedLLM
 from citeflow.testing.openai_server import FakeOpenAIServer, Reply
 from tests.conftest import FACTS, open_kb, stored_points
 from tests.fakes.full_disk import FillingDisk, FullDiskClient, disk_full_error
+from tests.fakes.killed import kill_9_after
 from tests.server_helpers import (
     LiveServer,
     asgi_client,
@@ -374,28 +372,6 @@ def _ingest_until_killed(settings: Settings, path: Path, notify_fd: int) -> None
     os._exit(3)  # not reached: killed while hanging
 
 
-def _kill_midway(settings: Settings, path: Path) -> None:
-    """Ingest ``path`` in a real child process and ``kill -9`` it in its eighth batch."""
-    read_fd, write_fd = os.pipe()
-    child = multiprocessing.get_context("fork").Process(
-        target=_ingest_until_killed, args=(settings, path, write_fd), daemon=True
-    )
-    child.start()
-    os.close(write_fd)
-    try:
-        seen = b""
-        while len(seen) < 8:
-            ready, _, _ = select.select([read_fd], [], [], 20)
-            chunk = os.read(read_fd, 8) if ready else b""
-            assert chunk, f"the ingesting child stopped early (exit code {child.exitcode})"
-            seen += chunk
-    finally:
-        os.kill(child.pid, signal.SIGKILL)
-        child.join(10)
-        os.close(read_fd)
-    assert child.exitcode == -signal.SIGKILL
-
-
 async def test_kill_9_during_ingest_then_ingest_again(
     settings: Settings,
     tmp_path: Path,
@@ -410,7 +386,8 @@ async def test_kill_9_during_ingest_then_ingest_again(
     assert chunks > 20
     kb.close()  # the child process opens the embedded store
 
-    _kill_midway(settings, geese)
+    # in a real child process, killed in its eighth batch
+    kill_9_after(8, _ingest_until_killed, settings, geese, what="ingesting", within=20)
 
     # listed as incomplete, with the fix
     monkeypatch.setenv("CITEFLOW_DATA_DIR", str(settings.store.data_dir))

@@ -18,11 +18,10 @@ from citeflow.providers.llm import CompatAzureOpenAI, CompatOpenAI, build_llm
 from citeflow.providers.openai_stream import observed, stream_text
 from citeflow.providers.openai_stream_parsing import chat_responses, server_sent_events, text_deltas
 from citeflow.providers.upstream_errors import as_upstream_error
-from citeflow.settings import Settings
 from citeflow.testing.llm import ScriptedLLM
 from citeflow.testing.openai_server import FakeOpenAIServer, Reply
 from tests.server_helpers import listening
-from tests.settings_helpers import settings_of
+from tests.settings_helpers import llm_settings
 
 USER = [ChatMessage(role="user", content="What did the author work on before college?")]
 ANSWER = "Before college the author wrote short stories [1]. He also programmed an IBM 1401 [2]."
@@ -33,17 +32,6 @@ USAGE = {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}
 def server() -> Iterator[FakeOpenAIServer]:
     with FakeOpenAIServer(always_stream_usage=True) as fake:
         yield fake
-
-
-def _settings(server: FakeOpenAIServer, provider: str = "openai") -> Settings:
-    values: dict[str, Any] = {"llm_provider": provider, "llm_model": "chat-model"}
-    if provider == "openai":
-        values.update(openai_base_url=server.openai_base_url, openai_api_key="k")
-    else:
-        values.update(
-            azure_endpoint=server.azure_endpoint, azure_api_key="k", azure_api_version="2024-06-01"
-        )
-    return settings_of(**values)
 
 
 def _view(response: ChatResponse) -> tuple[Any, ...]:
@@ -68,7 +56,7 @@ async def test_same_responses_as_llama_index(
     server: FakeOpenAIServer, provider: str, aiohttp: bool
 ) -> None:
     server.script([ANSWER, ANSWER])
-    llm = build_llm(_settings(server, provider), max_retries=0, aiohttp=aiohttp)
+    llm = build_llm(llm_settings(server, provider), max_retries=0, aiohttp=aiohttp)
     assert isinstance(llm, CompatOpenAI | CompatAzureOpenAI)
     ours = await _collect(await llm.astream_chat(USER))
     with listening() as recorder:  # a listener: llama-index's own astream_chat
@@ -89,7 +77,7 @@ async def test_same_responses_as_llama_index(
 async def test_http_errors_and_dropped_streams_are_upstream_errors(
     server: FakeOpenAIServer, aiohttp: bool
 ) -> None:
-    llm = build_llm(_settings(server), max_retries=0, aiohttp=aiohttp)
+    llm = build_llm(llm_settings(server), max_retries=0, aiohttp=aiohttp)
     server.script([Reply.error(500), Reply.drop(after_tokens=3, text=ANSWER)])
     with pytest.raises(openai.InternalServerError) as caught:
         await _collect(await llm.astream_chat(USER))
@@ -176,7 +164,7 @@ async def test_llm_events_reach_an_attached_handler_and_are_skipped_without_one(
     server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     server.script([ANSWER, ANSWER])
-    llm = build_llm(_settings(server), max_retries=0)
+    llm = build_llm(llm_settings(server), max_retries=0)
     built: list[str] = []
     original = LLMChatInProgressEvent.__init__
 
@@ -232,7 +220,7 @@ async def test_stream_text_over_http_and_through_llama_index_when_observed(
     """`stream_text`: the lean text path for the OpenAI/Azure LLMs (no LLM events), LlamaIndex's
     ``astream_chat`` (with its events) when a handler listens, and for any other LLM."""
     server.script([ANSWER, ANSWER])
-    llm = build_llm(_settings(server, provider), max_retries=0)
+    llm = build_llm(llm_settings(server, provider), max_retries=0)
     assert "".join([t async for t in await stream_text(llm, USER)]) == ANSWER
 
     with listening() as recorder:

@@ -297,22 +297,19 @@ class FailingEmbedding(HashEmbedding):
         raise RuntimeError("the model fell over at /secret/path")
 
 
-async def test_an_in_process_embedder_failure_is_502_in_general_terms(kb: KnowledgeBase) -> None:
-    async with asgi_client(engine_with(kb, FailingEmbedding())) as client:
-        response = await client.post(URL, json=records(["x", "y"]))
-    assert_error(response, 502, "upstream_error")
-    assert "/secret/path" not in response.text
-
-
 class ShortEmbedding(HashEmbedding):
     def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
         return super()._get_text_embeddings(texts[1:])
 
 
-async def test_an_embedder_that_loses_vectors_is_502_not_500(kb: KnowledgeBase) -> None:
-    async with asgi_client(engine_with(kb, ShortEmbedding())) as client:
+@pytest.mark.parametrize("broken", [FailingEmbedding, ShortEmbedding], ids=["fails", "loses"])
+async def test_an_in_process_embedder_that_fails_or_loses_vectors_is_502_in_general_terms(
+    kb: KnowledgeBase, broken: type[HashEmbedding]
+) -> None:
+    async with asgi_client(engine_with(kb, broken())) as client:
         response = await client.post(URL, json=records(["x", "y"]))
     assert_error(response, 502, "upstream_error")
+    assert "/secret/path" not in response.text
 
 
 # --- the skill with Azure OpenAI behind API Management -------------------------------------------

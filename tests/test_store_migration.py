@@ -23,9 +23,7 @@ import math
 import multiprocessing
 import os
 import pickle
-import select
 import shutil
-import signal
 import sqlite3
 import time
 import uuid
@@ -62,6 +60,7 @@ from citeflow.store.edge import EdgeEngine
 from citeflow.testing.embedding import HashEmbedding
 from tests.conftest import stored_points
 from tests.fakes.full_disk import FillingDisk
+from tests.fakes.killed import kill_9_after
 
 DENSE, SPARSE, INCOMPLETE = "text-dense", "text-sparse-new", "incomplete"
 #: 3b14540's namespace for chunk ids (``ingestion/pipeline.py``)
@@ -476,25 +475,8 @@ def _migrate_until_killed(path: str, notify_fd: int) -> None:
 
 
 def test_a_migration_killed_midway_is_finished_by_the_next_open(large: Legacy) -> None:
-    read_fd, write_fd = os.pipe()
-    child = multiprocessing.get_context("fork").Process(
-        target=_migrate_until_killed, args=(str(large.path), write_fd), daemon=True
-    )
-    child.start()
-    os.close(write_fd)
-    try:
-        seen = b""
-        while len(seen) < 4:  # kb's one batch, then three of notes' twelve
-            ready, _, _ = select.select([read_fd], [], [], 60)
-            chunk = os.read(read_fd, 8) if ready else b""
-            assert chunk, f"the migrating child stopped early (exit code {child.exitcode})"
-            seen += chunk
-    finally:
-        assert child.pid is not None
-        os.kill(child.pid, signal.SIGKILL)
-        child.join(10)
-        os.close(read_fd)
-    assert child.exitcode == -signal.SIGKILL
+    # kb's one batch, then three of notes' twelve
+    kill_9_after(4, _migrate_until_killed, str(large.path), what="migrating", within=60)
     # killed while copying notes: the collections before it done, notes' half copy aside
     shards = sorted(p.name for p in (large.path / SHARDS).iterdir())
     assert shards == [".notes.migrating", "empty", "kb"]

@@ -26,12 +26,11 @@ from citeflow.errors import ModelError
 from citeflow.providers.llm import CompatAzureOpenAI, CompatOpenAI, build_llm
 from citeflow.providers.local_llm import LocalLlamaCppLLM
 from citeflow.providers.openai_stream import stream_text, supports_response_format
-from citeflow.settings import Settings
 from citeflow.testing.llm import ScriptedLLM
 from citeflow.testing.openai_server import FakeOpenAIServer
 from tests.conftest import smollm2_llm
 from tests.server_helpers import listening
-from tests.settings_helpers import settings_of
+from tests.settings_helpers import llm_settings
 
 Provider = Literal["openai", "azure"]
 USER = [ChatMessage(role="user", content="What is the capital of France?")]
@@ -279,22 +278,13 @@ def test_the_rendered_pieces_split_into_the_same_sentences() -> None:
 # --- LLMs -----------------------------------------------------------------------------------------
 
 
-def _settings(upstream: FakeOpenAIServer, provider: Provider, **values: Any) -> Settings:
-    if provider == "openai":
-        values.update(openai_base_url=upstream.openai_base_url, openai_api_key="k")
-    else:
-        values.update(azure_endpoint=upstream.azure_endpoint, azure_api_key="k")
-        values.setdefault("azure_api_version", "2024-10-21")
-    return settings_of(llm_provider=provider, llm_model="chat-model", **values)
-
-
 def test_which_llms_support_response_format(upstream: FakeOpenAIServer) -> None:
-    assert supports_response_format(build_llm(_settings(upstream, "openai")))
-    azure = build_llm(_settings(upstream, "azure"))
+    assert supports_response_format(build_llm(llm_settings(upstream, "openai")))
+    azure = build_llm(llm_settings(upstream, "azure"))
     assert isinstance(azure, CompatAzureOpenAI) and supports_response_format(azure)
-    preview = build_llm(_settings(upstream, "azure", azure_api_version="2024-08-01-preview"))
+    preview = build_llm(llm_settings(upstream, "azure", azure_api_version="2024-08-01-preview"))
     assert supports_response_format(preview)
-    old = build_llm(_settings(upstream, "azure", azure_api_version="2024-06-01"))
+    old = build_llm(llm_settings(upstream, "azure", azure_api_version="2024-06-01"))
     assert not supports_response_format(old)  # before structured outputs
     legacy = CompatOpenAI(model="gpt-3.5-turbo-instruct", api_key="k")
     assert not legacy.metadata.is_chat_model and not supports_response_format(legacy)
@@ -323,7 +313,7 @@ async def test_openai_streams_with_response_format_in_the_body(
     upstream: FakeOpenAIServer, provider: Provider
 ) -> None:
     upstream.script([REPLY])
-    llm = build_llm(_settings(upstream, provider), max_retries=0)
+    llm = build_llm(llm_settings(upstream, provider), max_retries=0)
     deltas, sentences = await stream_sentences(llm, USER)
     assert sentences == EXPECTED
     assert len(deltas) > 10  # streamed, not in one piece
@@ -335,7 +325,7 @@ async def test_openai_streams_with_response_format_in_the_body(
 
 async def test_without_response_format_the_request_is_unchanged(upstream: FakeOpenAIServer) -> None:
     upstream.script(["Paris [1]."])
-    llm = build_llm(_settings(upstream, "openai"), max_retries=0)
+    llm = build_llm(llm_settings(upstream, "openai"), max_retries=0)
     assert "".join([d async for d in await stream_text(llm, USER)]) == "Paris [1]."
     assert "response_format" not in upstream.last_request.json
 
@@ -346,7 +336,7 @@ async def test_response_format_also_goes_through_llama_index_when_observed(
     """With an event handler listening, `stream_text` goes through LlamaIndex's own streaming
     chat (and the SDK's ``create``): ``response_format`` still reaches the request."""
     upstream.script([REPLY])
-    llm = build_llm(_settings(upstream, "openai"), max_retries=0)
+    llm = build_llm(llm_settings(upstream, "openai"), max_retries=0)
     with listening() as recorder:
         text = "".join([d async for d in await stream_text(llm, USER, **_format())])
     assert "LLMChatInProgressEvent" in recorder.seen
@@ -356,7 +346,7 @@ async def test_response_format_also_goes_through_llama_index_when_observed(
 
 async def test_a_non_streamed_chat_passes_response_format_too(upstream: FakeOpenAIServer) -> None:
     upstream.script([REPLY])
-    llm = build_llm(_settings(upstream, "openai"), max_retries=0)
+    llm = build_llm(llm_settings(upstream, "openai"), max_retries=0)
     answer = await llm.achat(USER, **_format())
     assert answer.message.content == REPLY
     assert upstream.last_request.json["response_format"] == response_format(3)

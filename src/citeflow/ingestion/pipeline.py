@@ -51,13 +51,16 @@ from citeflow.bm25 import BM25Encoder
 from citeflow.errors import IngestError, StorageFullError
 from citeflow.ingestion.readers import discover, read_file
 from citeflow.providers.embeddings import embeds_remotely
+from citeflow.settings import ChunkingSettings
 from citeflow.store import DocumentRecord, Store
 
 log = logging.getLogger("citeflow.ingest")
 
 _NAMESPACE = uuid.UUID("6f1f3c1e-8a4b-4c0e-9a51-2f2f5e0c1d7a")
-#: chunk size and overlap by default (tokens); a version cut so is its content's sha256 alone
-DEFAULT_CHUNKING = (512, 64)
+_CHUNKING = ChunkingSettings.model_fields
+#: chunk size and overlap by default (tokens: the settings' defaults, not the environment's); a
+#: version cut so is its content's sha256 alone
+DEFAULT_CHUNKING: tuple[int, int] = (_CHUNKING["size"].default, _CHUNKING["overlap"].default)
 
 
 @dataclass
