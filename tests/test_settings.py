@@ -17,9 +17,11 @@ from citeflow.settings import (
     RetrievalSettings,
     Settings,
     env_example,
+    known_variables,
     load_settings,
     retired_settings,
     settings_groups,
+    unknown_settings,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -219,6 +221,7 @@ def test_every_old_variable_lands_in_its_group(monkeypatch: pytest.MonkeyPatch) 
         if value:
             monkeypatch.setenv(name, value)
     _old_names_land_in_their_fields(load_settings(_env_file=None))
+    assert unknown_settings() == []  # an old name is read, so it is not called unknown
 
 
 def test_every_old_variable_lands_in_its_group_from_a_dotenv_file(dotenv: Path) -> None:
@@ -251,6 +254,31 @@ def test_retired_settings_are_named_with_what_to_do(
     assert line.startswith("CITEFLOW_CITATION_RELEVANCE is no longer used:") and "remove" in line
     load_settings(_env_file=None)
     assert "CITEFLOW_CITATION_RELEVANCE is no longer used" in caplog.text
+
+
+def test_a_variable_citeflow_does_not_read_is_one_line_naming_the_closest(
+    dotenv: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("CITEFLOW_TOPK", "9")
+    dotenv.write_text("CITEFLOW_CHUNKSIZE=256\nCITEFLOW_FOO=1\nCITEFLOW_TOP_K=7\n")
+    with caplog.at_level(logging.WARNING, logger="citeflow.settings"):
+        settings = load_settings()
+    assert (settings.retrieval.top_k, settings.chunking.size) == (7, 512)
+    assert [r.getMessage() for r in caplog.records] == [
+        "CITEFLOW_CHUNKSIZE is not a citeflow setting and is ignored; did you mean "
+        "CITEFLOW_CHUNK_SIZE?",
+        "CITEFLOW_FOO is not a citeflow setting and is ignored; see .env.example for them",
+        "CITEFLOW_TOPK is not a citeflow setting and is ignored; did you mean CITEFLOW_TOP_K?",
+    ]
+    assert unknown_settings({"CITEFLOW_TOP_K": "1", "OTHER_TOPK": "1"}) == []
+
+
+def test_every_variable_the_docs_name_is_one_citeflow_reads() -> None:
+    named = set()
+    for doc in ("README.md", ".env.example", "ARCHITECTURE.md"):
+        text = (REPO / doc).read_text(encoding="utf-8")
+        named |= set(re.findall(r"CITEFLOW_[A-Z0-9_]*[A-Z0-9](?![A-Z0-9_*])", text))
+    assert named and named <= known_variables(), sorted(named - known_variables())
 
 
 def _keys(settings: Settings) -> list[str]:

@@ -11,6 +11,7 @@ Every field can be set from the environment or a ``.env`` file under its ``CITEF
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import os
@@ -18,7 +19,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
 
-from pydantic import BaseModel, SecretStr, ValidationError
+from dotenv import dotenv_values
+from pydantic import AliasChoices, BaseModel, SecretStr, ValidationError
 from pydantic_settings import SettingsError
 
 from citeflow.settings.group import SettingsGroup
@@ -68,10 +70,12 @@ __all__ = [
     "StoreSettings",
     "TracingSettings",
     "env_example",
+    "known_variables",
     "load_settings",
     "parse_api_keys",
     "read_api_keys_file",
     "retired_settings",
+    "unknown_settings",
     "values_by_variable",
 ]
 
@@ -170,17 +174,53 @@ def retired_settings(environ: Mapping[str, str] | None = None) -> list[str]:
     return [f"{name} is no longer used: {why}" for name, why in RETIRED.items() if name in env]
 
 
+PREFIX = "CITEFLOW_"
+#: ``CITEFLOW_*`` variables read outside the settings groups (the CLI's log level, the tests')
+OTHER_VARIABLES = frozenset({"CITEFLOW_LOG_LEVEL", "CITEFLOW_E2E_REQUIRED"})
+
+
+def known_variables() -> set[str]:
+    """Every ``CITEFLOW_*`` name citeflow reads: each field's, its old names, the retired ones."""
+    names = set(RETIRED) | OTHER_VARIABLES
+    for group in settings_groups().values():
+        for field, info in group.model_fields.items():
+            names.add(group.env_name(field))
+            if isinstance(info.validation_alias, AliasChoices):
+                names.update(str(choice).upper() for choice in info.validation_alias.choices)
+    return names
+
+
+def unknown_settings(
+    environ: Mapping[str, str] | None = None, env_file: str | Path | None = None
+) -> list[str]:
+    """One line per ``CITEFLOW_*`` variable set in the environment or ``env_file`` that citeflow
+    does not read (a typo is otherwise silently ignored), with the closest name it does read."""
+    env = os.environ if environ is None else environ
+    names = {name.upper() for name in env}
+    if env_file is not None and Path(env_file).is_file():
+        names |= {name.upper() for name in dotenv_values(env_file)}
+    known = known_variables()
+    lines = []
+    suffixes = [k.removeprefix(PREFIX) for k in known]
+    for name in sorted(n for n in names if n.startswith(PREFIX) and n not in known):
+        # compared without the shared prefix, which would make every name look alike
+        close = difflib.get_close_matches(name.removeprefix(PREFIX), suffixes, n=1, cutoff=0.75)
+        hint = f"did you mean {PREFIX}{close[0]}?" if close else "see .env.example for them"
+        lines.append(f"{name} is not a citeflow setting and is ignored; {hint}")
+    return lines
+
+
 def load_settings(_env_file: str | Path | None = ENV_FILE, **groups: Any) -> Settings:
     """Build the settings from the environment and ``.env`` (``groups`` as for `Settings`); a
     bad value is one clear error; a retired variable still set is logged as a warning, and so
-    is a renamed one (one line each).
+    are a renamed one and one citeflow does not read (one line each).
 
     Raises:
         ConfigError: a value is invalid, naming its variable.
     """
     from citeflow.errors import ConfigError
 
-    for line in retired_settings():
+    for line in retired_settings() + unknown_settings(env_file=_env_file):
         logging.getLogger(__name__).warning(line)
     try:
         return Settings(_env_file, **groups)
