@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from dotenv import dotenv_values
-from pydantic import AliasChoices, BaseModel, SecretStr, ValidationError
+from pydantic import BaseModel, SecretStr, ValidationError
 from pydantic_settings import SettingsError
 
 from citeflow.settings.group import SettingsGroup
@@ -183,10 +183,8 @@ def known_variables() -> set[str]:
     """Every ``CITEFLOW_*`` name citeflow reads: each field's, its old names, the retired ones."""
     names = set(RETIRED) | OTHER_VARIABLES
     for group in settings_groups().values():
-        for field, info in group.model_fields.items():
-            names.add(group.env_name(field))
-            if isinstance(info.validation_alias, AliasChoices):
-                names.update(str(choice).upper() for choice in info.validation_alias.choices)
+        for field in group.model_fields:
+            names.update((group.env_name(field), *group.old_env_names(field)))
     return names
 
 

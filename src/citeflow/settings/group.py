@@ -57,6 +57,14 @@ class SettingsGroup(BaseSettings):
         return f"{cls.model_config.get('env_prefix', '')}{field}".upper()
 
     @classmethod
+    def old_env_names(cls, field: str) -> tuple[str, ...]:
+        """The variables that set ``field`` before it was renamed: still read, with a warning."""
+        alias = cls.model_fields[field].validation_alias
+        if not isinstance(alias, AliasChoices):
+            return ()
+        return tuple(str(choice).upper() for choice in alias.choices[1:])
+
+    @classmethod
     def defaults(cls, **values: Any) -> Self:
         """The group's defaults with ``values`` changed, without reading the environment (for
         components built without settings, and tests)."""
@@ -83,9 +91,8 @@ class SettingsGroup(BaseSettings):
         found = [
             s.env_vars for s in (env_settings, dotenv_settings) if isinstance(s, EnvSettingsSource)
         ]
-        for field, info in cls.model_fields.items():
-            if isinstance(info.validation_alias, AliasChoices):
-                for old in info.validation_alias.choices[1:]:
-                    if any(str(old).lower() in env_vars for env_vars in found):
-                        logger.warning("%s is deprecated; use %s", old, cls.env_name(field))
+        for field in cls.model_fields:
+            for old in cls.old_env_names(field):
+                if any(old.lower() in env_vars for env_vars in found):
+                    logger.warning("%s is deprecated; use %s", old, cls.env_name(field))
         return init_settings, env_settings, dotenv_settings, file_secret_settings
