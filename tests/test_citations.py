@@ -17,7 +17,13 @@ from citeflow.citations.repair import (
 from citeflow.citations.sources import format_sources, make_sources, split_spans
 from citeflow.citations.stream import SentenceStream
 from citeflow.citations.support import LexicalSupport
-from citeflow.citations.text import content_terms, question_parts, sentence_spans, split_sentences
+from citeflow.citations.text import (
+    ABBREVIATIONS,
+    content_terms,
+    question_parts,
+    sentence_spans,
+    split_sentences,
+)
 
 ESSAY = (
     "Before college the two main things I worked on, outside of school, were writing and "
@@ -48,6 +54,30 @@ def test_sentence_spans_cover_sentences_and_keep_decimals() -> None:
     ]
     for start, end in sentence_spans(text):
         assert text[start:end] == text[start:end].strip()
+
+
+def test_a_full_stop_that_closes_an_abbreviation_ends_no_sentence() -> None:
+    text = (
+        "Edward Albee outlived J. M. Barrie. Dr. Smith of St. Louis met the U.S. Army, e.g. "
+        "Gerald R. Ford. So did I. Then it rained."
+    )
+    assert split_sentences(text) == [
+        "Edward Albee outlived J. M. Barrie.",
+        "Dr. Smith of St. Louis met the U.S. Army, e.g. Gerald R. Ford.",
+        "So did I.",  # the pronoun is no initial
+        "Then it rained.",
+    ]
+
+
+def test_the_abbreviations_are_those_of_punkts_english_model() -> None:
+    """`ABBREVIATIONS` is punkt's list (NLTK, with llama-index-core), not one written here."""
+    from llama_index.core.utils import globals_helper
+    from nltk.data import find
+    from nltk.tokenize.punkt import load_punkt_params
+
+    globals_helper.wait_for_nltk_check()  # LlamaIndex's bundled NLTK data on NLTK's path
+    punkt = load_punkt_params(find("tokenizers/punkt_tab/english/")).abbrev_types
+    assert {a for a in punkt if len(a) > 1 and a.isalpha()} == ABBREVIATIONS
 
 
 # --- sources ---------------------------------------------------------------------------------
@@ -193,6 +223,11 @@ LOOSE: dict[str, float | bool] = {"support_keep": 0.21, "support_threshold": 0.3
             "Yahoo bought Viaweb in 1998 [1].",
             [(1, "model")],
         ),
+        (  # an abbreviation's stop stays with it, the marker after it
+            "Yahoo bought Viaweb in 1998 in the U.S. [1]",
+            "Yahoo bought Viaweb in 1998 in the U.S. [1].",
+            [(1, "model")],
+        ),
     ],
 )
 def test_repair(sentence: str, expected: str, cited: list[tuple[int, str]]) -> None:
@@ -201,6 +236,14 @@ def test_repair(sentence: str, expected: str, cited: list[tuple[int, str]]) -> N
     assert [(c.number, c.origin) for c in cits] == cited
     for c in cits:  # the quote is a passage of the cited source
         assert c.quote and SOURCES[c.number - 1][c.quote_start : c.quote_end] == c.quote
+
+
+def test_a_name_with_initials_gets_one_marker_after_the_name() -> None:
+    sources = ["Poleconomy was invented by Bruce E. Hatherley and first published in 1980."]
+    checker = CitationPolicy().with_(**LOOSE).checker(sources, None)
+    answer = "Poleconomy was invented by Bruce E. Hatherley in 1980."
+    checked = asyncio.run(check_text(checker, answer))
+    assert checked.text == "Poleconomy was invented by Bruce E. Hatherley in 1980 [1]."
 
 
 def test_repair_leaves_refusals_and_questions_alone() -> None:
@@ -229,6 +272,13 @@ def test_sentence_stream_is_lossless_and_holds_markers() -> None:
     assert out[0] == "First claim. [1] "
     assert out[1] == "Second claim [2]. "
     assert all("[" not in seg or "]" in seg for seg in out)
+
+
+def test_sentence_stream_keeps_a_name_with_initials_whole() -> None:
+    text = "It is Gerald R. Ford International Airport [3]. Dr. Who? Yes."
+    stream = SentenceStream()
+    out = [seg for i in range(len(text)) for seg in stream.feed(text[i])] + stream.flush()
+    assert out == ["It is Gerald R. Ford International Airport [3]. ", "Dr. Who? ", "Yes."]
 
 
 def test_sources_are_the_pieces_that_cover_the_question() -> None:

@@ -36,7 +36,13 @@ from typing import TYPE_CHECKING, Literal
 from citeflow.citations.markers import STOP_CLOSERS, find_markers, render, renumber, strip_markers
 from citeflow.citations.stream import SentenceStream
 from citeflow.citations.support import LexicalSupport, Support
-from citeflow.citations.text import content_terms, frame_denies, statement_of, term_set
+from citeflow.citations.text import (
+    closes_abbreviation,
+    content_terms,
+    frame_denies,
+    statement_of,
+    term_set,
+)
 from citeflow.citations.verify import CitationVerifier, JudgeVerifier, LexicalVerifier
 from citeflow.settings import CitationSettings
 
@@ -354,10 +360,13 @@ def _markers_last(sentence: str) -> str:
 def insert_marker(sentence: str, marker: str) -> str:
     """Put ``marker`` at the end of the sentence, before its closing punctuation; a closing quote
     or bracket after the stop goes before the marker (``"data processing" [1].``), so the marker
-    never lands inside a quotation."""
+    never lands inside a quotation, and the full stop of an abbreviation stays with it
+    (``Washington, D.C. [1].``)."""
     stripped = sentence.rstrip()
     trailing = sentence[len(stripped) :]
     match = _END_PUNCT.search(stripped)
+    if match and match[1] == "." and closes_abbreviation(stripped, match.start()):
+        return f"{stripped} {marker}.{trailing}"
     if match:
         return f"{stripped[: match.start()].rstrip()}{match[2]} {marker}{match[1]}{trailing}"
     return f"{stripped} {marker}{trailing}"

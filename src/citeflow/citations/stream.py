@@ -2,13 +2,16 @@
 
 A sentence is complete once its terminator (``.``, ``!``, ``?``), any citation markers after it,
 the following whitespace and the first character of the next sentence have arrived, or at a line
-break. Each segment is returned with its trailing whitespace, so joining the segments gives back
-the streamed text exactly.
+break. A full stop that closes an abbreviation ends no sentence (`closes_abbreviation`). Each
+segment is returned with its trailing whitespace, so joining the segments gives back the streamed
+text exactly.
 """
 
 from __future__ import annotations
 
 import re
+
+from citeflow.citations.text import closes_abbreviation
 
 _BOUNDARY = re.compile(
     r"[.!?][\"')\]]*"
@@ -28,13 +31,18 @@ class SentenceStream:
         """Add ``delta`` and return the segments it completed."""
         self._buffer += delta
         out: list[str] = []
-        while (match := _BOUNDARY.search(self._buffer)) is not None:
+        start = 0  # where to look for the next boundary
+        while (match := _BOUNDARY.search(self._buffer, start)) is not None:
+            if closes_abbreviation(self._buffer, match.start()):
+                start = match.start() + 1
+                continue
             end = match.end()
             # a run of newlines may go on in the next delta; take it whole only when followed
             if "\n" in match.group(0) and end == len(self._buffer):
                 break
             out.append(self._buffer[:end])
             self._buffer = self._buffer[end:]
+            start = 0
         return out
 
     def flush(self) -> list[str]:

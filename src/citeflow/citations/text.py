@@ -10,8 +10,11 @@ import Stemmer
 
 # A sentence ends at . ! ? (optionally followed by closing quotes/brackets) before whitespace,
 # or at a line break. Decimal points and "e.g." mid-sentence are left alone because the next
-# character must be whitespace and the next word must not start in lower case.
+# character must be whitespace and the next word must not start in lower case; a full stop that
+# closes an abbreviation ("St. Louis", "J. M. Barrie") is left alone too (`closes_abbreviation`).
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[^a-z\s])|\n+")
+# the word a full stop closes: letters, or dotted letters ("U.S", "e.g"), not part of a longer word
+_WORD_AT_STOP = re.compile(r"(?<![\w.])[A-Za-z]+(?:\.[A-Za-z]+)*\Z")
 _WORD = re.compile(r"[a-z0-9]+(?:['’-][a-z0-9]+)*")
 
 STOPWORDS = frozenset(
@@ -76,6 +79,40 @@ def question_parts(question: str) -> list[str]:
     return [p for p in parts if p]
 
 
+#: The words punkt's English model (NLTK) takes for abbreviations, without dots or single letters
+#: (those `closes_abbreviation` recognises by their form): learnt from newswire, not from any
+#: dataset here, and held to the model by `tests/test_citations.py`. Copied rather than loaded
+#: because importing NLTK takes 2.0 s (``python -X importtime -c "import nltk.data"``, this
+#: 2-core machine), which the first answer of every process would wait for.
+ABBREVIATIONS = frozenset(
+    """
+    adm ala ariz aug ave bros calif chg cie co col colo conn corp cos ct dec dr feb fla fri ft ga
+    gen ill inc jan jr kan ky lt ltd maj messrs mg mich minn mr mrs ms nev nov oct ok okla ore pa
+    prof rep reps sen sep sept sr st sw tenn tues va vs vt wash wed wis yr
+    """.split()
+)
+
+
+def closes_abbreviation(text: str, stop: int) -> bool:
+    """Whether the full stop at ``text[stop]`` closes an abbreviation rather than a sentence: an
+    initial ("J. M. Barrie", "Gerald R. Ford"; not the pronoun "I"), a dotted abbreviation ("U.S.
+    Army", "e.g. Grammarly") or a capitalised one of `ABBREVIATIONS` ("St. Louis", "Dr. Smith").
+    A sentence that does end on one ("... moved to the U.S. The next year ...") runs on into the
+    next: two sentences checked as one, where a split would put markers inside a name.
+    """
+    if text[stop : stop + 1] != ".":
+        return False
+    match = _WORD_AT_STOP.search(text, max(0, stop - 16), stop)
+    if match is None:
+        return False
+    word = match.group(0)
+    if "." in word:
+        return True
+    if len(word) == 1:
+        return word.isupper() and word != "I"
+    return word[0].isupper() and word.lower() in ABBREVIATIONS
+
+
 @lru_cache(maxsize=4096)
 def sentence_spans(text: str) -> tuple[tuple[int, int], ...]:
     """Character spans ``(start, end)`` of the sentences of ``text``, whitespace trimmed.
@@ -85,6 +122,8 @@ def sentence_spans(text: str) -> tuple[tuple[int, int], ...]:
     spans: list[tuple[int, int]] = []
     start = 0
     for match in _SENTENCE_END.finditer(text):
+        if closes_abbreviation(text, match.start() - 1):
+            continue
         _append_trimmed(text, start, match.start() + _trailing_len(text, match), spans)
         start = match.end()
     _append_trimmed(text, start, len(text), spans)
