@@ -39,6 +39,13 @@ def test_broken_sentences_are_found_and_clean_ones_pass() -> None:
     ]
     for sentence in broken:
         assert broken_sentences(sentence) == [sentence], sentence
+    # a marker put inside a name: "J. M. Barrie", "Washington, D.C."
+    name = "Edward Albee lived a longer life than J [1]."
+    assert broken_sentences(f"{name} M. Barrie was born in 1860.") == [name]
+    assert broken_sentences("It serves Washington, D.C [1]. Not Boston.") == [
+        "It serves Washington, D.C [1]."
+    ]
+    assert broken_sentences("Some say X: others say Y [2].") == []  # the answer's last word
     clean = 'Yahoo bought Viaweb in 1998 [1]. He said "go." It cost $49.5 million... Really?'
     clean += " H. pylori has urease, e.g. the mRNA of iPhone users. Based on a True Story... is it."
     assert broken_sentences(clean) == []

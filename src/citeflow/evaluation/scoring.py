@@ -33,7 +33,7 @@ from typing import Any
 
 from citeflow.citations.markers import OBJECT_WORDS, find_markers, strip_markers
 from citeflow.citations.support import negates
-from citeflow.citations.text import split_sentences
+from citeflow.citations.text import closes_abbreviation, split_sentences
 from citeflow.evaluation.dataset import BeirDataset
 from citeflow.evaluation.table import text_table
 
@@ -59,9 +59,29 @@ def normalise(text: str) -> str:
     return " ".join(_ARTICLES.sub(" ", text.lower().translate(_PUNCT)).split())
 
 
+# markers between a sentence's last word and its full stop
+_MARKERS_BEFORE_STOP = re.compile(r"\w((?:\s*\[[^\[\]]*\])+)\s*\.$")
+
+
 def broken_sentences(answer: str) -> list[str]:
     """The sentences of ``answer`` whose text was left broken."""
-    return [s for s in split_sentences(answer) if _BROKEN.search(s.strip())]
+    sentences = split_sentences(answer)
+    return [
+        s
+        for i, s in enumerate(sentences)
+        if _BROKEN.search(s.strip()) or (i + 1 < len(sentences) and _cuts_a_name(s.strip()))
+    ]
+
+
+def _cuts_a_name(sentence: str) -> bool:
+    """A marker put inside a name, where a full stop was taken for a sentence's end ("than J
+    [1]. M. Barrie"): the sentence ends on an initial or abbreviation, markers, then the stop,
+    and the answer goes on (an answer's last word may well be a single letter)."""
+    match = _MARKERS_BEFORE_STOP.search(sentence)
+    if match is None:
+        return False
+    bare = sentence[: match.start(1)] + "."
+    return closes_abbreviation(bare, len(bare) - 1)
 
 
 def decision_of(answer: str) -> str:
