@@ -223,6 +223,11 @@ LOOSE: dict[str, float | bool] = {"support_keep": 0.21, "support_threshold": 0.3
             "Yahoo bought Viaweb in 1998 [1].",
             [(1, "model")],
         ),
+        (  # a number written before and after the sentence is cited once, at its end
+            "[1] Yahoo bought Viaweb in 1998. [1]",
+            "Yahoo bought Viaweb in 1998 [1].",
+            [(1, "model")],
+        ),
         (  # an abbreviation's stop stays with it, the marker after it
             "Yahoo bought Viaweb in 1998 in the U.S. [1]",
             "Yahoo bought Viaweb in 1998 in the U.S. [1].",

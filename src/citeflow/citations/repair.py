@@ -338,23 +338,28 @@ def needs_citation(sentence: str) -> bool:
 def _markers_last(sentence: str) -> str:
     """A sentence the model opened with its markers ("[1] The two main things ...") gets them at
     its end, where a reader expects them (and where Open WebUI's chips read naturally); markers
-    written after its closing stop ("He dropped out. [3]") go before it."""
+    written after its closing stop ("He dropped out. [3]") go before it. A number the sentence
+    already cites is not written twice ("[1] He dropped out. [1]" keeps one)."""
+    moved: list[int] = []
     after = _AFTER_STOP.search(sentence)
     if after:
-        return insert_marker(sentence[: after.start()], "".join(after.group(1).split()))
+        moved = [n for m in find_markers(after.group(1)) for n in m.numbers]
+        sentence = sentence[: after.start()]
     stripped = sentence.lstrip()
-    markers: list[str] = []
+    opening: list[int] = []
     end = 0
     for marker in find_markers(stripped):
         if stripped[end : marker.start].strip(" ,"):
             break
-        markers.append(stripped[marker.start : marker.end])
+        opening.extend(marker.numbers)
         end = marker.end
     rest = stripped[end:].lstrip(" ,")
-    if not markers or not rest.strip():
-        return sentence
-    leading = sentence[: len(sentence) - len(stripped)]
-    return leading + insert_marker(rest, "".join(markers))
+    if opening and rest.strip():
+        sentence = sentence[: len(sentence) - len(stripped)] + rest
+        moved = opening + moved
+    present = {n for m in find_markers(sentence) for n in m.numbers}
+    numbers = [n for n in dict.fromkeys(moved) if n not in present]
+    return insert_marker(sentence, render(numbers)) if numbers else sentence
 
 
 def insert_marker(sentence: str, marker: str) -> str:
