@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from citeflow.errors import InvalidRequestError
 from citeflow.evaluation.cli import build_parser, run
 from citeflow.evaluation.dataset import load_beir
 from citeflow.evaluation.scoring import (
@@ -134,6 +135,26 @@ def test_eval_answers_records_rechecks_and_prints_the_figures(
     assert run(args, settings=settings, embed_model=HashEmbedding(), llm=llm) == 0
     assert len(llm.prompts) == asked
     assert json.loads(out.read_text())["answers"]["answered_now"] == 0
+
+
+def test_skip_answers_a_later_slice_of_the_questions(
+    settings: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [str(MINI), "--retrievers", "none", "--skip", "1", "--answers", "2", "-q"]
+    argv += ["--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "report.json")]
+    llm = _copying_model()
+    assert (
+        run(
+            build_parser().parse_args(argv), settings=settings, embed_model=HashEmbedding(), llm=llm
+        )
+        == 0
+    )
+    assert "questions 2-3" in capsys.readouterr().out
+    asked = [load_beir(MINI).queries[q] for q in list(load_beir(MINI).queries)[1:3]]
+    assert len(llm.prompts) == 2 and all(q in p for q, p in zip(asked, llm.prompts, strict=True))
+    too_far = build_parser().parse_args([*argv[:3], "--skip", "99", "--answers", "1", "-q"])
+    with pytest.raises(InvalidRequestError, match="--skip 99 leaves no question"):
+        run(too_far, settings=settings, embed_model=HashEmbedding(), llm=llm)
 
 
 def test_the_essay_questions_are_a_dataset() -> None:

@@ -132,6 +132,15 @@ async def recheck_all(
     return [await recheck(r, policy) for r in records.values()]
 
 
+def questions_of(dataset: BeirDataset, ids: Sequence[str]) -> str:
+    """Which questions ``ids`` are, for a table's title: "first 80 questions", "questions
+    81-160"."""
+    first = list(dataset.queries).index(ids[0]) + 1 if ids else 1
+    if first == 1:
+        return f"first {len(ids)} questions"
+    return f"questions {first}-{first + len(ids) - 1}"
+
+
 def answer_cache(dataset: BeirDataset, context: EvalContext, llm: str) -> AnswerCache:
     """Where the answers of ``llm`` (its name) to ``dataset`` are recorded under the context's
     settings and corpus index."""
@@ -145,12 +154,12 @@ def answers_section(
     dataset: BeirDataset,
     context: EvalContext,
     *,
-    count: int,
+    ids: Sequence[str],
     template: str = CLAIM_QUESTION,
     llm: LLM | None = None,
 ) -> tuple[str, dict[str, Any]]:
-    """``citeflow eval --answers N``: the first N questions answered by the workflow (the
-    configured LLM, or ``llm``) and scored (`citeflow.evaluation.scoring`); the table and the
+    """``citeflow eval --answers N [--skip K]``: the questions ``ids`` answered by the workflow
+    (the configured LLM, or ``llm``) and scored (`citeflow.evaluation.scoring`); the table and the
     report's section."""
     import asyncio
 
@@ -175,7 +184,6 @@ def answers_section(
     def workflow() -> CitationQueryWorkflow:
         return corpus_index(dataset, context).kb.workflow(model())
 
-    ids = list(dataset.queries)[:count]
     try:
         records, answered = asyncio.run(
             answer_all(dataset, ids, cache, workflow, template=template, progress=context.progress)
@@ -195,7 +203,7 @@ def answers_section(
         ),
     }
     title = (
-        f"Answers: {dataset.name}/{dataset.split}, first {len(ids)} questions, {name} "
+        f"Answers: {dataset.name}/{dataset.split}, {questions_of(dataset, ids)}, {name} "
         f"({answered} answered now, the rest from {cache.directory})"
     )
     return table(title, rows), {

@@ -57,12 +57,19 @@ def _k_values(text: str) -> tuple[int, ...]:
 
 
 def _positive(text: str) -> int:
+    value = _not_negative(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _not_negative(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer of 0 or more, got {value}")
     return value
 
 
@@ -113,6 +120,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="answer the first N questions through the whole workflow and print, for the "
         "model's own markers and for citeflow's checked answer: answers cited, citation "
         "precision, citations per answer, broken sentences, accuracy, seconds per answer",
+    )
+    parser.add_argument(
+        "--skip",
+        type=_not_negative,
+        default=0,
+        metavar="K",
+        help="with --answers: start after the first K questions (--skip 80 --answers 80: "
+        "questions 81-160, a slice that chose no setting)",
     )
     parser.add_argument(
         "--perfect-model",
@@ -245,14 +260,18 @@ def _answers_table(
     from citeflow.evaluation.perfect_answers import perfect_section
 
     template = args.question or DEFAULT_QUESTION
+    ids = list(dataset.queries)[args.skip : args.skip + args.answers]
+    if not ids:
+        raise InvalidRequestError(
+            f"--skip {args.skip} leaves no question: {dataset.name}/{dataset.split} has "
+            f"{len(dataset.queries)}; skip fewer"
+        )
     if args.perfect_model:
         shown, section = perfect_section(
-            dataset, context, count=args.answers, variant=args.perfect_model, template=template
+            dataset, context, ids=ids, variant=args.perfect_model, template=template
         )
     else:
-        shown, section = answers_section(
-            dataset, context, count=args.answers, template=template, llm=llm
-        )
+        shown, section = answers_section(dataset, context, ids=ids, template=template, llm=llm)
     report.extra["answers"] = section
     return shown
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from citeflow.evaluation.answers import CLAIM_QUESTION, answer_now, question_of
+from citeflow.evaluation.answers import CLAIM_QUESTION, answer_now, question_of, questions_of
 
 if TYPE_CHECKING:
     from citeflow.evaluation.dataset import BeirDataset
@@ -71,18 +71,18 @@ def perfect_section(
     dataset: BeirDataset,
     context: EvalContext,
     *,
-    count: int,
+    ids: Sequence[str],
     variant: Variant,
     template: str = CLAIM_QUESTION,
 ) -> tuple[str, dict[str, Any]]:
-    """``citeflow eval --answers N --perfect-model VARIANT``: the first N questions answered by
+    """``citeflow eval --answers N --perfect-model VARIANT``: the questions ``ids`` answered by
     the perfect-model fake (`citeflow.evaluation.perfect_model`) through the whole workflow;
     prints how many of its correct citations citeflow kept, how many it added wrong, and how many
     of its wrong ones it fixed or removed, beside the usual figures."""
     from citeflow.evaluation.perfect_model import PerfectScore, score_answer
     from citeflow.evaluation.scoring import score_all, table
 
-    answered = perfect_answers(dataset, context, list(dataset.queries)[:count], variant, template)
+    answered = perfect_answers(dataset, context, list(ids), variant, template)
     records = [record for record, _ in answered]
     perfect = PerfectScore.total(score_answer(a, r["answer"]) for r, a in answered)
     name = f"perfect model ({variant})"
@@ -92,7 +92,7 @@ def perfect_section(
     }
     figures = perfect_figures(perfect)
     shown = ", ".join(f"{k} {v}" for k, v in figures.items())
-    title = f"Answers: {dataset.name}/{dataset.split}, first {len(records)} questions, {name}"
+    title = f"Answers: {dataset.name}/{dataset.split}, {questions_of(dataset, ids)}, {name}"
     return table(title, rows) + f"\n{name}: {shown}", {
         "llm": name,
         "perfect": figures,
