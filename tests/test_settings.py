@@ -246,7 +246,7 @@ def test_a_renamed_variable_is_one_deprecation_line(
 
 
 def test_retired_settings_are_named_with_what_to_do(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    dotenv: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     assert retired_settings({}) == []
     monkeypatch.setenv("CITEFLOW_CITATION_RELEVANCE", "0.6")
@@ -254,6 +254,11 @@ def test_retired_settings_are_named_with_what_to_do(
     assert line.startswith("CITEFLOW_CITATION_RELEVANCE is no longer used:") and "remove" in line
     load_settings(_env_file=None)
     assert "CITEFLOW_CITATION_RELEVANCE is no longer used" in caplog.text
+    # one set in .env is named too (it is a name citeflow knows, so not called unknown)
+    caplog.clear()
+    dotenv.write_text("CITEFLOW_CITATION_SCORE_GAP=0.05\n")
+    load_settings()
+    assert "CITEFLOW_CITATION_SCORE_GAP is no longer used" in caplog.text
 
 
 def test_a_variable_citeflow_does_not_read_is_one_line_naming_the_closest(

@@ -15,7 +15,7 @@ import difflib
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -77,6 +77,7 @@ __all__ = [
     "retired_settings",
     "unknown_settings",
     "values_by_variable",
+    "variables_set",
 ]
 
 ENV_FILE = ".env"
@@ -168,10 +169,20 @@ RETIRED = {
 }
 
 
-def retired_settings(environ: Mapping[str, str] | None = None) -> list[str]:
-    """One line per retired ``CITEFLOW_*`` variable that is still set."""
-    env = os.environ if environ is None else environ
-    return [f"{name} is no longer used: {why}" for name, why in RETIRED.items() if name in env]
+def variables_set(env_file: str | Path | None = None) -> set[str]:
+    """The names of the variables set in the environment or in ``env_file``, upper case (as
+    the settings read them: case-insensitively)."""
+    names = {name.upper() for name in os.environ}
+    if env_file is not None and Path(env_file).is_file():
+        names |= {name.upper() for name in dotenv_values(env_file)}
+    return names
+
+
+def retired_settings(names: Collection[str] | None = None) -> list[str]:
+    """One line per retired ``CITEFLOW_*`` variable that is still set (among ``names``, by
+    default the environment's)."""
+    names = variables_set() if names is None else names
+    return [f"{name} is no longer used: {why}" for name, why in RETIRED.items() if name in names]
 
 
 PREFIX = "CITEFLOW_"
@@ -188,15 +199,11 @@ def known_variables() -> set[str]:
     return names
 
 
-def unknown_settings(
-    environ: Mapping[str, str] | None = None, env_file: str | Path | None = None
-) -> list[str]:
-    """One line per ``CITEFLOW_*`` variable set in the environment or ``env_file`` that citeflow
-    does not read (a typo is otherwise silently ignored), with the closest name it does read."""
-    env = os.environ if environ is None else environ
-    names = {name.upper() for name in env}
-    if env_file is not None and Path(env_file).is_file():
-        names |= {name.upper() for name in dotenv_values(env_file)}
+def unknown_settings(names: Collection[str] | None = None) -> list[str]:
+    """One line per ``CITEFLOW_*`` variable set (among ``names``, by default the environment's)
+    that citeflow does not read (a typo is otherwise silently ignored), with the closest name it
+    does read."""
+    names = variables_set() if names is None else names
     known = known_variables()
     lines = []
     suffixes = [k.removeprefix(PREFIX) for k in known]
@@ -218,7 +225,8 @@ def load_settings(_env_file: str | Path | None = ENV_FILE, **groups: Any) -> Set
     """
     from citeflow.errors import ConfigError
 
-    for line in retired_settings() + unknown_settings(env_file=_env_file):
+    names = variables_set(_env_file)
+    for line in retired_settings(names) + unknown_settings(names):
         logging.getLogger(__name__).warning(line)
     try:
         return Settings(_env_file, **groups)
