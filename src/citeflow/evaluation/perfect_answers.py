@@ -82,7 +82,7 @@ def perfect_section(
     from citeflow.evaluation.perfect_model import PerfectScore, score_answer
     from citeflow.evaluation.scoring import score_all, table
 
-    answered = perfect_answers(dataset, context, list(ids), variant, template)
+    answered = perfect_answers(dataset, context, ids, variant, template)
     records = [record for record, _ in answered]
     perfect = PerfectScore.total(score_answer(a, r["answer"]) for r, a in answered)
     name = f"perfect model ({variant})"
