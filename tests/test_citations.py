@@ -467,6 +467,26 @@ def test_a_bare_decision_is_checked_as_the_question_it_answers() -> None:
     assert _check(sources, "Yes [1].") == ("Yes.", [], False)
 
 
+async def test_a_decision_is_cited_to_the_evidence_its_answer_cited() -> None:
+    """ "Yes." rests on what the answer said before it: its marker stays on a source the earlier
+    sentences are cited to that supports the claim, or moves there, rather than to the
+    best-ranked source; and with a judge checking sentences at once, a decision still waits for
+    the sentences before it."""
+    q = "Does pretreatment with statins improve clinical outcome after stroke?"
+    sources = [
+        "Statins improve clinical outcome after stroke in treated patients.",
+        "Statins improve outcome after stroke. Treated patients recovered sooner.",
+        "Ducks swim.",
+    ]
+    evidence = "Treated patients recovered sooner [2]. "
+    for written, cited in (("Yes [2].", 2), ("Yes [3].", 2), ("Yes [1].", 1)):
+        answer = await check_text(CitationPolicy().checker(sources, q), evidence + written)
+        assert answer.text == f"{evidence}Yes [{cited}]."
+    # no earlier citation: the best-ranked source that supports the claim, as before
+    alone = await check_text(CitationPolicy().checker(sources, q), "Yes [2].")
+    assert alone.text == "Yes [1]."
+
+
 def test_the_question_s_claim_is_cited_to_the_best_ranked_source_that_restates_it() -> None:
     """Studies of the same question restate it alike: "Yes [2]." goes to the best-ranked source
     (Source 1 first) among those within ``decision_relative`` of the best-scoring one: to a

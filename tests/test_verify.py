@@ -226,6 +226,22 @@ async def test_the_judge_checks_later_sentences_while_earlier_ones_wait_in_order
     assert many.most_sentences == RepairedAnswer.CHECKS_IN_FLIGHT
 
 
+async def test_a_decision_judged_first_still_waits_for_the_evidence_before_it() -> None:
+    # the evidence sentence's verdict comes last; the decision after it is cited to that evidence
+    sources = [
+        "Statins improve clinical outcome after stroke in treated patients.",
+        "Statins improve outcome after stroke. Treated patients recovered sooner.",
+        "Ducks swim.",
+    ]
+    q = "Does pretreatment with statins improve clinical outcome after stroke?"
+    judge = ScriptedJudge({"Ducks": 0.0}, default=1.0, delays={"Treated": 0.05})
+    answer = RepairedAnswer(CitationPolicy(judge=judge).checker(sources, q))
+    await answer.feed("Treated patients recovered sooner [2]. Yes [3].")
+    await answer.flush()
+    assert answer.text == "Treated patients recovered sooner [2]. Yes [2]."
+    assert judge.most_sentences == 2  # judged at once
+
+
 async def test_an_abandoned_answer_cancels_its_running_checks() -> None:
     judge = ScriptedJudge({}, stall=30.0, delays={"Ducks": 0.0})
     answer = RepairedAnswer(CitationPolicy(judge=judge).checker(SOURCES))

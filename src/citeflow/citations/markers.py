@@ -21,6 +21,9 @@ emptied bracket ("([1])", "(see [1])"), no double or trailing space, no dangling
 function words (", which is [2].") or word left without its object ("as reported in [3]."), no
 sentence left without its subject ("[2] shows that X." keeps "Source 2 shows that X."), no
 joined lines; list items and table cells keep their bullets and pipes.
+
+Placing a marker (`insert_marker`, `markers_last`) puts it at the end of its sentence, before the
+closing punctuation, never inside a quotation or after an abbreviation's full stop.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
+
+from citeflow.citations.text import closes_abbreviation
 
 _NUM = r"\d{1,3}(?:[ \t]*[-–][ \t]*\d{1,3})?"
 _NUMS = rf"{_NUM}(?:[ \t]*(?:,|;|and|&)[ \t]*(?:Sources?[ \t]*)?{_NUM})*"
@@ -241,3 +246,50 @@ def strip_footnotes(text: str) -> str:
     the spacing they leave is fixed (a document's own wording is not touched)."""
     text = _SPACE_BEFORE_PUNCTUATION.sub(r"\1", _FOOTNOTE_RE.sub("", text))
     return _DOUBLE_SPACE.sub(" ", text)
+
+
+#: canonical markers after a sentence's closing stop
+_AFTER_STOP = re.compile(rf"(?:(?<=[.!?])|(?<=[.!?][{STOP_CLOSERS}]))[ \t]*((?:\[\d+\][ \t]*)+)\Z")
+_END_PUNCT = re.compile(rf"([.!?:;]+)([{STOP_CLOSERS}]*)\s*$")
+
+
+def markers_last(sentence: str) -> str:
+    """A sentence the model opened with its markers ("[1] The two main things ...") gets them at
+    its end, where a reader expects them (and where Open WebUI's chips read naturally); markers
+    written after its closing stop ("He dropped out. [3]") go before it. A number the sentence
+    already cites is not written twice ("[1] He dropped out. [1]" keeps one)."""
+    moved: list[int] = []
+    after = _AFTER_STOP.search(sentence)
+    if after:
+        moved = [n for m in find_markers(after.group(1)) for n in m.numbers]
+        sentence = sentence[: after.start()]
+    stripped = sentence.lstrip()
+    opening: list[int] = []
+    end = 0
+    for marker in find_markers(stripped):
+        if stripped[end : marker.start].strip(" ,"):
+            break
+        opening.extend(marker.numbers)
+        end = marker.end
+    rest = stripped[end:].lstrip(" ,")
+    if opening and rest.strip():
+        sentence = sentence[: len(sentence) - len(stripped)] + rest
+        moved = opening + moved
+    present = {n for m in find_markers(sentence) for n in m.numbers}
+    numbers = [n for n in dict.fromkeys(moved) if n not in present]
+    return insert_marker(sentence, render(numbers)) if numbers else sentence
+
+
+def insert_marker(sentence: str, marker: str) -> str:
+    """Put ``marker`` at the end of the sentence, before its closing punctuation; a closing quote
+    or bracket after the stop goes before the marker (``"data processing" [1].``), so the marker
+    never lands inside a quotation, and the full stop of an abbreviation stays with it
+    (``Washington, D.C. [1].``)."""
+    stripped = sentence.rstrip()
+    trailing = sentence[len(stripped) :]
+    match = _END_PUNCT.search(stripped)
+    if match and match[1] == "." and closes_abbreviation(stripped, match.start()):
+        return f"{stripped} {marker}.{trailing}"
+    if match:
+        return f"{stripped[: match.start()].rstrip()}{match[2]} {marker}{match[1]}{trailing}"
+    return f"{stripped} {marker}{trailing}"

@@ -10,7 +10,9 @@ for the sentence's statement (its text without markers or yes/no framing) and:
   any study of the same question restates, so it, like any sentence whose words are all the
   question's, is held to ``decision_relative`` instead; and as word support cannot tell such
   studies apart on the claim's own words, a sentence stating just the claim is cited to the
-  best-ranked source (the retriever's order for those words) among those that support it;
+  evidence the answer's earlier sentences are cited to, when a source of it supports the claim
+  (the model's own choice among them first), else to the best-ranked source (the retriever's
+  order for those words) among those that support it;
 * a marker on a source that does not support the statement is moved to the source that supports
   it best, when that one reaches the verifier's ``add`` score;
 * a sentence with no marker gets one to that source the same way;
@@ -29,15 +31,21 @@ from __future__ import annotations
 import asyncio
 import re
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
-from citeflow.citations.markers import STOP_CLOSERS, find_markers, render, renumber, strip_markers
+from citeflow.citations.markers import (
+    find_markers,
+    insert_marker,
+    markers_last,
+    render,
+    renumber,
+    strip_markers,
+)
 from citeflow.citations.stream import SentenceStream
 from citeflow.citations.support import LexicalSupport, Support
 from citeflow.citations.text import (
-    closes_abbreviation,
     content_terms,
     frame_denies,
     statement_of,
@@ -51,9 +59,6 @@ if TYPE_CHECKING:
 
 Origin = Literal["model", "moved", "added"]
 
-#: canonical markers after a sentence's closing stop
-_AFTER_STOP = re.compile(rf"(?:(?<=[.!?])|(?<=[.!?][{STOP_CLOSERS}]))[ \t]*((?:\[\d+\][ \t]*)+)\Z")
-_END_PUNCT = re.compile(rf"([.!?:;]+)([{STOP_CLOSERS}]*)\s*$")
 #: an answer sentence that is only a decision ("Yes.", "No, it does not.", "The answer is
 #: maybe."): it is about the question's claim, so that is what its citation is checked against
 _BARE_DECISION = re.compile(
@@ -170,9 +175,27 @@ class CitationChecker:
         self._count = len(texts)
         # what a bare "Yes." or "The answer is no." states: the question's proposition
         self._proposition = statement_of(question or "").strip().rstrip("?").strip()
+        # each sentence checked so far: when its check is done, and the sources it is cited to
+        self._checks: list[asyncio.Future[tuple[int, ...]]] = []
 
     async def check(self, sentence: str) -> CheckedSentence:
-        """The sentence with supported markers only, and its citations."""
+        """The sentence with supported markers only, and its citations. Checks of one answer's
+        sentences may run at once (a judge's verdicts are awaited together); a decision that
+        rests on the sentences before it waits for their checks."""
+        earlier = tuple(self._checks)
+        done: asyncio.Future[tuple[int, ...]] = asyncio.get_running_loop().create_future()
+        self._checks.append(done)
+        numbers: tuple[int, ...] = ()
+        try:
+            checked = await self._check(sentence, earlier)
+            numbers = checked.numbers
+            return checked
+        finally:
+            done.set_result(numbers)
+
+    async def _check(
+        self, sentence: str, earlier: Sequence[asyncio.Future[tuple[int, ...]]]
+    ) -> CheckedSentence:
         bare = strip_markers(sentence).strip()
         if not bare:
             return CheckedSentence("", [])
@@ -203,11 +226,14 @@ class CitationChecker:
         floor = max(keep, relative * best.score) if best is not None else keep
         band = [s.number for s in ranking if s.score >= floor - 1e-9]  # those that support it
         if band and term_set(statement) == term_set(self._proposition):  # just the claim:
-            # every source about it has its words alike; the retriever ranked them for those
-            # very words (Source 1 first), so the best-ranked of those supporting it is cited
-            band = [min(band)]
+            # the evidence this answer has cited decides it, when that supports the claim;
+            # otherwise every source about it has its words alike, and the retriever ranked
+            # them for those very words (Source 1 first): the best-ranked supporting it
+            evidence = {n for numbers in await asyncio.gather(*earlier) for n in numbers}
+            need = keep if cited else add
+            band = [_decision_source(evidence, cited, by_number, need, min(band))]
             best = by_number[band[0]]
-            add = min(add, floor) if cited else add  # moving a marker needs only the floor
+            add = min(add, floor, best.score) if cited else add  # moving needs only support
         kept = [n for n in cited if n in band]
         citations = [_citation(bare, by_number[n], "model") for n in kept]
         mapping = {n: n for n in kept}
@@ -220,10 +246,25 @@ class CitationChecker:
                 text = insert_marker(renumber(sentence, {}), render([best.number]))
                 added = _citation(bare, best, "added")
                 return CheckedSentence(text, [added], numbers=(best.number,))
-        text = _markers_last(renumber(sentence, mapping))
+        text = markers_last(renumber(sentence, mapping))
         unsupported = not citations and states
         numbers = tuple(dict.fromkeys(mapping[n] for n in cited if n in mapping))
         return CheckedSentence(text, citations, unsupported, numbers)
+
+
+def _decision_source(
+    evidence: Set[int],
+    cited: Sequence[int],
+    by_number: Mapping[int, Support],
+    need: float,
+    first: int,
+) -> int:
+    """The source a decision rests on: the ``evidence`` (the sources the answer's earlier
+    sentences are cited to) where it supports the claim at ``need``, else ``first``, the
+    best-ranked source that supports it; the model's own marker when it names one of those."""
+    supporting = sorted(n for n in evidence if n in by_number and by_number[n].score >= need)
+    own = [n for n in cited if n in supporting or n == first]
+    return own[0] if own else (supporting[0] if supporting else first)
 
 
 def _citation(sentence: str, s: Support, origin: Origin) -> Citation:
@@ -333,45 +374,3 @@ def needs_citation(sentence: str) -> bool:
     if stripped.endswith("?") or _NO_ANSWER.search(stripped):
         return False
     return len(content_terms(statement_of(stripped))) >= 2
-
-
-def _markers_last(sentence: str) -> str:
-    """A sentence the model opened with its markers ("[1] The two main things ...") gets them at
-    its end, where a reader expects them (and where Open WebUI's chips read naturally); markers
-    written after its closing stop ("He dropped out. [3]") go before it. A number the sentence
-    already cites is not written twice ("[1] He dropped out. [1]" keeps one)."""
-    moved: list[int] = []
-    after = _AFTER_STOP.search(sentence)
-    if after:
-        moved = [n for m in find_markers(after.group(1)) for n in m.numbers]
-        sentence = sentence[: after.start()]
-    stripped = sentence.lstrip()
-    opening: list[int] = []
-    end = 0
-    for marker in find_markers(stripped):
-        if stripped[end : marker.start].strip(" ,"):
-            break
-        opening.extend(marker.numbers)
-        end = marker.end
-    rest = stripped[end:].lstrip(" ,")
-    if opening and rest.strip():
-        sentence = sentence[: len(sentence) - len(stripped)] + rest
-        moved = opening + moved
-    present = {n for m in find_markers(sentence) for n in m.numbers}
-    numbers = [n for n in dict.fromkeys(moved) if n not in present]
-    return insert_marker(sentence, render(numbers)) if numbers else sentence
-
-
-def insert_marker(sentence: str, marker: str) -> str:
-    """Put ``marker`` at the end of the sentence, before its closing punctuation; a closing quote
-    or bracket after the stop goes before the marker (``"data processing" [1].``), so the marker
-    never lands inside a quotation, and the full stop of an abbreviation stays with it
-    (``Washington, D.C. [1].``)."""
-    stripped = sentence.rstrip()
-    trailing = sentence[len(stripped) :]
-    match = _END_PUNCT.search(stripped)
-    if match and match[1] == "." and closes_abbreviation(stripped, match.start()):
-        return f"{stripped} {marker}.{trailing}"
-    if match:
-        return f"{stripped[: match.start()].rstrip()}{match[2]} {marker}{match[1]}{trailing}"
-    return f"{stripped} {marker}{trailing}"

@@ -23,8 +23,7 @@ import json
 import re
 from typing import Any, Literal
 
-from citeflow.citations.markers import cited_numbers, render
-from citeflow.citations.repair import insert_marker
+from citeflow.citations.markers import cited_numbers, insert_marker, render
 
 __all__ = [
     "ANSWER_SCHEMA",
