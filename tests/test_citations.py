@@ -320,6 +320,21 @@ def test_sources_span_several_parents_when_each_covers_the_question() -> None:
     assert "1401" in sources[0].text
 
 
+def test_a_text_stored_twice_is_one_source_and_takes_no_place_in_the_ranking() -> None:
+    """The same file in two folders is two hits with one text: one source, from the better-ranked
+    copy, and the copy does not push the next document down the rank prior."""
+    text = "Yahoo bought Viaweb in 1998, for stock."
+    copy_a = _node(text, "a/viaweb", 0.9)
+    copy_b = _node(text.replace(" ", "\n", 1), "b/viaweb", 0.9)  # spacing aside, the same
+    other = _node("Viaweb was sold in 1998 to Yahoo.", "sale", 0.5)
+    question = "When did Yahoo buy Viaweb?"
+    opts = {"chunk_tokens": 40, "overlap_tokens": 0, "max_sources": 3}
+    sources = make_sources([copy_a, copy_b, other], question, **opts)
+    assert [s.node.metadata["parent_id"] for s in sources] == ["a/viaweb", "sale"]
+    without = make_sources([copy_a, other], question, **opts)
+    assert [s.node.get_content() for s in sources] == [s.node.get_content() for s in without]
+
+
 def test_support_backs_what_the_sentence_adds_to_the_question() -> None:
     """The answer's own word ("Fortran") decides the citation, not the question's words the
     sentence repeats ("IBM 1401", which the other source says more of)."""
