@@ -469,6 +469,21 @@ async def test_the_contract_over_a_whole_answer_streamed_in_any_chunks() -> None
         assert answer.unsupported == whole.unsupported
 
 
+async def test_a_copy_of_the_prompt_s_worked_example_is_left_out() -> None:
+    """A small model now and then copies the prompt's example into its answer; unless a source
+    says it too, that sentence is dropped, not shown or reported as an unsupported claim."""
+    copied = "That happens in the evening [1]. The sky is red in the evening and blue in the "
+    copied += "morning. [2]"
+    answer = await check_text(
+        CitationPolicy().checker(SOURCES), f"Yahoo bought Viaweb [1]. {copied}"
+    )
+    assert answer.text == "Yahoo bought Viaweb [1]."
+    assert answer.unsupported == []
+    sky = ["The sky is red in the evening here.", *SOURCES]
+    kept = await check_text(CitationPolicy().checker(sky), "The sky is red in the evening [2].")
+    assert kept.text == "The sky is red in the evening [1]."
+
+
 def test_a_bare_decision_is_checked_as_the_question_it_answers() -> None:
     """ "Yes [1]." states the question's claim: its citation is checked against that claim."""
     sources = ["Statins improve clinical outcome after stroke in treated patients.", "Ducks swim."]

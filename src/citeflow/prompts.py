@@ -20,10 +20,17 @@ CITATION_SYSTEM_PROMPT = (
 
 # the parts the markers and the JSON templates share: the worked example's sources and
 # question, the sources and question asked, and the refine prompt's answer so far
+#: the worked example's two sources and its answer's second sentence; a small model now and then
+#: copies them into its answer, where the citation check leaves them out
+EXAMPLE_SENTENCES = (
+    "The sky is red in the evening and blue in the morning.",
+    "Water is wet when the sky is red.",
+    "That happens in the evening.",
+)
 _EXAMPLE = (
     "Example:\n"
-    "[1] The sky is red in the evening and blue in the morning.\n"
-    "[2] Water is wet when the sky is red.\n"
+    f"[1] {EXAMPLE_SENTENCES[0]}\n"
+    f"[2] {EXAMPLE_SENTENCES[1]}\n"
     "Question: When is water wet?\n"
 )
 _SOURCES_AND_QUESTION = "Sources:\n{context_str}\n\nQuestion: {query_str}\n"
@@ -39,7 +46,7 @@ _EXISTING_AND_MORE = (
 
 CITATION_QA_TEMPLATE = PromptTemplate(
     _EXAMPLE
-    + "Answer: Water is wet when the sky is red [2]. That happens in the evening [1].\n\n"
+    + f"Answer: Water is wet when the sky is red [2]. {EXAMPLE_SENTENCES[2][:-1]} [1].\n\n"
     + _SOURCES_AND_QUESTION
     + "Answer in a few sentences, each ending with its source number in brackets."
 )
@@ -60,7 +67,7 @@ CITATION_JSON_SYSTEM_PROMPT = (
 CITATION_JSON_QA_TEMPLATE = PromptTemplate(
     _EXAMPLE
     + 'Answer: {"sentences": [{"sources": [2], "text": "Water is wet when the sky is red."}, '
-    '{"sources": [1], "text": "That happens in the evening."}]}\n\n'
+    f'{{"sources": [1], "text": "{EXAMPLE_SENTENCES[2]}"}}]}}\n\n'
     + _SOURCES_AND_QUESTION
     + "Answer in a few sentences, each with the numbers of the sources it is taken from."
 )

@@ -33,6 +33,7 @@ import re
 from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
+from functools import cache
 from typing import TYPE_CHECKING, Literal
 
 from citeflow.citations.markers import (
@@ -52,6 +53,7 @@ from citeflow.citations.text import (
     term_set,
 )
 from citeflow.citations.verify import CitationVerifier, JudgeVerifier, LexicalVerifier
+from citeflow.prompts import EXAMPLE_SENTENCES
 from citeflow.settings import CitationSettings
 
 if TYPE_CHECKING:
@@ -223,6 +225,8 @@ class CitationChecker:
         by_number = {s.number: s for s in ranking}
         best = ranking[0] if ranking else None
         keep, add = self.verifier.keep, self.verifier.add
+        if (best is None or best.score < keep) and _copies_the_example(statement):
+            return CheckedSentence("", [])  # the prompt's worked example, not an answer
         floor = max(keep, relative * best.score) if best is not None else keep
         band = [s.number for s in ranking if s.score >= floor - 1e-9]  # those that support it
         if band and term_set(statement) == term_set(self._proposition):  # just the claim:
@@ -265,6 +269,17 @@ def _decision_source(
     supporting = sorted(n for n in evidence if n in by_number and by_number[n].score >= need)
     own = [n for n in cited if n in supporting or n == first]
     return own[0] if own else (supporting[0] if supporting else first)
+
+
+@cache
+def _example_terms() -> tuple[frozenset[str], ...]:
+    return tuple(term_set(sentence) for sentence in EXAMPLE_SENTENCES)
+
+
+def _copies_the_example(statement: str) -> bool:
+    """Whether ``statement`` says only what a sentence of the prompt's worked example says."""
+    terms = term_set(statement)
+    return bool(terms) and any(terms <= example for example in _example_terms())
 
 
 def _citation(sentence: str, s: Support, origin: Origin) -> Citation:

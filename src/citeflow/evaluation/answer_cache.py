@@ -90,7 +90,9 @@ def generation_facts(settings: Settings, *, index_key: str, llm: str) -> dict[st
     texts = [
         getattr(v, "get_template", lambda v=v: str(v))()
         for k, v in sorted(vars(prompts).items())
-        if k.isupper() and (structured or not k.startswith("CITATION_JSON_"))
+        if k.isupper()
+        and (isinstance(v, str) or hasattr(v, "get_template"))  # the prompts
+        and (structured or not k.startswith("CITATION_JSON_"))
     ]
     dumped = {
         name.removeprefix("CITEFLOW_").lower(): value
