@@ -18,8 +18,6 @@ CITATION_SYSTEM_PROMPT = (
     "If the sources do not contain the answer, say that the documents do not cover it."
 )
 
-# the parts the markers and the JSON templates share: the worked example's sources and
-# question, the sources and question asked, and the refine prompt's answer so far
 #: the worked example's two sources and its answer's second sentence; a small model now and then
 #: copies them into its answer, where the citation check leaves them out
 EXAMPLE_SENTENCES = (
@@ -27,6 +25,9 @@ EXAMPLE_SENTENCES = (
     "Water is wet when the sky is red.",
     "That happens in the evening.",
 )
+
+# the parts the markers and the JSON templates share: the worked example's sources and
+# question, the sources and question asked, and the refine prompt's answer so far
 _EXAMPLE = (
     "Example:\n"
     f"[1] {EXAMPLE_SENTENCES[0]}\n"
@@ -46,7 +47,7 @@ _EXISTING_AND_MORE = (
 
 CITATION_QA_TEMPLATE = PromptTemplate(
     _EXAMPLE
-    + f"Answer: Water is wet when the sky is red [2]. {EXAMPLE_SENTENCES[2][:-1]} [1].\n\n"
+    + f"Answer: {EXAMPLE_SENTENCES[1][:-1]} [2]. {EXAMPLE_SENTENCES[2][:-1]} [1].\n\n"
     + _SOURCES_AND_QUESTION
     + "Answer in a few sentences, each ending with its source number in brackets."
 )
@@ -65,8 +66,7 @@ CITATION_JSON_SYSTEM_PROMPT = (
 )
 
 CITATION_JSON_QA_TEMPLATE = PromptTemplate(
-    _EXAMPLE
-    + 'Answer: {"sentences": [{"sources": [2], "text": "Water is wet when the sky is red."}, '
+    _EXAMPLE + f'Answer: {{"sentences": [{{"sources": [2], "text": "{EXAMPLE_SENTENCES[1]}"}}, '
     f'{{"sources": [1], "text": "{EXAMPLE_SENTENCES[2]}"}}]}}\n\n'
     + _SOURCES_AND_QUESTION
     + "Answer in a few sentences, each with the numbers of the sources it is taken from."
