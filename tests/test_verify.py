@@ -226,20 +226,39 @@ async def test_the_judge_checks_later_sentences_while_earlier_ones_wait_in_order
     assert many.most_sentences == RepairedAnswer.CHECKS_IN_FLIGHT
 
 
+STATIN_SOURCES = [
+    "Statins improve clinical outcome after stroke in treated patients.",
+    "Statins improve outcome after stroke. Treated patients recovered sooner.",
+    "Ducks swim.",
+]
+STATIN_QUESTION = "Does pretreatment with statins improve clinical outcome after stroke?"
+
+
 async def test_a_decision_judged_first_still_waits_for_the_evidence_before_it() -> None:
     # the evidence sentence's verdict comes last; the decision after it is cited to that evidence
-    sources = [
-        "Statins improve clinical outcome after stroke in treated patients.",
-        "Statins improve outcome after stroke. Treated patients recovered sooner.",
-        "Ducks swim.",
-    ]
-    q = "Does pretreatment with statins improve clinical outcome after stroke?"
     judge = ScriptedJudge({"Ducks": 0.0}, default=1.0, delays={"Treated": 0.05})
-    answer = RepairedAnswer(CitationPolicy(judge=judge).checker(sources, q))
+    answer = RepairedAnswer(CitationPolicy(judge=judge).checker(STATIN_SOURCES, STATIN_QUESTION))
     await answer.feed("Treated patients recovered sooner [2]. Yes [3].")
     await answer.flush()
     assert answer.text == "Treated patients recovered sooner [2]. Yes [2]."
     assert judge.most_sentences == 2  # judged at once
+
+
+async def test_an_abandoned_decision_waiting_for_its_evidence_ends_every_check_cleanly() -> None:
+    judge = ScriptedJudge({"Ducks": 0.0}, default=1.0, delays={"Treated": 30.0})
+    answer = RepairedAnswer(CitationPolicy(judge=judge).checker(STATIN_SOURCES, STATIN_QUESTION))
+    before = asyncio.all_tasks()
+    await answer.feed("Treated patients recovered sooner [2]. Yes [3]. Ducks swim [3]. ")
+    await asyncio.sleep(0.01)  # the decision is judged, and waits for the evidence's check
+    waiting = [
+        task
+        for task in asyncio.all_tasks() - before
+        if task.get_coro().__qualname__ == "CitationChecker.check"  # type: ignore[union-attr]
+    ]
+    assert len(waiting) == 2 and set(judge.judging) == {"Treated patients recovered sooner."}
+    answer.cancel()
+    ended = await asyncio.gather(*waiting, return_exceptions=True)
+    assert all(isinstance(outcome, asyncio.CancelledError) for outcome in ended)
 
 
 async def test_an_abandoned_answer_cancels_its_running_checks() -> None:

@@ -235,7 +235,9 @@ class CitationChecker:
             # the evidence this answer has cited decides it, when that supports the claim;
             # otherwise every source about it has its words alike, and the retriever ranked
             # them for those very words (Source 1 first): the best-ranked supporting it
-            evidence = {n for numbers in await asyncio.gather(*earlier) for n in numbers}
+            if earlier:  # `wait`, not `gather`: abandoning this check cancels no other one
+                await asyncio.wait(earlier)
+            evidence = {n for check in earlier for n in check.result()}
             need = keep if cited else add
             band = [_decision_source(evidence, cited, by_number, need, min(band))]
             best = by_number[band[0]]
