@@ -48,12 +48,7 @@ from citeflow.citations.markers import (
 )
 from citeflow.citations.stream import SentenceStream
 from citeflow.citations.support import LexicalSupport, Support
-from citeflow.citations.text import (
-    content_terms,
-    frame_denies,
-    statement_of,
-    term_set,
-)
+from citeflow.citations.text import content_terms, frame_denies, statement_of, term_set
 from citeflow.citations.verify import CitationVerifier, JudgeVerifier, LexicalVerifier
 from citeflow.prompts import EXAMPLE_SENTENCES
 from citeflow.settings import CitationSettings

@@ -88,7 +88,7 @@ def generation_facts(settings: Settings, *, index_key: str, llm: str) -> dict[st
     mode = citation_mode_of(settings)
     structured = mode == "structured"
     texts = [
-        getattr(v, "get_template", lambda v=v: str(v))()
+        v if isinstance(v, str) else v.get_template()
         for k, v in sorted(vars(prompts).items())
         if k.isupper()
         and (isinstance(v, str) or hasattr(v, "get_template"))  # the prompts
