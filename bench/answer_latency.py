@@ -17,6 +17,7 @@ import time
 import warnings
 
 from citeflow.knowledge_base import KnowledgeBase
+from citeflow.providers.cpu_build import installed_runtime
 from citeflow.providers.local_llm import LocalLlamaCppLLM
 from citeflow.settings import load_settings
 from common import ROOT
@@ -47,6 +48,8 @@ async def run(args: argparse.Namespace) -> None:
             f"ingest {ingest:.1f}s (once), model load {load:.1f}s (once): "
             f"{settings.local.gguf_path.name}"
         )
+        version, built = installed_runtime()
+        print(f"llama.cpp (xllamacpp {version}) built for: {' '.join(sorted(built))}")
         totals, cited = [], []
         for question in QUESTIONS[: args.questions]:
             started = time.perf_counter()

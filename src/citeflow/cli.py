@@ -203,12 +203,39 @@ def cmd_models_install(args: argparse.Namespace) -> int:
     settings = load_settings()
     path = install_default_model(settings, progress=not args.quiet)
     print(f"default model ready: {path}")
+    _runtime_hint()
     return 0
 
 
 def cmd_models_path(args: argparse.Namespace) -> int:
     print(load_settings().local.gguf_path)
     return 0
+
+
+def cmd_models_runtime(args: argparse.Namespace) -> int:
+    from citeflow.providers import cpu_build
+
+    flags = cpu_build.cpu_flags()
+    if args.cmake_args:
+        print(" ".join(cpu_build.cmake_args(flags)))
+        return 0
+    version, built = cpu_build.installed_runtime()
+    print(f"llama.cpp (xllamacpp {version}) uses: {' '.join(sorted(built))}")
+    _runtime_hint()
+    return 0
+
+
+def _runtime_hint() -> None:
+    """Say so when a rebuild of llama.cpp for this CPU would read prompts faster."""
+    from citeflow.providers import cpu_build
+
+    try:
+        _, built = cpu_build.installed_runtime()
+    except CiteflowError:
+        return
+    hint = cpu_build.rebuild_hint(cpu_build.cpu_flags(), built)
+    if hint:
+        print(hint)
 
 
 # --- parser --------------------------------------------------------------------------------------
@@ -294,6 +321,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_models_install)
     p = models.add_parser("path", help="print the GGUF path in use")
     p.set_defaults(func=cmd_models_path)
+    p = models.add_parser(
+        "runtime", help="the CPU instructions llama.cpp uses, and whether a rebuild would add any"
+    )
+    p.add_argument(
+        "--cmake-args", action="store_true", help="print llama.cpp's build options for this CPU"
+    )
+    p.set_defaults(func=cmd_models_runtime)
 
     from citeflow.evaluation.cli import add_arguments as eval_arguments
     from citeflow.evaluation.cli import run as cmd_eval
