@@ -26,9 +26,9 @@ install: $(STAMP)  ## create .venv and install citeflow with its local models' r
 # pip's wheel cache does not know CMAKE_ARGS (a wheel built for another CPU would stop with an
 # illegal instruction), hence --no-cache-dir; a failed build leaves the installed wheel in place.
 XLLAMACPP := $(shell grep -o 'xllamacpp==[0-9.]*' pyproject.toml)
-native: $(STAMP)  ## rebuild llama.cpp for this CPU (AVX-512: prompts read ~1.6x as fast; ~20 min)
+native: $(STAMP)  ## rebuild llama.cpp for this CPU (AVX-512: prompts read ~1.6x as fast; ~11 min)
 	CMAKE_ARGS="$$($(BIN)/citeflow models runtime --cmake-args)" NPROC=$$(nproc) \
-	  $(PY) -m pip install -q --no-cache-dir --force-reinstall --no-deps --no-binary xllamacpp "$(XLLAMACPP)"
+	  $(PY) -m pip install --no-cache-dir --force-reinstall --no-deps --no-binary xllamacpp "$(XLLAMACPP)"
 	$(BIN)/citeflow models runtime
 
 model: $(STAMP)  ## assemble and verify the default local LLM (Qwen2.5-Coder-1.5B GGUF)

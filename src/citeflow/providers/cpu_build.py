@@ -96,5 +96,5 @@ def rebuild_hint(flags: Iterable[str], built: Iterable[str]) -> str | None:
         return None
     return (
         f"this CPU also has {', '.join(missing)}: `make native` rebuilds llama.cpp for it "
-        "(about 20 minutes on 2 cores; prompts read about 1.6x as fast)"
+        "(about 11 minutes on 2 cores; prompts read about 1.6x as fast)"
     )
