@@ -34,8 +34,8 @@ X86_OPTIONS: tuple[tuple[str, frozenset[str]], ...] = (
     ("GGML_AVX512_BF16", frozenset({"avx512_bf16"})),
 )
 
-# Always: no hub downloads at build time (llguidance's crates, BoringSSL's git) and no -march=native
-# (which would switch AMX on).
+# Always: nothing fetched at build time (llguidance's Rust crates, BoringSSL's git repository);
+# citeflow's JSON schemas go through llama.cpp's own grammar, not llguidance.
 OFFLINE_ARGS = ("-DLLAMA_LLGUIDANCE=OFF", "-DLLAMA_BUILD_BORINGSSL=OFF")
 
 
