@@ -221,12 +221,15 @@ def cmd_models_runtime(args: argparse.Namespace) -> int:
         return 0
     version, built = cpu_build.installed_runtime()
     print(f"llama.cpp (xllamacpp {version}) uses: {' '.join(sorted(built))}")
-    _runtime_hint()
+    hint = cpu_build.rebuild_hint(flags, built)
+    if hint:
+        print(hint)
     return 0
 
 
 def _runtime_hint() -> None:
-    """Say so when a rebuild of llama.cpp for this CPU would read prompts faster."""
+    """After a model install: say so when a rebuild of llama.cpp for this CPU would read prompts
+    faster (nothing when the runtime is not installed)."""
     from citeflow.providers import cpu_build
 
     try:

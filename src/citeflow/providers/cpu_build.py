@@ -3,7 +3,7 @@
 The ``xllamacpp`` wheel on PyPI is built for AVX2. On a CPU with AVX-512 (VNNI), llama.cpp
 built for it reads a prompt about 1.6 times as fast: `llama-bench -p 512`, Qwen2.5-Coder-1.5B
 Q4_K_M, 2 threads, 61-62 against 37-38 tokens/s on this project's 2-core Xeon; decoding is
-memory-bound and the same (~10 tokens/s). Reading the prompt is most of a local answer, so
+about the same (~10 tokens/s). Reading the prompt is most of a local answer, so
 `make native` rebuilds the wheel from its source with the options `cmake_args` gives.
 
 AMX is left off on purpose: under a hypervisor that does not enable its tile state, llama.cpp's
@@ -16,8 +16,6 @@ import platform
 import re
 from collections.abc import Iterable
 from pathlib import Path
-
-from citeflow.errors import ModelError
 
 # llama.cpp (ggml) CMake option → the /proc/cpuinfo flags it needs, in ggml's own order.
 X86_OPTIONS: tuple[tuple[str, frozenset[str]], ...] = (
@@ -69,24 +67,17 @@ def runtime_features(system_info: str) -> frozenset[str]:
 
 def installed_runtime() -> tuple[str, frozenset[str]]:
     """The installed xllamacpp's version and the CPU features its llama.cpp was built with."""
-    try:
-        import xllamacpp
-    except ImportError:
-        raise ModelError(
-            "the local LLM needs xllamacpp; install it with: pip install 'citeflow[local]'"
-        ) from None
+    from citeflow.providers.llamacpp_engine import import_xllamacpp
+
+    xllamacpp = import_xllamacpp()
     return str(xllamacpp.__version__), runtime_features(xllamacpp.get_system_info())
 
 
 def missing_speedups(flags: Iterable[str], built: Iterable[str]) -> list[str]:
     """The AVX-512 options this CPU supports that the installed runtime was built without."""
     have, built_with = set(flags), set(built)
-    return [
-        name.removeprefix("GGML_")
-        for name, needs in X86_OPTIONS
-        if name.startswith("GGML_AVX512") and needs <= have
-        if name.removeprefix("GGML_") not in built_with
-    ]
+    supported = (name.removeprefix("GGML_") for name, needs in X86_OPTIONS if needs <= have)
+    return [name for name in supported if name.startswith("AVX512") and name not in built_with]
 
 
 def rebuild_hint(flags: Iterable[str], built: Iterable[str]) -> str | None:

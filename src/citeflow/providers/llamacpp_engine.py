@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 from citeflow.errors import ModelError
 
-__all__ = ["Endpoint", "Generation", "LlamaCppEngine", "default_threads"]
+__all__ = ["Endpoint", "Generation", "LlamaCppEngine", "default_threads", "import_xllamacpp"]
 
 log = logging.getLogger("citeflow.llm")
 
@@ -122,16 +122,22 @@ class _Collector:
         return self.stop.is_set()
 
 
-def _load(
-    model_path: Path, context_window: int, n_batch: int, threads: int, temperature: float
-) -> Any:
-    """A running ``xllamacpp.Server`` with ``model_path`` loaded."""
+def import_xllamacpp() -> Any:
+    """The ``xllamacpp`` module, or a one-line ModelError saying how to install it."""
     try:
         import xllamacpp
     except ImportError:
         raise ModelError(
             "the local LLM needs xllamacpp; install it with: pip install 'citeflow[local]'"
         ) from None
+    return xllamacpp
+
+
+def _load(
+    model_path: Path, context_window: int, n_batch: int, threads: int, temperature: float
+) -> Any:
+    """A running ``xllamacpp.Server`` with ``model_path`` loaded."""
+    xllamacpp = import_xllamacpp()
     params = xllamacpp.CommonParams()
     params.model.path = str(model_path)
     params.n_ctx = context_window
