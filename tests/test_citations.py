@@ -190,6 +190,36 @@ def test_equal_support_ranks_the_source_holding_the_phrase_first() -> None:
     assert [s.number for s in LexicalSupport(sources[::-1]).rank("football Oregon")] == [1, 2]
 
 
+def test_equal_phrases_rank_the_source_saying_the_sentence_word_for_word_first() -> None:
+    """Two sources hold every word of the sentence in the same order; the one that says it word
+    for word ("was a") ranks before the one that says it in another frame."""
+    sources = [
+        "These are the records of Blue Lantern, a folk band that formed in Leeds in 2001.",
+        "Blue Lantern was a folk band that formed in Leeds in 2001.",
+    ]
+    sentence = "Blue Lantern was a folk band that formed in Leeds in 2001."
+    ranked = LexicalSupport(sources).rank(sentence)
+    assert ranked[0].score == ranked[1].score
+    assert ranked[0].phrase[0] == ranked[1].phrase[0]  # the same content words in order
+    assert [s.number for s in ranked] == [2, 1]
+
+
+async def test_a_marker_moved_among_equals_goes_to_the_evidence_the_answer_cites() -> None:
+    """A sentence two sources support equally: its wrong marker moves to the one the answer's
+    earlier sentences are cited to; with no such sentence, to the first of them."""
+    q = "Which genus has more species, Salvia or Arachis?"
+    sources = [
+        "Salvia is a genus of plants.",
+        "Arachis is a genus of about 70 species.",
+        "Salvia has nearly 1000 species of shrubs.",
+    ]
+    evidence = "Salvia has nearly 1000 species [3]. Arachis has about 70 species [2]. "
+    answer = await check_text(CitationPolicy().checker(sources, q), evidence + "It is Salvia [2].")
+    assert answer.text == f"{evidence}It is Salvia [3]."
+    alone = await check_text(CitationPolicy().checker(sources, q), "It is Salvia [2].")
+    assert alone.text == "It is Salvia [1]."
+
+
 #: the word support at which the model's marker stays, and at which one is moved or added
 LOOSE: dict[str, float | bool] = {"support_keep": 0.21, "support_threshold": 0.35}
 

@@ -14,7 +14,8 @@ for the sentence's statement (its text without markers or yes/no framing) and:
   (the model's own choice among them first), else to the best-ranked source (the retriever's
   order for those words) among those that support it;
 * a marker on a source that does not support the statement is moved to the source that supports
-  it best, when that one reaches the verifier's ``add`` score;
+  it best (among sources that support it equally, one the answer's earlier sentences are cited
+  to), when that one reaches the verifier's ``add`` score;
 * a sentence with no marker gets one to that source the same way;
 * markers are removed only when no source supports the statement; such a sentence is reported
   as *unsupported* (`RepairedAnswer.unsupported`, and so `CitedResponse.unsupported` and the
@@ -237,6 +238,8 @@ class CitationChecker:
             band = [_decision_source(evidence, cited, by_number, need, min(band))]
             best = by_number[band[0]]
             add = min(add, floor, best.score) if cited else add  # moving needs only support
+        elif best is not None and not any(n in band for n in cited) and earlier:
+            best = await _evidence_among_equals(best, ranking, earlier)
         kept = [n for n in cited if n in band]
         citations = [_citation(bare, by_number[n], "model") for n in kept]
         mapping = {n: n for n in kept}
@@ -253,6 +256,22 @@ class CitationChecker:
         unsupported = not citations and states
         numbers = tuple(dict.fromkeys(mapping[n] for n in cited if n in mapping))
         return CheckedSentence(text, citations, unsupported, numbers)
+
+
+async def _evidence_among_equals(
+    best: Support,
+    ranking: Sequence[Support],
+    earlier: Sequence[asyncio.Future[tuple[int, ...]]],
+) -> Support:
+    """Where a marker is moved or added when sources support the sentence equally (the same
+    score and phrase): the first of them the answer's earlier sentences are cited to, the
+    evidence it is already resting on, else ``best``."""
+    equals = [s for s in ranking if abs(s.score - best.score) < 1e-9 and s.phrase == best.phrase]
+    if len(equals) < 2:
+        return best
+    await asyncio.wait(earlier)  # `wait`, not `gather`: abandoning this check cancels no other
+    evidence = {n for check in earlier for n in check.result()}
+    return next((s for s in equals if s.number in evidence), best)
 
 
 def _decision_source(

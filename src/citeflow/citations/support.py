@@ -8,7 +8,7 @@ under a millisecond per sentence; the best window is the citation's quote, a sin
 preferred to a pair and a pair to the whole source (`WINDOW_PENALTY`, `SOURCE_PENALTY`), which
 is quoted as the shortest run of its sentences that holds the words it shares with the statement.
 Between sources of equal support, the one whose quote holds the statement's words in the same
-order, as a phrase, ranks first.
+order, as a phrase, ranks first, and then the one that says the longest part of it word for word.
 
 Words that repeat the question weigh less (`ASKED_WEIGHT`): the citation must back what the
 sentence adds to the question; a question word that no source holds does not count at all (it
@@ -25,7 +25,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from itertools import pairwise
 
@@ -35,6 +35,7 @@ from citeflow.citations.text import (
     sentence_spans,
     statement_of,
     term_set,
+    word_terms,
 )
 
 #: what a two-sentence window must gain over one sentence to be the quote
@@ -66,6 +67,10 @@ class Support:
     quote: str
     quote_start: int
     quote_end: int
+    phrase: tuple[int, int] = (0, 0)
+    """Between sources of equal ``score``: how much of the statement the quote holds as a
+    phrase (its consecutive content-word pairs, then its longest run word for word); set by
+    `LexicalSupport.rank` on the sources tied for the best score."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +134,21 @@ def _windows_of(text: str) -> tuple[_Window, ...]:
 def word_pairs(text: str) -> frozenset[tuple[str, str]]:
     """The consecutive pairs of a text's content words (stopwords skipped), in order."""
     return frozenset(pairwise(content_terms(text)))
+
+
+def longest_common_run(statement: str, quote: str) -> int:
+    """How many words, stopwords included, the longest passage ``statement`` and ``quote`` have
+    in common word for word is."""
+    a, b = word_terms(statement), word_terms(quote)
+    best, previous = 0, [0] * (len(b) + 1)
+    for word in a:
+        current = [0] * (len(b) + 1)
+        for j, other in enumerate(b, start=1):
+            if word == other:
+                current[j] = previous[j - 1] + 1
+                best = max(best, current[j])
+        previous = current
+    return best
 
 
 def asked_terms(question: str) -> frozenset[str]:
@@ -234,9 +254,20 @@ class LexicalSupport:
         tied = [s for s in ranked if ranked[0].score - s.score < 1e-9] if ranked else []
         if len(tied) > 1:
             # equal word support: the quote that holds the statement's words as a phrase (its
-            # consecutive word pairs in the same order) backs it better than scattered words
+            # consecutive word pairs in the same order) backs it better than scattered words,
+            # and then the one that says the longest part of it word for word
             pairs = word_pairs(statement)
-            tied.sort(key=lambda s: -len(pairs & word_pairs(s.quote)))  # stable: number order
+            tied = [
+                replace(
+                    s,
+                    phrase=(
+                        len(pairs & word_pairs(s.quote)),
+                        longest_common_run(statement, s.quote),
+                    ),
+                )
+                for s in tied
+            ]
+            tied.sort(key=lambda s: (-s.phrase[0], -s.phrase[1]))  # stable: number order
             ranked[: len(tied)] = tied
         return ranked
 

@@ -231,6 +231,11 @@ def content_terms(text: str) -> list[str]:
     return [_stem(w) for w in _WORD.findall(text.lower()) if w not in STOPWORDS]
 
 
+def word_terms(text: str) -> list[str]:
+    """Lower-cased, lightly stemmed words of ``text``, stopwords kept (order kept)."""
+    return [_stem(w) for w in _WORD.findall(text.lower())]
+
+
 @lru_cache(maxsize=16384)
 def term_set(text: str) -> frozenset[str]:
     """`content_terms` as a set, cached: the same sentences are scored many times per answer."""
