@@ -31,8 +31,15 @@ native: $(STAMP)  ## rebuild llama.cpp for this CPU (AVX-512: prompts read ~1.6x
 	  $(PY) -m pip install --no-cache-dir --force-reinstall --no-deps --no-binary xllamacpp "$(XLLAMACPP)"
 	$(BIN)/citeflow models runtime
 
-model: $(STAMP)  ## assemble and verify the default local LLM (Qwen2.5-Coder-1.5B GGUF)
+# NATIVE=0 keeps the PyPI build of llama.cpp even where a rebuild for this CPU would be faster
+NATIVE ?= auto
+model: $(STAMP)  ## assemble the default local LLM; on an AVX-512 CPU, rebuild llama.cpp for it once
 	$(BIN)/citeflow models install
+	@if [ "$(NATIVE)" != 0 ] && $(BIN)/citeflow models runtime --needs-rebuild >/dev/null; then \
+	  echo "building llama.cpp for this CPU once (about 11 minutes on 2 cores; NATIVE=0 skips it)"; \
+	  $(MAKE) --no-print-directory native \
+	    || echo "the rebuild failed; the PyPI build of llama.cpp stays (answers read prompts slower)"; \
+	fi
 
 QUESTION ?= What did the author work on before college?
 demo: model  ## set up, ingest data/ and ask a question, on the embedded defaults

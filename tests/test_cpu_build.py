@@ -89,3 +89,19 @@ def test_the_cli_names_the_runtime_s_instructions(capsys: pytest.CaptureFixture[
     pytest.importorskip("xllamacpp")
     assert main(["models", "runtime"]) == 0
     assert "uses:" in capsys.readouterr().out
+
+
+def test_the_cli_says_by_its_exit_status_whether_a_rebuild_would_help(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`make model` rebuilds llama.cpp only when the runtime lacks what the CPU has."""
+    xeon = flags_of(tmp_path, XEON)
+    wheel = cpu_build.runtime_features(WHEEL_INFO)
+    monkeypatch.setattr(cpu_build, "cpu_flags", lambda: xeon)
+    monkeypatch.setattr(cpu_build, "installed_runtime", lambda: ("0.0", wheel))
+    assert main(["models", "runtime", "--needs-rebuild"]) == 0
+    assert "make native" in capsys.readouterr().out
+    rebuilt = wheel | set(cpu_build.missing_speedups(xeon, wheel))
+    monkeypatch.setattr(cpu_build, "installed_runtime", lambda: ("0.0", rebuilt))
+    assert main(["models", "runtime", "--needs-rebuild"]) == 1
+    assert capsys.readouterr().out == ""

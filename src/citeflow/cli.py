@@ -220,6 +220,11 @@ def cmd_models_runtime(args: argparse.Namespace) -> int:
         print(" ".join(cpu_build.cmake_args(flags)))
         return 0
     version, built = cpu_build.installed_runtime()
+    if args.needs_rebuild:  # for `make model`: 0 (and the hint) when a rebuild would add some
+        hint = cpu_build.rebuild_hint(flags, built)
+        if hint:
+            print(hint)
+        return 0 if hint else 1
     print(f"llama.cpp (xllamacpp {version}) uses: {' '.join(sorted(built))}")
     hint = cpu_build.rebuild_hint(flags, built)
     if hint:
@@ -329,6 +334,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--cmake-args", action="store_true", help="print llama.cpp's build options for this CPU"
+    )
+    p.add_argument(
+        "--needs-rebuild",
+        action="store_true",
+        help="exit 0 when a rebuild for this CPU would add instructions the runtime lacks, else 1",
     )
     p.set_defaults(func=cmd_models_runtime)
 
