@@ -8,10 +8,10 @@ import itertools
 import pytest
 from llama_index.core.schema import NodeRelationship, NodeWithScore, RelatedNodeInfo, TextNode
 
+from citeflow.citations.answer import check_text
 from citeflow.citations.repair import (
     Citation,
     CitationPolicy,
-    check_text,
     needs_citation,
 )
 from citeflow.citations.sources import format_sources, make_sources, split_spans
@@ -471,7 +471,7 @@ def test_markers_opening_a_sentence_move_to_its_end() -> None:
 async def test_the_contract_over_a_whole_answer_streamed_in_any_chunks() -> None:
     """Every sentence stating something from the sources carries a marker to one that supports
     it; the sentence nothing supports keeps none and is reported; chunking changes nothing."""
-    from citeflow.citations.repair import RepairedAnswer
+    from citeflow.citations.answer import RepairedAnswer
 
     raw = (
         "Yahoo bought Viaweb in 1998 [3]. The author wrote awful short stories. "

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import pytest
 from llama_index.core.llms import ChatMessage
 
+from citeflow.citations.answer import RepairedAnswer, check_text
 from citeflow.citations.judge import (
     LLMJudge,
     TokenLogprobs,
@@ -18,7 +19,7 @@ from citeflow.citations.judge import (
     judged_statement,
     yes_probability,
 )
-from citeflow.citations.repair import CitationPolicy, RepairedAnswer, check_text
+from citeflow.citations.repair import CitationPolicy
 from citeflow.citations.verify import JudgeVerifier, LexicalVerifier
 from citeflow.errors import ConfigError
 from tests.settings_helpers import settings_of

@@ -18,23 +18,24 @@ for the sentence's statement (its text without markers or yes/no framing) and:
   to), when that one reaches the verifier's ``add`` score;
 * a sentence with no marker gets one to that source the same way;
 * markers are removed only when no source supports the statement; such a sentence is reported
-  as *unsupported* (`RepairedAnswer.unsupported`, and so `CitedResponse.unsupported` and the
-  API's ``unsupported``), never silently left looking sourced. Questions, refusals and sentences
+  as *unsupported* (`citeflow.citations.answer.RepairedAnswer.unsupported`, and so
+  `CitedResponse.unsupported` and the API's ``unsupported``), never silently left looking
+  sourced. Questions, refusals and sentences
   with no content words state nothing and are not reported; a sentence that only repeats the
   prompt's worked example (`citeflow.prompts.EXAMPLE_SENTENCES`), which no source supports, is
   left out of the answer.
 
-Working per sentence lets the workflow stream checked text: what is streamed is exactly the
-final answer. Marker text is rewritten by `citeflow.citations.markers`, which leaves no
-dangling clause, space before punctuation or empty bracket behind.
+Working per sentence lets the workflow stream checked text (`citeflow.citations.answer`): what
+is streamed is exactly the final answer. Marker text is rewritten by
+`citeflow.citations.markers`, which leaves no dangling clause, space before punctuation or empty
+bracket behind.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-from collections import deque
-from collections.abc import AsyncIterator, Mapping, Sequence, Set
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from functools import cache
 from typing import TYPE_CHECKING, Literal
@@ -47,7 +48,6 @@ from citeflow.citations.markers import (
     renumber,
     strip_markers,
 )
-from citeflow.citations.stream import SentenceStream
 from citeflow.citations.support import LexicalSupport, Support
 from citeflow.citations.text import content_terms, frame_denies, statement_of, term_set
 from citeflow.citations.verify import CitationVerifier, JudgeVerifier, LexicalVerifier
@@ -152,15 +152,6 @@ class CheckedSentence:
     citations: list[Citation]
     unsupported: bool = False
     numbers: tuple[int, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class AnswerPiece:
-    """A checked piece of an answer (a sentence and the space after it) and the source numbers
-    its markers name, in their order."""
-
-    text: str
-    citations: tuple[int, ...] = ()
 
 
 class CitationChecker:
@@ -302,102 +293,6 @@ def _copies_the_example(statement: str) -> bool:
 
 def _citation(sentence: str, s: Support, origin: Origin) -> Citation:
     return Citation(s.number, sentence, s.quote, s.quote_start, s.quote_end, s.score, origin)
-
-
-class RepairedAnswer:
-    """An answer checked sentence by sentence as its text arrives (`SentenceStream` segments,
-    each checked by a `CitationChecker`): what the workflow streams and what a re-check of a
-    recorded answer rebuilds.
-
-    With a verifier that waits on a model (`CitationVerifier.waits`: the LLM judge), a
-    sentence's check starts as soon as the sentence is complete and runs while the next ones
-    arrive and are checked, up to `CHECKS_IN_FLIGHT` at once; pieces still come out in the
-    answer's order. Other checks run in place.
-    """
-
-    #: sentences checked at once with a waiting verifier (each asks the judge 1-3 questions)
-    CHECKS_IN_FLIGHT = 4
-
-    def __init__(self, checker: CitationChecker) -> None:
-        self._checker = checker
-        self._stream = SentenceStream()
-        self._parts: list[str] = []
-        self._pending: deque[tuple[str, asyncio.Future[CheckedSentence]]] = deque()
-        self.citations: list[Citation] = []
-        self.unsupported: list[str] = []
-
-    async def feed(self, delta: str) -> list[AnswerPiece]:
-        """The checked pieces ready once ``delta`` is in, in order (empty ones left out)."""
-        for segment in self._stream.feed(delta):
-            await self._start(segment)
-        return self._ready()
-
-    async def rest(self) -> AsyncIterator[AnswerPiece]:
-        """The checked pieces of the rest of the answer, each as soon as its check and those
-        before it have finished."""
-        for segment in self._stream.flush():
-            await self._start(segment)
-        while self._pending:
-            head = self._pending[0][1]
-            if not head.done():  # a finished check (every word-support one) needs no wait
-                await asyncio.wait([head])
-            for piece in self._ready():
-                yield piece
-
-    async def flush(self) -> list[AnswerPiece]:
-        """The checked pieces of the rest of the answer (`rest`, all at once)."""
-        return [piece async for piece in self.rest()]
-
-    def cancel(self) -> None:
-        """Stop the checks still running (the answer was abandoned)."""
-        for _, check in self._pending:
-            check.cancel()
-        self._pending.clear()
-
-    @property
-    def text(self) -> str:
-        return "".join(self._parts).rstrip()
-
-    async def _start(self, segment: str) -> None:
-        check = self._checker.check(segment.rstrip())
-        if self._checker.verifier.waits:
-            running = [c for _, c in self._pending if not c.done()]
-            if len(running) >= self.CHECKS_IN_FLIGHT:
-                await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-            self._pending.append((segment, asyncio.ensure_future(check)))
-            return
-        done = asyncio.get_running_loop().create_future()
-        done.set_result(await check)
-        self._pending.append((segment, done))
-
-    def _ready(self) -> list[AnswerPiece]:
-        pieces = []
-        while self._pending and self._pending[0][1].done():
-            segment, check = self._pending.popleft()
-            if piece := self._add(segment, check.result()):
-                pieces.append(piece)
-        return pieces
-
-    def _add(self, segment: str, checked: CheckedSentence) -> AnswerPiece | None:
-        tail = segment[len(segment.rstrip()) :]
-        piece = checked.text + tail if checked.text else tail
-        if not piece or (not self._parts and not checked.text):
-            return None  # never start the answer with bare whitespace
-        self.citations.extend(checked.citations)
-        if checked.unsupported:
-            self.unsupported.append(strip_markers(checked.text).strip())
-        self._parts.append(piece)
-        return AnswerPiece(piece, checked.numbers)
-
-
-async def check_text(checker: CitationChecker, text: str) -> RepairedAnswer:
-    """Check a whole answer text exactly as the workflow checks it while streaming: re-checking
-    a model's recorded reply gives the answer, citations and unsupported sentences the workflow
-    returned."""
-    answer = RepairedAnswer(checker)
-    await answer.feed(text)
-    await answer.flush()
-    return answer
 
 
 def needs_citation(sentence: str) -> bool:

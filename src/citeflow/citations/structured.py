@@ -12,7 +12,7 @@ nothing from the sources ("The documents do not cover this.").
 
 `StructuredSentenceStream` reads that JSON as it streams and gives back each sentence as soon as
 its object is complete, as answer text with its markers (``"Paris is the capital [1][3]. "``), so
-the rest of the pipeline (`citeflow.citations.repair.RepairedAnswer`) checks it like any answer
+the rest of the pipeline (`citeflow.citations.answer.RepairedAnswer`) checks it like any answer
 text. A reply that is not JSON (a model that ignored the schema) is passed through unchanged.
 """
 

@@ -113,7 +113,7 @@ async def answer_all(
 async def recheck(record: Mapping[str, Any], policy: CitationPolicy) -> dict[str, Any]:
     """``record`` with its answer, citations and unsupported sentences rebuilt from the model's
     recorded text under ``policy``: what the workflow returns under that policy."""
-    from citeflow.citations.repair import check_text
+    from citeflow.citations.answer import check_text
 
     checker = policy.checker([s["text"] for s in record["sources"]], question=record["question"])
     checked = await check_text(checker, record["raw_text"])

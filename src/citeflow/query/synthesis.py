@@ -31,9 +31,10 @@ from typing import Any, Literal
 
 from llama_index.core.llms import LLM, ChatMessage
 
+from citeflow.citations.answer import AnswerPiece, RepairedAnswer
 from citeflow.citations.evidence import format_evidence, select_evidence
 from citeflow.citations.markers import cited_numbers
-from citeflow.citations.repair import AnswerPiece, Citation, CitationPolicy, RepairedAnswer
+from citeflow.citations.repair import Citation, CitationPolicy
 from citeflow.citations.sources import Source, format_sources
 from citeflow.citations.structured import StructuredSentenceStream, response_format
 from citeflow.citations.text import count_tokens
