@@ -20,10 +20,9 @@ for the sentence's statement (its text without markers or yes/no framing) and:
 * markers are removed only when no source supports the statement; such a sentence is reported
   as *unsupported* (`citeflow.citations.answer.RepairedAnswer.unsupported`, and so
   `CitedResponse.unsupported` and the API's ``unsupported``), never silently left looking
-  sourced. Questions, refusals and sentences
-  with no content words state nothing and are not reported; a sentence that only repeats the
-  prompt's worked example (`citeflow.prompts.EXAMPLE_SENTENCES`), which no source supports, is
-  left out of the answer.
+  sourced. Questions, refusals and sentences with no content words state nothing and are not
+  reported; a sentence that only repeats the prompt's worked example
+  (`citeflow.prompts.EXAMPLE_SENTENCES`), which no source supports, is left out of the answer.
 
 Working per sentence lets the workflow stream checked text (`citeflow.citations.answer`): what
 is streamed is exactly the final answer. Marker text is rewritten by
