@@ -32,9 +32,11 @@ from citeflow.testing.serving import ThreadedServer, serve_in_thread
 #: a question two of the test knowledge base's documents answer, and an answer citing both
 QUESTION = "Who bought Viaweb, and where do ducks live?"
 ANSWER = "Yahoo bought Viaweb in 1998 [1]. Ducks live near ponds [2]."
-#: many sentences, so that a paced stream lasts a while
-LONG_ANSWER = " ".join(
-    ["Yahoo bought Viaweb in 1998 [1].", "Ducks live near ponds and rivers [2]."] * 15
+#: many sentences, so that a paced stream lasts a while (each its own: a model repeating itself
+#: is cut off)
+LONG_ANSWER = "Yahoo bought Viaweb in 1998 [1]. " + " ".join(
+    f"Ducks live near ponds and rivers ({i}) [2]. Yahoo bought Viaweb ({i}) [1]."
+    for i in range(1, 16)
 )
 
 

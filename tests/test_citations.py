@@ -152,6 +152,28 @@ SOURCES = [
 ]
 
 
+async def test_a_repeated_sentence_is_left_out_and_a_second_repeat_ends_the_answer() -> None:
+    """A model going round in a loop: a sentence it already wrote (markers aside) is left out,
+    and after two such repeats the rest of its text is too (the workflow stops reading)."""
+    viaweb, stories, ducks = (
+        "Yahoo bought Viaweb in 1998 [1].",
+        "The author wrote short stories [2].",
+        "Ducks live near ponds [3].",
+    )
+    once = await check_text(
+        CitationPolicy().checker(SOURCES),
+        f"{viaweb} {stories} Yahoo bought Viaweb in 1998. {ducks}",
+    )
+    assert once.text == f"{viaweb} {stories} {ducks}"
+    assert once.repeats == 1 and not once.looping
+    assert len(once.citations) == 3
+    loop = await check_text(
+        CitationPolicy().checker(SOURCES), f"{viaweb} {stories} {stories} {viaweb} {ducks}"
+    )
+    assert loop.text == f"{viaweb} {stories}"
+    assert loop.looping
+
+
 def test_support_picks_the_right_source_and_quote() -> None:
     support = LexicalSupport(SOURCES)
     best = support.rank("Yahoo bought Viaweb in 1998.")[0]

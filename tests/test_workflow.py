@@ -316,6 +316,21 @@ async def test_bad_model_output_still_gives_a_clean_answer(kb: KnowledgeBase) ->
             assert result.response == expected
 
 
+async def test_a_model_going_round_in_a_loop_is_stopped(kb: KnowledgeBase) -> None:
+    """Its repeated sentences are left out of the answer, and after the second repeat the
+    workflow stops reading the model: what it would have written next is never read."""
+    loop = "It became Yahoo Store [1]. "
+    raw = "Yahoo bought Viaweb in 1998 [1]. " + loop * 8 + "Ducks live near ponds [1]."
+    handler = _workflow(kb, ScriptedLLM([raw])).run(query="Who bought Viaweb?")
+    streamed = await _streamed(handler)
+    result = await handler
+    assert isinstance(result, CitedResponse)
+    assert streamed == result.response
+    assert result.response.count("It became Yahoo Store") == 1
+    assert "Ducks" not in result.raw_response
+    assert result.raw_response.count("It became Yahoo Store") < 8
+
+
 async def test_the_step_cache_answers_the_same_and_builds_the_steps_once(
     kb: KnowledgeBase, monkeypatch: pytest.MonkeyPatch
 ) -> None:

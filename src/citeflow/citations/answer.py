@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from citeflow.citations.markers import strip_markers
 from citeflow.citations.repair import CheckedSentence, Citation, CitationChecker
 from citeflow.citations.stream import SentenceStream
+from citeflow.citations.text import word_terms
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,18 +33,28 @@ class RepairedAnswer:
     sentence's check starts as soon as the sentence is complete and runs while the next ones
     arrive and are checked, up to `CHECKS_IN_FLIGHT` at once; pieces still come out in the
     answer's order. Other checks run in place.
+
+    A sentence that repeats one of the answer's earlier sentences word for word (markers aside)
+    says nothing new and is left out (`repeats` counts them); after `LOOP_REPEATS` of them the
+    model is going round in a loop (`looping`): the workflow stops reading it, and a re-check of
+    its recorded text leaves out the rest the same way.
     """
 
     #: sentences checked at once with a waiting verifier (each asks the judge 1-3 questions)
     CHECKS_IN_FLIGHT = 4
+    #: repeated sentences after which an answer is taken to be looping
+    LOOP_REPEATS = 2
 
     def __init__(self, checker: CitationChecker) -> None:
         self._checker = checker
         self._stream = SentenceStream()
         self._parts: list[str] = []
+        self._space = ""  # the space after the last sentence kept, sent with the next one
         self._pending: deque[tuple[str, asyncio.Future[CheckedSentence]]] = deque()
         self.citations: list[Citation] = []
         self.unsupported: list[str] = []
+        self._said: set[tuple[str, ...]] = set()
+        self.repeats = 0
 
     async def feed(self, delta: str) -> list[AnswerPiece]:
         """The checked pieces ready once ``delta`` is in, in order (empty ones left out)."""
@@ -75,9 +86,22 @@ class RepairedAnswer:
 
     @property
     def text(self) -> str:
-        return "".join(self._parts).rstrip()
+        return "".join(self._parts)
+
+    @property
+    def looping(self) -> bool:
+        """Whether the model has repeated itself `LOOP_REPEATS` times: it is going round."""
+        return self.repeats >= self.LOOP_REPEATS
 
     async def _start(self, segment: str) -> None:
+        if self.looping:  # what a looping model writes next is left out, as it is unread live
+            return
+        said = tuple(word_terms(strip_markers(segment)))
+        if said in self._said:
+            self.repeats += 1
+            return
+        if said:
+            self._said.add(said)
         check = self._checker.check(segment.rstrip())
         if self._checker.verifier.waits:
             running = [c for _, c in self._pending if not c.done()]
@@ -99,9 +123,14 @@ class RepairedAnswer:
 
     def _add(self, segment: str, checked: CheckedSentence) -> AnswerPiece | None:
         tail = segment[len(segment.rstrip()) :]
-        piece = checked.text + tail if checked.text else tail
-        if not piece or (not self._parts and not checked.text):
-            return None  # never start the answer with bare whitespace
+        if not checked.text:  # left out: its space only counts between two sentences kept
+            if "\n" in tail and "\n" not in self._space:
+                self._space = tail
+            return None
+        # the space after a sentence goes out with the next one, so that the streamed text
+        # never ends in space the answer does not have (the last sentence left out, a loop cut)
+        piece = (self._space if self._parts else "") + checked.text
+        self._space = tail
         self.citations.extend(checked.citations)
         if checked.unsupported:
             self.unsupported.append(strip_markers(checked.text).strip())

@@ -185,6 +185,11 @@ class CitationSynthesizer:
                 finally:
                     llm_seconds += time.perf_counter() - waited
                 await check(sentences.feed(delta) if sentences is not None else [delta])
+                if repaired.looping:  # the model is going round: stop generating
+                    closer = getattr(chunks, "aclose", None)
+                    if closer is not None:  # an async generator: closing it ends the request
+                        await closer()
+                    break
                 waited = time.perf_counter()
             if sentences is not None:
                 await check(sentences.flush())
