@@ -26,6 +26,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from difflib import SequenceMatcher
 from functools import lru_cache
 from itertools import pairwise
 
@@ -140,15 +141,8 @@ def longest_common_run(statement: str, quote: str) -> int:
     """How many words, stopwords included, the longest passage ``statement`` and ``quote`` have
     in common word for word is."""
     a, b = word_terms(statement), word_terms(quote)
-    best, previous = 0, [0] * (len(b) + 1)
-    for word in a:
-        current = [0] * (len(b) + 1)
-        for j, other in enumerate(b, start=1):
-            if word == other:
-                current[j] = previous[j - 1] + 1
-                best = max(best, current[j])
-        previous = current
-    return best
+    # no junk heuristic: every word counts, however often it occurs in a long quote
+    return SequenceMatcher(None, a, b, autojunk=False).find_longest_match().size
 
 
 def asked_terms(question: str) -> frozenset[str]:
