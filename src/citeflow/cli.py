@@ -220,16 +220,11 @@ def cmd_models_runtime(args: argparse.Namespace) -> int:
         print(" ".join(cpu_build.cmake_args(flags)))
         return 0
     version, built = cpu_build.installed_runtime()
-    if args.needs_rebuild:  # for `make model`: 0 (and the hint) when a rebuild would add some
-        hint = cpu_build.rebuild_hint(flags, built)
-        if hint:
-            print(hint)
-        return 0 if hint else 1
-    print(f"llama.cpp (xllamacpp {version}) uses: {' '.join(sorted(built))}")
-    hint = cpu_build.rebuild_hint(flags, built)
-    if hint:
-        print(hint)
-    return 0
+    if not args.needs_rebuild:
+        print(f"llama.cpp (xllamacpp {version}) uses: {' '.join(sorted(built))}")
+    rebuild = _print_rebuild_hint(flags, built)
+    # --needs-rebuild, for `make model`: 0 when a rebuild would add instructions, else 1
+    return 1 if args.needs_rebuild and not rebuild else 0
 
 
 def _runtime_hint() -> None:
@@ -241,9 +236,17 @@ def _runtime_hint() -> None:
         _, built = cpu_build.installed_runtime()
     except CiteflowError:
         return
-    hint = cpu_build.rebuild_hint(cpu_build.cpu_flags(), built)
+    _print_rebuild_hint(cpu_build.cpu_flags(), built)
+
+
+def _print_rebuild_hint(flags: frozenset[str], built: frozenset[str]) -> bool:
+    """Print the one line saying what a rebuild for this CPU would add; whether it would."""
+    from citeflow.providers import cpu_build
+
+    hint = cpu_build.rebuild_hint(flags, built)
     if hint:
         print(hint)
+    return hint is not None
 
 
 # --- parser --------------------------------------------------------------------------------------
