@@ -69,6 +69,21 @@ def test_a_full_stop_that_closes_an_abbreviation_ends_no_sentence() -> None:
     ]
 
 
+def test_a_short_word_before_a_number_is_an_abbreviation_but_an_acronym_ends_a_sentence() -> None:
+    text = (
+        "Relapse fell (63.5% vs. 58.9%) as in Fig. 3 of Smith et al. (2019). Serena held the No. "
+        "1 ranking in c. 2002. It was viral RNA. 5 cells died. They waited a year. 65 remained."
+    )
+    assert split_sentences(text) == [
+        "Relapse fell (63.5% vs. 58.9%) as in Fig. 3 of Smith et al. (2019).",
+        "Serena held the No. 1 ranking in c. 2002.",
+        "It was viral RNA.",  # an acronym
+        "5 cells died.",
+        "They waited a year.",  # a word longer than `SHORT_WORD`
+        "65 remained.",
+    ]
+
+
 def test_the_abbreviations_are_those_of_punkts_english_model() -> None:
     """`ABBREVIATIONS` is punkt's list (NLTK, with llama-index-core), not one written here."""
     from llama_index.core.utils import globals_helper
@@ -336,6 +351,17 @@ def test_sentence_stream_keeps_a_name_with_initials_whole() -> None:
     stream = SentenceStream()
     out = [seg for i in range(len(text)) for seg in stream.feed(text[i])] + stream.flush()
     assert out == ["It is Gerald R. Ford International Airport [3]. ", "Dr. Who? ", "Yes."]
+
+
+def test_sentence_stream_waits_to_see_whether_a_bracket_opens_a_year() -> None:
+    text = "Smith et al. (2019) found it [1]. Then (as before) it rained. Fig. 2 shows it."
+    stream = SentenceStream()
+    out = [seg for i in range(len(text)) for seg in stream.feed(text[i])] + stream.flush()
+    assert out == [
+        "Smith et al. (2019) found it [1]. ",
+        "Then (as before) it rained. ",
+        "Fig. 2 shows it.",
+    ]
 
 
 def test_sources_are_the_pieces_that_cover_the_question() -> None:

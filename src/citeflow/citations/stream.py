@@ -40,6 +40,9 @@ class SentenceStream:
             # a run of newlines may go on in the next delta; take it whole only when followed
             if "\n" in match.group(0) and end == len(self._buffer):
                 break
+            # "et al. (" may go on "2019)": the bracket alone cannot tell a sentence's end
+            if self._buffer[end:] == "(":
+                break
             out.append(self._buffer[:end])
             self._buffer = self._buffer[end:]
             start = 0

@@ -15,6 +15,10 @@ import Stemmer
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[^a-z\s])|\n+")
 # the word a full stop closes: letters, or dotted letters ("U.S", "e.g"), not part of a longer word
 _WORD_AT_STOP = re.compile(r"(?<![\w.])[A-Za-z]+(?:\.[A-Za-z]+)*\Z")
+# what follows the full stop of a short abbreviation before a number ("vs. 58.9%", "(2019)")
+_NUMBER_AFTER = re.compile(r"\s+\(?\d")
+#: the longest word whose full stop before a number is an abbreviation's ("vs", "No", "Fig", "al")
+SHORT_WORD = 3
 _WORD = re.compile(r"[a-z0-9]+(?:['’-][a-z0-9]+)*")
 
 STOPWORDS = frozenset(
@@ -96,7 +100,10 @@ ABBREVIATIONS = frozenset(
 def closes_abbreviation(text: str, stop: int) -> bool:
     """Whether the full stop at ``text[stop]`` closes an abbreviation rather than a sentence: an
     initial ("J. M. Barrie", "Gerald R. Ford"; not the pronoun "I"), a dotted abbreviation ("U.S.
-    Army", "e.g. Grammarly") or a capitalised one of `ABBREVIATIONS` ("St. Louis", "Dr. Smith").
+    Army", "e.g. Grammarly"), a capitalised one of `ABBREVIATIONS` ("St. Louis", "Dr. Smith"), or
+    a word of at most `SHORT_WORD` letters, not an acronym, before a number ("63.5% vs. 58.9%",
+    "the No. 1 seed", "Fig. 3", "Smith et al. (2019)"; a sentence seldom opens with a digit after
+    a word that short, while "RNA. 5 cells" and "one year. 65 patients" still end one).
     A sentence that does end on one ("... moved to the U.S. The next year ...") runs on into the
     next: two sentences checked as one, where a split would put markers inside a name.
     """
@@ -107,6 +114,9 @@ def closes_abbreviation(text: str, stop: int) -> bool:
         return False
     word = match.group(0)
     if "." in word:
+        return True
+    acronym = len(word) > 1 and word.isupper()
+    if len(word) <= SHORT_WORD and not acronym and _NUMBER_AFTER.match(text, stop + 1):
         return True
     if len(word) == 1:
         return word.isupper() and word != "I"
