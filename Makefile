@@ -36,7 +36,7 @@ NATIVE ?= auto
 model: $(STAMP)  ## assemble the default local LLM; on an AVX-512 CPU, rebuild llama.cpp for it once
 	$(BIN)/citeflow models install
 	@if [ "$(NATIVE)" != 0 ] && $(BIN)/citeflow models runtime --needs-rebuild >/dev/null; then \
-	  echo "building llama.cpp for this CPU once (about 11 minutes on 2 cores; NATIVE=0 skips it)"; \
+	  echo "running make native now, once (NATIVE=0 skips it)"; \
 	  $(MAKE) --no-print-directory native \
 	    || echo "the rebuild failed; the PyPI build of llama.cpp stays (answers read prompts slower)"; \
 	fi

@@ -46,8 +46,6 @@ def test_broken_sentences_are_found_and_clean_ones_pass() -> None:
     assert broken_sentences("It serves Washington, D.C [1]. Not Boston.") == [
         "It serves Washington, D.C [1]."
     ]
-    assert broken_sentences("Serena held the No [1]. 1 ranking.") == ["Serena held the No [1]."]
-    assert broken_sentences("It was made of RNA [1]. 5 cells died.") == []
     assert broken_sentences("Some say X: others say Y [2].") == []  # the answer's last word
     clean = 'Yahoo bought Viaweb in 1998 [1]. He said "go." It cost $49.5 million... Really?'
     clean += " H. pylori has urease, e.g. the mRNA of iPhone users. Based on a True Story... is it."

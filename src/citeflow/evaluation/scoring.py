@@ -69,21 +69,19 @@ def broken_sentences(answer: str) -> list[str]:
     return [
         s
         for i, s in enumerate(sentences)
-        if _BROKEN.search(s.strip())
-        or (i + 1 < len(sentences) and _cuts_a_name(s.strip(), sentences[i + 1]))
+        if _BROKEN.search(s.strip()) or (i + 1 < len(sentences) and _cuts_a_name(s.strip()))
     ]
 
 
-def _cuts_a_name(sentence: str, following: str) -> bool:
+def _cuts_a_name(sentence: str) -> bool:
     """A marker put inside a name, where a full stop was taken for a sentence's end ("than J
-    [1]. M. Barrie", "the No [1]. 1 seed"): the sentence ends on an initial or abbreviation,
-    markers, then the stop, and the answer goes on (an answer's last word may well be a single
-    letter)."""
+    [1]. M. Barrie"): the sentence ends on an initial or abbreviation, markers, then the stop,
+    and the answer goes on (an answer's last word may well be a single letter)."""
     match = _MARKERS_BEFORE_STOP.search(sentence)
     if match is None:
         return False
     bare = sentence[: match.start(1)] + "."
-    return closes_abbreviation(f"{bare} {following}", len(bare) - 1)
+    return closes_abbreviation(bare, len(bare) - 1)
 
 
 def decision_of(answer: str) -> str:
