@@ -46,6 +46,11 @@ def test_broken_sentences_are_found_and_clean_ones_pass() -> None:
     assert broken_sentences("It serves Washington, D.C [1]. Not Boston.") == [
         "It serves Washington, D.C [1]."
     ]
+    # the end of a sentence cut off at an abbreviation's stop, left with no word
+    assert broken_sentences("Both reached World No [2]. 2 [2].") == ["2 [2]."]
+    assert broken_sentences("It was 458.31 ml [2]. 75 patients died.") == []
+    assert broken_sentences("It was founded in 1998 [1].") == []
+    assert broken_sentences("It spoke (Arab, Malay...) [2].") == []  # a marker after an ellipsis
     assert broken_sentences("Some say X: others say Y [2].") == []  # the answer's last word
     clean = 'Yahoo bought Viaweb in 1998 [1]. He said "go." It cost $49.5 million... Really?'
     clean += " H. pylori has urease, e.g. the mRNA of iPhone users. Based on a True Story... is it."

@@ -69,8 +69,21 @@ def broken_sentences(answer: str) -> list[str]:
     return [
         s
         for i, s in enumerate(sentences)
-        if _BROKEN.search(s.strip()) or (i + 1 < len(sentences) and _cuts_a_name(s.strip()))
+        if _BROKEN.search(s.strip())
+        or (i + 1 < len(sentences) and _cuts_a_name(s.strip()))
+        or (i > 0 and _cut_off_tail(s))
     ]
+
+
+def _cut_off_tail(sentence: str) -> bool:
+    """The end of a sentence cut off at an abbreviation's stop, left with no word ("... World
+    No [2]. 2 [2]."): a number and a full stop of its own, without a letter."""
+    bare = strip_markers(sentence).strip()
+    return (
+        bare.endswith((".", "!", "?"))
+        and any(c.isdigit() for c in bare)
+        and not any(c.isalpha() for c in bare)
+    )
 
 
 def _cuts_a_name(sentence: str) -> bool:
