@@ -318,6 +318,14 @@ def test_a_name_with_initials_gets_one_marker_after_the_name() -> None:
     assert checked.text == "Poleconomy was invented by Bruce E. Hatherley in 1980 [1]."
 
 
+def test_a_ranking_gets_one_marker_after_its_number() -> None:
+    sources = ["Manuel Orantes reached a career-high singles ranking of World No. 2 in 1973."]
+    checker = CitationPolicy().with_(**LOOSE).checker(sources, None)
+    answer = "Orantes reached a career-high singles ranking of World No. 2 [1]."
+    checked = asyncio.run(check_text(checker, answer))
+    assert checked.text == answer
+
+
 def test_repair_leaves_refusals_and_questions_alone() -> None:
     assert not needs_citation("The documents do not cover Viaweb's stores.")
     refusal = _check(SOURCES, "The documents do not cover Viaweb stores.", **LOOSE)
