@@ -185,10 +185,7 @@ class CitationSynthesizer:
                 finally:
                     llm_seconds += time.perf_counter() - waited
                 await check(sentences.feed(delta) if sentences is not None else [delta])
-                if repaired.looping:  # the model is going round: stop generating
-                    closer = getattr(chunks, "aclose", None)
-                    if closer is not None:  # an async generator: closing it ends the request
-                        await closer()
+                if repaired.looping:  # the model is going round: stop reading it (closed below)
                     break
                 waited = time.perf_counter()
             if sentences is not None:
@@ -199,6 +196,9 @@ class CitationSynthesizer:
             checked += time.perf_counter() - started
         finally:
             repaired.cancel()  # checks still running when the answer fails or is cancelled
+            closer = getattr(chunks, "aclose", None)
+            if closer is not None:  # an async generator: closing it ends the model's request
+                await closer()
         text = repaired.text
         if not text:  # the model said nothing (or only markers): say so instead of nothing
             text = NOT_COVERED_ANSWER
