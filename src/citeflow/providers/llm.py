@@ -254,12 +254,6 @@ def build_llm(
     raise ConfigError(f"CITEFLOW_LLM_PROVIDER={provider!r}: expected local, openai or azure")
 
 
-def _http_kwargs(http_client: httpx.AsyncClient | None) -> dict[str, Any]:
-    # an __init__ argument of llama-index's OpenAI LLMs, not a field: mypy's pydantic plugin
-    # does not see it
-    return {"async_http_client": http_client}
-
-
 def _build_openai(
     settings: Settings, max_retries: int, http_client: httpx.AsyncClient | None = None
 ) -> LLM:
@@ -275,7 +269,7 @@ def _build_openai(
             timeout=settings.llm.timeout,
             max_retries=0,  # llama-index's tenacity layer; the SDK retries instead
             client_max_retries=max_retries,
-            **_http_kwargs(http_client),
+            async_http_client=http_client,
         )
     except ValueError as exc:  # pydantic ValidationError included
         raise ConfigError(f"CITEFLOW_LLM_MODEL={model!r}: {first_line(exc)}") from None
@@ -307,7 +301,7 @@ def _build_azure(
             timeout=settings.llm.timeout,
             max_retries=0,
             client_max_retries=max_retries,
-            **_http_kwargs(http_client),
+            async_http_client=http_client,
         )
     except ValueError as exc:
         raise ConfigError(f"Azure OpenAI LLM: {first_line(exc)}") from None

@@ -9,6 +9,7 @@ computed from its text.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from itertools import islice
 
 from llama_index.core.schema import MetadataMode
 
@@ -22,13 +23,8 @@ COPY_BATCH = 256
 
 def pages(engine: Engine, collection: str) -> Iterator[list[Record]]:
     """Every point of ``collection`` with its payload and vectors, `COPY_BATCH` at a time."""
-    batch: list[Record] = []
-    for record in engine.scroll(collection, None, True, vectors=True, page=COPY_BATCH):
-        batch.append(record)
-        if len(batch) == COPY_BATCH:
-            yield batch
-            batch = []
-    if batch:
+    records = engine.scroll(collection, None, True, vectors=True, page=COPY_BATCH)
+    while batch := list(islice(records, COPY_BATCH)):
         yield batch
 
 
