@@ -33,27 +33,20 @@ def embeddings_response(
         return error_response(400, "'input' must be a string or a list of strings/tokens.")
     if not texts:
         return error_response(400, "'input' must not be empty.")
-    limit = max_input_tokens
     longest = max(count_tokens(t) for t in texts)
-    if limit is not None and longest > limit:
+    if max_input_tokens is not None and longest > max_input_tokens:
         return error_response(
             400,
-            f"This model's maximum context length is {limit} tokens, however you requested "
-            f"{longest} tokens. Please reduce your prompt.",
+            f"This model's maximum context length is {max_input_tokens} tokens, however you "
+            f"requested {longest} tokens. Please reduce your prompt.",
         )
     dim = body.get("dimensions") or default_dim
     if not isinstance(dim, int) or dim <= 0:
         return error_response(400, "'dimensions' must be a positive integer.")
-    as_base64 = body.get("encoding_format") == "base64"
-    data: list[dict[str, Any]] = []
-    for index, text in enumerate(texts):
-        vector = fake_embedding(text, dim)
-        embedding: Any = (
-            base64.b64encode(struct.pack(f"<{dim}f", *vector)).decode("ascii")
-            if as_base64
-            else vector
-        )
-        data.append({"object": "embedding", "index": index, "embedding": embedding})
+    vectors: list[Any] = [fake_embedding(text, dim) for text in texts]
+    if body.get("encoding_format") == "base64":
+        vectors = [base64.b64encode(struct.pack(f"<{dim}f", *v)).decode("ascii") for v in vectors]
+    data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]
     tokens = sum(count_tokens(t) for t in texts)
     return JSONResponse(
         {
