@@ -272,6 +272,5 @@ def env_example() -> str:
                 value = json.dumps(default)
             else:
                 value = str(default)
-            lines.append(f"# {field.description or name}")
-            lines.append(f"# {env}={value}")
+            lines += [f"# {field.description or name}", f"# {env}={value}"]
     return "\n".join(lines) + "\n"
