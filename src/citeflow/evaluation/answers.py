@@ -93,8 +93,7 @@ async def answer_all(
     live: CitationQueryWorkflow | None = None
     records: dict[str, dict[str, Any]] = {}
     answered = 0
-    bar = tqdm(total=len(query_ids), desc="answers", unit="question", disable=not progress)
-    try:
+    with tqdm(total=len(query_ids), desc="answers", unit="question", disable=not progress) as bar:
         for qid in query_ids:
             question = question_of(dataset.queries[qid], template)
             record = cache.get(qid, question)
@@ -105,8 +104,6 @@ async def answer_all(
                 answered += 1
             records[qid] = record
             bar.update(1)
-    finally:
-        bar.close()
     return records, answered
 
 

@@ -185,23 +185,21 @@ async def _run_one(
 ) -> tuple[dict[str, dict[str, float]], float]:
     gate = asyncio.Semaphore(concurrency)
     run: dict[str, dict[str, float]] = {}
-    bar = tqdm(total=len(queries), desc=name, unit="query", disable=not progress)
+    with tqdm(total=len(queries), desc=name, unit="query", disable=not progress) as bar:
 
-    async def one(qid: str, text: str) -> None:
-        async with gate:
-            hits = await retriever.search(text, top_k)
-        run[qid] = best_scores(hits)
-        bar.update(1)
+        async def one(qid: str, text: str) -> None:
+            async with gate:
+                hits = await retriever.search(text, top_k)
+            run[qid] = best_scores(hits)
+            bar.update(1)
 
-    started = time.perf_counter()
-    try:
-        async with asyncio.TaskGroup() as group:
-            for qid, text in queries.items():
-                group.create_task(one(qid, text))
-    except BaseExceptionGroup as group_error:
-        raise group_error.exceptions[0] from None
-    finally:
-        bar.close()
+        started = time.perf_counter()
+        try:
+            async with asyncio.TaskGroup() as group:
+                for qid, text in queries.items():
+                    group.create_task(one(qid, text))
+        except BaseExceptionGroup as group_error:
+            raise group_error.exceptions[0] from None
     return run, time.perf_counter() - started
 
 
