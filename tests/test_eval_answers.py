@@ -148,12 +148,8 @@ def test_skip_answers_a_later_slice_of_the_questions(
     argv = [str(MINI), "--retrievers", "none", "--skip", "1", "--answers", "2", "-q"]
     argv += ["--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "report.json")]
     llm = _copying_model()
-    assert (
-        run(
-            build_parser().parse_args(argv), settings=settings, embed_model=HashEmbedding(), llm=llm
-        )
-        == 0
-    )
+    args = build_parser().parse_args(argv)
+    assert run(args, settings=settings, embed_model=HashEmbedding(), llm=llm) == 0
     assert "questions 2-3" in capsys.readouterr().out
     asked = [load_beir(MINI).queries[q] for q in list(load_beir(MINI).queries)[1:3]]
     assert len(llm.prompts) == 2 and all(q in p for q, p in zip(asked, llm.prompts, strict=True))

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -39,6 +38,7 @@ from citeflow.ingestion.pipeline import file_hash
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.query.retrieval import Retriever
 from citeflow.settings import RetrievalMode, Settings
+from citeflow.settings.providers import xdg_dir
 from citeflow.store import Store
 
 __all__ = [
@@ -67,8 +67,7 @@ def doc_id_of(hit: NodeWithScore) -> str:
 
 def default_cache_dir() -> Path:
     """``$XDG_CACHE_HOME/citeflow/eval`` (``~/.cache/citeflow/eval``)."""
-    base = os.environ.get("XDG_CACHE_HOME")
-    return (Path(base) if base else Path.home() / ".cache") / "citeflow" / "eval"
+    return xdg_dir("XDG_CACHE_HOME", ".cache") / "citeflow" / "eval"
 
 
 def index_key(
