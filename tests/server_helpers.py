@@ -19,7 +19,7 @@ from llama_index.core.instrumentation.event_handlers import BaseEventHandler
 from llama_index.core.instrumentation.events import BaseEvent
 from llama_index.core.llms import ChatMessage, ChatResponse
 from llama_index.core.schema import Document
-from pydantic import Field, PrivateAttr, SecretStr
+from pydantic import Field, SecretStr
 
 from citeflow.api.engine import Engine
 from citeflow.knowledge_base import KnowledgeBase
@@ -43,28 +43,14 @@ LONG_ANSWER = "Yahoo bought Viaweb in 1998 [1]. " + " ".join(
 class PacedLLM(ScriptedLLM):
     """A `ScriptedLLM` whose async chat stream waits ``delay`` seconds per piece.
 
-    Records whether a stream was abandoned before its end (``closed_early``) and how many pieces
-    were produced (``pieces``), so tests can see a cancelled run stop iterating the LLM.
+    Records whether a stream was abandoned before its end (``closed_early``) or ran to it
+    (``finished``), and how many pieces were streamed over all calls (``pieces``), so tests can
+    see a cancelled run stop iterating the LLM.
     """
 
-    _n_pieces: int = PrivateAttr(default=0)
-    _closed_early: threading.Event = PrivateAttr(default_factory=threading.Event)
-    _finished: threading.Event = PrivateAttr(default_factory=threading.Event)
-
-    @property
-    def pieces(self) -> int:
-        """Pieces streamed so far, over all calls."""
-        return self._n_pieces
-
-    @property
-    def closed_early(self) -> threading.Event:
-        """Set when a stream is abandoned before its end."""
-        return self._closed_early
-
-    @property
-    def finished(self) -> threading.Event:
-        """Set when a stream runs to its end."""
-        return self._finished
+    pieces: int = 0
+    closed_early: threading.Event = Field(default_factory=threading.Event, exclude=True)
+    finished: threading.Event = Field(default_factory=threading.Event, exclude=True)
 
     async def astream_chat(  # type: ignore[override]
         self, messages: Sequence[ChatMessage], **kwargs: Any
@@ -76,16 +62,16 @@ class PacedLLM(ScriptedLLM):
             done = False
             try:
                 async for piece in stream:
-                    self._n_pieces += 1
+                    self.pieces += 1
                     yield ChatResponse(
                         message=ChatMessage(role="assistant", content=piece.text),
                         delta=piece.delta,
                     )
                 done = True
-                self._finished.set()
+                self.finished.set()
             finally:
                 if not done:
-                    self._closed_early.set()
+                    self.closed_early.set()
 
         return gen()
 
