@@ -191,10 +191,8 @@ class Metrics:
         if result.rounds > 1:
             self.retries.inc(result.rounds - 1)
         for action, count in citation_actions(result.citations, result.raw_response).items():
-            if count:
-                self.citations.labels(action).inc(count)
-        if result.unsupported:
-            self.unsupported.inc(len(result.unsupported))
+            self.citations.labels(action).inc(count)  # every action's series exists already
+        self.unsupported.inc(len(result.unsupported))
         for verdict, count in result.judge_verdicts.items():
             if verdict in JUDGE_VERDICTS and count:
                 self.judge_verdicts.labels(verdict).inc(count)
@@ -268,8 +266,7 @@ class Metrics:
         for result, count in counts.items():
             if result in INGEST_RESULTS and count:
                 self.ingested_documents.labels(result).inc(count)
-        if chunks:
-            self.ingested_chunks.inc(chunks)
+        self.ingested_chunks.inc(chunks)
 
 
 def _outcome(result: CitedResponse) -> str:
