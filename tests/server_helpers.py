@@ -27,7 +27,7 @@ from citeflow.server import create_app
 from citeflow.testing.embedding import HashEmbedding
 from citeflow.testing.llm import ScriptedLLM
 from citeflow.testing.openai_server import FakeOpenAIServer
-from citeflow.testing.serving import ThreadedServer, serve_in_thread
+from citeflow.testing.serving import serve_in_thread
 
 #: a question two of the test knowledge base's documents answer, and an answer citing both
 QUESTION = "Who bought Viaweb, and where do ducks live?"
@@ -273,22 +273,16 @@ class LiveServer:
     """``app`` served by uvicorn on 127.0.0.1 (a free port) in a background thread."""
 
     def __init__(self, app: FastAPI) -> None:
-        self.port = 0
-        self._config = uvicorn.Config(app, log_level="warning", lifespan="off")
-        self._served: ThreadedServer | None = None
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        self.config = uvicorn.Config(app, log_level="warning", lifespan="off")
 
     def __enter__(self) -> LiveServer:
-        self._served = serve_in_thread(self._config)
-        self.port = self._served.port
+        self.served = serve_in_thread(self.config)
+        self.port = self.served.port
+        self.base_url = f"http://127.0.0.1:{self.port}"
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        assert self._served is not None
-        self._served.stop(timeout=10)
+        self.served.stop(timeout=10)
 
 
 async def wait_until(predicate: Any, within: float = 2.0) -> float:
