@@ -41,7 +41,8 @@ LONG_ANSWER = "Yahoo bought Viaweb in 1998 [1]. " + " ".join(
 
 
 class PacedLLM(ScriptedLLM):
-    """A `ScriptedLLM` whose async chat stream waits ``delay`` seconds per piece.
+    """A `ScriptedLLM` whose async chat stream waits ``delay`` seconds per piece (and raises
+    ConnectionError after ``fail_after`` pieces of a stream; 0: never).
 
     Records whether a stream was abandoned before its end (``closed_early``) or ran to it
     (``finished``), and how many pieces were streamed over all calls (``pieces``), so tests can
@@ -49,6 +50,7 @@ class PacedLLM(ScriptedLLM):
     """
 
     pieces: int = 0
+    fail_after: int = 0
     closed_early: threading.Event = Field(default_factory=threading.Event, exclude=True)
     finished: threading.Event = Field(default_factory=threading.Event, exclude=True)
 
@@ -60,6 +62,7 @@ class PacedLLM(ScriptedLLM):
 
         async def gen() -> AsyncGenerator[ChatResponse, None]:
             done = False
+            streamed = 0
             try:
                 async for piece in stream:
                     self.pieces += 1
@@ -67,6 +70,9 @@ class PacedLLM(ScriptedLLM):
                         message=ChatMessage(role="assistant", content=piece.text),
                         delta=piece.delta,
                     )
+                    streamed += 1
+                    if streamed == self.fail_after:
+                        raise ConnectionError("upstream went away")
                 done = True
                 self.finished.set()
             finally:
@@ -77,23 +83,9 @@ class PacedLLM(ScriptedLLM):
 
 
 class FailingLLM(PacedLLM):
-    """A `PacedLLM` whose chat stream raises ConnectionError after ``fail_after`` pieces."""
+    """A `PacedLLM` whose chat stream raises ConnectionError after ``fail_after`` (8) pieces."""
 
     fail_after: int = 8
-
-    async def astream_chat(self, messages, **kw):  # type: ignore[no-untyped-def,override]
-        stream = await super().astream_chat(messages, **kw)
-        fail_after = self.fail_after
-
-        async def gen():  # type: ignore[no-untyped-def]
-            count = 0
-            async for piece in stream:
-                yield piece
-                count += 1
-                if count == fail_after:
-                    raise ConnectionError("upstream went away")
-
-        return gen()
 
 
 class CountingEmbedding(HashEmbedding):
