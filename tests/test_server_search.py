@@ -14,7 +14,6 @@ import httpx
 import pytest
 from llama_index.core.llms import ChatMessage, ChatResponse
 from llama_index.core.schema import Document
-from pydantic import PrivateAttr
 
 from citeflow.api.engine import Engine
 from citeflow.errors import UpstreamError
@@ -49,20 +48,16 @@ DUCKS = "They live near ponds"
 
 
 class SlowLLM(ScriptedLLM):
-    """A `ScriptedLLM` whose chat calls wait ``pause`` seconds first (cancellable)."""
+    """A `ScriptedLLM` whose chat calls wait ``pause`` seconds first (cancellable), counting
+    the calls begun, finished or not (``calls``)."""
 
     pause: float = 5.0
-    _calls: int = PrivateAttr(default=0)
-
-    @property
-    def calls(self) -> int:
-        """Chat calls begun, finished or not."""
-        return self._calls
+    calls: int = 0
 
     async def achat(  # type: ignore[override]
         self, messages: Sequence[ChatMessage], **kwargs: Any
     ) -> ChatResponse:
-        self._calls += 1
+        self.calls += 1
         await asyncio.sleep(self.pause)
         return await super().achat(messages, **kwargs)
 
