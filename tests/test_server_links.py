@@ -115,7 +115,7 @@ async def test_public_url_and_open_servers(kb: KnowledgeBase) -> None:
 
 def test_links_from_settings() -> None:
     open_server = Settings(_env_file=None)
-    assert not DocumentLinks.from_settings(open_server.server).signed
+    assert DocumentLinks.from_settings(open_server.server).key is None  # links are not signed
     keyed = Settings(_env_file=None, server={"api_keys": ["a", "b"]})
     same_keys = Settings(_env_file=None, server={"api_keys": ["b", "a"]})
     other_keys = Settings(_env_file=None, server={"api_keys": ["a"]})
