@@ -140,10 +140,8 @@ class ChatStream(EventStream[Chunk]):
             chunks += self._know(result.sources)
         if not self._fed and result.response:
             chunks += self._text(result.response, result.cited)
-        if self.source_list:
-            listing = source_list_markdown(result, self.numbers, self.sources)
-            if listing:
-                chunks += self._text(listing, [])
+        if self.source_list:  # no sources: an empty list, which sends nothing
+            chunks += self._text(source_list_markdown(result, self.numbers, self.sources), [])
         if self._status_shown and not self._status_done:
             chunks.append(self.status("Done", done=True))
         usage = self.usage(result)
