@@ -291,8 +291,10 @@ async def test_nothing_relevant_falls_back_or_refuses(kb: KnowledgeBase) -> None
 
 
 async def test_a_retry_reformulates_when_nothing_is_relevant(kb: KnowledgeBase) -> None:
-    llm = ScriptedLLM(["ducks ponds rivers lakes"])
-    async with asgi_client(make_engine(kb, llm, retrieval={"max_rounds": 2})) as c:
+    # the LLM takes a while, well within the budget: nothing is cut
+    llm = SlowLLM(["ducks ponds rivers lakes"], pause=0.05)
+    engine = make_engine(kb, llm, search_timeout=5.0, retrieval={"max_rounds": 2})
+    async with asgi_client(engine) as c:
         response = await c.post("/search", json={"queries": ["xylophone marimba"]})
     assert response.status_code == 200, response.text
     texts = response.json()["documents"][0]
@@ -344,15 +346,6 @@ async def test_out_of_time_the_rewrite_leaves_the_last_message(kb: KnowledgeBase
     assert llm.calls == 1 and elapsed < 2.0, elapsed
     texts = response.json()["documents"][0]
     assert len(texts) == 1 and VIAWEB in texts[0]  # searched with the last message as it is
-
-
-async def test_within_the_budget_nothing_is_cut(kb: KnowledgeBase) -> None:
-    llm = SlowLLM(["ducks ponds rivers lakes"], pause=0.05)
-    engine = make_engine(kb, llm, search_timeout=5.0, retrieval={"max_rounds": 2})
-    async with asgi_client(engine) as c:
-        response = await c.post("/search", json={"queries": ["xylophone marimba"]})
-    texts = response.json()["documents"][0]
-    assert len(texts) == 1 and DUCKS in texts[0]
 
 
 # --- auth ----------------------------------------------------------------------------------------
