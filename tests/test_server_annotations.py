@@ -87,8 +87,7 @@ async def test_server_side_requests_get_no_annotations_unless_asked(kb: Knowledg
 
 @pytest.mark.parametrize("allowed", [True, False])
 async def test_cors_admits_only_the_configured_origins(kb: KnowledgeBase, allowed: bool) -> None:
-    engine = make_engine(kb, ScriptedLLM([ANSWER]))
-    engine.settings.server.cors_origins = ["https://chat.example.com"]
+    engine = make_engine(kb, ScriptedLLM([ANSWER]), cors_origins=["https://chat.example.com"])
     origin = "https://chat.example.com" if allowed else "https://evil.example.net"
     preflight_headers = {
         "Origin": origin,
