@@ -179,15 +179,16 @@ def make_engine(
     embed_model: BaseEmbedding | None = None,
     keys: Sequence[str] = (),
     retrieval: dict[str, Any] | None = None,
+    store: dict[str, Any] | None = None,
     **server: Any,
 ) -> Engine:
     """An engine over the test knowledge base (collection ``kb``) with a fake LLM; ``keys``: the
-    API keys it takes (none: an open server); ``retrieval`` and ``server``: fields of
-    `RetrievalSettings` and `ServerSettings` changed."""
+    API keys it takes (none: an open server); ``retrieval``, ``store`` and ``server``: fields of
+    `RetrievalSettings`, `StoreSettings` and `ServerSettings` changed."""
     if keys:
         server["api_keys"] = [SecretStr(key) for key in keys]
     return Engine(
-        kb.settings.updated(server=server, retrieval=retrieval or {}),
+        kb.settings.updated(server=server, retrieval=retrieval or {}, store=store or {}),
         store=kb.store,
         embed_model=embed_model or kb.embed_model,
         llm=llm,

@@ -15,7 +15,6 @@ import pytest
 from llama_index.core.llms import ChatMessage, ChatResponse
 from llama_index.core.schema import Document
 
-from citeflow.api.engine import Engine
 from citeflow.errors import UpstreamError
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.testing.llm import ScriptedLLM
@@ -449,14 +448,7 @@ async def test_sizes_over_the_limits_are_413(kb: KnowledgeBase, llm: ScriptedLLM
 
 
 async def test_a_missing_default_knowledge_base_is_404(kb: KnowledgeBase, llm: ScriptedLLM) -> None:
-    async with asgi_client(
-        Engine(
-            kb.settings.updated(store={"collection": "handbook"}),
-            store=kb.store,
-            embed_model=kb.embed_model,
-            llm=llm,
-        )
-    ) as c:
+    async with asgi_client(make_engine(kb, llm, store={"collection": "handbook"})) as c:
         response = await c.post("/search", json={"queries": ["ducks"]})
     assert_error(
         response, 404, "not_found_error", "'handbook'", "collection_names", "GET /v1/models"
