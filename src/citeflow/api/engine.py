@@ -204,8 +204,7 @@ class Engine:
     def _start(
         self, collection: str, query: str, history: Sequence[ChatMessage]
     ) -> WorkflowHandler:
-        handler: WorkflowHandler = self.workflow(collection).run(query=query, history=list(history))
-        return handler
+        return self.workflow(collection).run(query=query, history=list(history))
 
     def events(
         self, collection: str, query: str, history: Sequence[ChatMessage] = ()
