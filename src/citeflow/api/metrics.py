@@ -222,8 +222,7 @@ class Metrics:
                     self.first_token_seconds.observe(time.perf_counter() - started)
                 if isinstance(item, CitedResponse):
                     finished = True
-                    seconds = time.perf_counter() - started
-                    self.answered(item, seconds=seconds, usage=usage(item))
+                    self.answered(item, seconds=time.perf_counter() - started, usage=usage(item))
                 yield item
         except Exception as exc:
             if isinstance(exc, UpstreamRateLimitError):  # told in the stream, not as HTTP 429
