@@ -120,10 +120,10 @@ STREAM = chat_request(QUESTION, stream=True)
 
 
 def assert_error(
-    response: httpx.Response, status: int, kind: str, *words: str, param: str | None = None
+    response: httpx.Response, status: int, kind: str, *words: str, **fields: str | None
 ) -> None:
     """``response`` is an OpenAI error body of ``status`` and ``kind`` whose message holds every
-    one of ``words`` (and whose ``param`` is ``param``, when given)."""
+    one of ``words`` (and whose other fields, e.g. ``param`` or ``code``, are ``fields``)."""
     assert response.status_code == status, response.text
     body = response.json()
     assert set(body) == {"error"}
@@ -131,8 +131,8 @@ def assert_error(
     assert body["error"]["type"] == kind
     for word in words:
         assert word in body["error"]["message"], body["error"]["message"]
-    if param is not None:
-        assert body["error"]["param"] == param, body["error"]
+    for name, value in fields.items():  # None: not checked
+        assert value is None or body["error"][name] == value, body["error"]
 
 
 async def post_raw(client: httpx.AsyncClient, path: str, body: bytes | str) -> httpx.Response:
@@ -149,8 +149,7 @@ async def assert_needs_key(
     assert_error(missing, 401, "authentication_error", "Authorization: Bearer")
     assert missing.headers["www-authenticate"] == "Bearer"
     wrong = await client.request(method, path, headers={"Authorization": "Bearer nope"}, **request)
-    assert_error(wrong, 401, "authentication_error", "invalid API key")
-    assert wrong.json()["error"]["code"] == "invalid_api_key"
+    assert_error(wrong, 401, "authentication_error", "invalid API key", code="invalid_api_key")
     right = await client.request(
         method, path, headers={"Authorization": f"Bearer {key}"}, **request
     )
