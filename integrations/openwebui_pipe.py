@@ -137,13 +137,12 @@ class Pipe:
         piece that could be mistaken for an SSE line) a ``chat.completion.chunk`` dict.
         """
         model = self.model_name(str(body.get("model") or ""))
-        task = __task__ or (__metadata__ or {}).get("task")
+        task = bool(__task__ or (__metadata__ or {}).get("task")) or _is_task(body)
         if model == ERROR_MODEL_ID:
             return await self._explain_unavailable()
-        if task or not body.get("stream", False) or _is_task(body):
+        if task or not body.get("stream", False):
             # a task's status line would land on the chat message: no events for tasks
-            emitter = None if task or _is_task(body) else __event_emitter__
-            return await self._complete(body, model, emitter)
+            return await self._complete(body, model, None if task else __event_emitter__)
         return self._stream(body, model, __event_emitter__)
 
     @staticmethod
@@ -178,9 +177,8 @@ class Pipe:
                         "citeflow's answer could not be read (not a chat completion).",
                         "unreadable answer",
                     ) from None
-            if emitter is not None:
-                for source in answer.get("sources") or []:
-                    await _emit(emitter, {"type": "source", "data": source})
+            for source in answer.get("sources") or []:
+                await _emit(emitter, {"type": "source", "data": source})
             return str(text)
         except Exception as exc:
             error = self._failure(exc, "request")

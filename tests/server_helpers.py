@@ -19,7 +19,7 @@ from llama_index.core.instrumentation.event_handlers import BaseEventHandler
 from llama_index.core.instrumentation.events import BaseEvent
 from llama_index.core.llms import ChatMessage, ChatResponse
 from llama_index.core.schema import Document
-from pydantic import Field, PrivateAttr, SecretStr
+from pydantic import Field, SecretStr
 
 from citeflow.api.engine import Engine
 from citeflow.knowledge_base import KnowledgeBase
@@ -27,7 +27,7 @@ from citeflow.server import create_app
 from citeflow.testing.embedding import HashEmbedding
 from citeflow.testing.llm import ScriptedLLM
 from citeflow.testing.openai_server import FakeOpenAIServer
-from citeflow.testing.serving import ThreadedServer, serve_in_thread
+from citeflow.testing.serving import serve_in_thread
 
 #: a question two of the test knowledge base's documents answer, and an answer citing both
 QUESTION = "Who bought Viaweb, and where do ducks live?"
@@ -41,30 +41,18 @@ LONG_ANSWER = "Yahoo bought Viaweb in 1998 [1]. " + " ".join(
 
 
 class PacedLLM(ScriptedLLM):
-    """A `ScriptedLLM` whose async chat stream waits ``delay`` seconds per piece.
+    """A `ScriptedLLM` whose async chat stream waits ``delay`` seconds per piece (and raises
+    ConnectionError after ``fail_after`` pieces of a stream; 0: never).
 
-    Records whether a stream was abandoned before its end (``closed_early``) and how many pieces
-    were produced (``pieces``), so tests can see a cancelled run stop iterating the LLM.
+    Records whether a stream was abandoned before its end (``closed_early``) or ran to it
+    (``finished``), and how many pieces were streamed over all calls (``pieces``), so tests can
+    see a cancelled run stop iterating the LLM.
     """
 
-    _n_pieces: int = PrivateAttr(default=0)
-    _closed_early: threading.Event = PrivateAttr(default_factory=threading.Event)
-    _finished: threading.Event = PrivateAttr(default_factory=threading.Event)
-
-    @property
-    def pieces(self) -> int:
-        """Pieces streamed so far, over all calls."""
-        return self._n_pieces
-
-    @property
-    def closed_early(self) -> threading.Event:
-        """Set when a stream is abandoned before its end."""
-        return self._closed_early
-
-    @property
-    def finished(self) -> threading.Event:
-        """Set when a stream runs to its end."""
-        return self._finished
+    pieces: int = 0
+    fail_after: int = 0
+    closed_early: threading.Event = Field(default_factory=threading.Event, exclude=True)
+    finished: threading.Event = Field(default_factory=threading.Event, exclude=True)
 
     async def astream_chat(  # type: ignore[override]
         self, messages: Sequence[ChatMessage], **kwargs: Any
@@ -74,40 +62,30 @@ class PacedLLM(ScriptedLLM):
 
         async def gen() -> AsyncGenerator[ChatResponse, None]:
             done = False
+            streamed = 0
             try:
                 async for piece in stream:
-                    self._n_pieces += 1
+                    self.pieces += 1
                     yield ChatResponse(
                         message=ChatMessage(role="assistant", content=piece.text),
                         delta=piece.delta,
                     )
+                    streamed += 1
+                    if streamed == self.fail_after:
+                        raise ConnectionError("upstream went away")
                 done = True
-                self._finished.set()
+                self.finished.set()
             finally:
                 if not done:
-                    self._closed_early.set()
+                    self.closed_early.set()
 
         return gen()
 
 
 class FailingLLM(PacedLLM):
-    """A `PacedLLM` whose chat stream raises ConnectionError after ``fail_after`` pieces."""
+    """A `PacedLLM` whose chat stream raises ConnectionError after ``fail_after`` (8) pieces."""
 
     fail_after: int = 8
-
-    async def astream_chat(self, messages, **kw):  # type: ignore[no-untyped-def,override]
-        stream = await super().astream_chat(messages, **kw)
-        fail_after = self.fail_after
-
-        async def gen():  # type: ignore[no-untyped-def]
-            count = 0
-            async for piece in stream:
-                yield piece
-                count += 1
-                if count == fail_after:
-                    raise ConnectionError("upstream went away")
-
-        return gen()
 
 
 class CountingEmbedding(HashEmbedding):
@@ -142,10 +120,10 @@ STREAM = chat_request(QUESTION, stream=True)
 
 
 def assert_error(
-    response: httpx.Response, status: int, kind: str, *words: str, param: str | None = None
+    response: httpx.Response, status: int, kind: str, *words: str, **fields: str | None
 ) -> None:
     """``response`` is an OpenAI error body of ``status`` and ``kind`` whose message holds every
-    one of ``words`` (and whose ``param`` is ``param``, when given)."""
+    one of ``words`` (and whose other fields, e.g. ``param`` or ``code``, are ``fields``)."""
     assert response.status_code == status, response.text
     body = response.json()
     assert set(body) == {"error"}
@@ -153,8 +131,8 @@ def assert_error(
     assert body["error"]["type"] == kind
     for word in words:
         assert word in body["error"]["message"], body["error"]["message"]
-    if param is not None:
-        assert body["error"]["param"] == param, body["error"]
+    for name, value in fields.items():  # None: not checked
+        assert value is None or body["error"][name] == value, body["error"]
 
 
 async def post_raw(client: httpx.AsyncClient, path: str, body: bytes | str) -> httpx.Response:
@@ -171,8 +149,7 @@ async def assert_needs_key(
     assert_error(missing, 401, "authentication_error", "Authorization: Bearer")
     assert missing.headers["www-authenticate"] == "Bearer"
     wrong = await client.request(method, path, headers={"Authorization": "Bearer nope"}, **request)
-    assert_error(wrong, 401, "authentication_error", "invalid API key")
-    assert wrong.json()["error"]["code"] == "invalid_api_key"
+    assert_error(wrong, 401, "authentication_error", "invalid API key", code="invalid_api_key")
     right = await client.request(
         method, path, headers={"Authorization": f"Bearer {key}"}, **request
     )
@@ -201,15 +178,16 @@ def make_engine(
     embed_model: BaseEmbedding | None = None,
     keys: Sequence[str] = (),
     retrieval: dict[str, Any] | None = None,
+    store: dict[str, Any] | None = None,
     **server: Any,
 ) -> Engine:
     """An engine over the test knowledge base (collection ``kb``) with a fake LLM; ``keys``: the
-    API keys it takes (none: an open server); ``retrieval`` and ``server``: fields of
-    `RetrievalSettings` and `ServerSettings` changed."""
+    API keys it takes (none: an open server); ``retrieval``, ``store`` and ``server``: fields of
+    `RetrievalSettings`, `StoreSettings` and `ServerSettings` changed."""
     if keys:
         server["api_keys"] = [SecretStr(key) for key in keys]
     return Engine(
-        kb.settings.updated(server=server, retrieval=retrieval or {}),
+        kb.settings.updated(server=server, retrieval=retrieval or {}, store=store or {}),
         store=kb.store,
         embed_model=embed_model or kb.embed_model,
         llm=llm,
@@ -287,22 +265,16 @@ class LiveServer:
     """``app`` served by uvicorn on 127.0.0.1 (a free port) in a background thread."""
 
     def __init__(self, app: FastAPI) -> None:
-        self.port = 0
-        self._config = uvicorn.Config(app, log_level="warning", lifespan="off")
-        self._served: ThreadedServer | None = None
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        self.config = uvicorn.Config(app, log_level="warning", lifespan="off")
 
     def __enter__(self) -> LiveServer:
-        self._served = serve_in_thread(self._config)
-        self.port = self._served.port
+        self.served = serve_in_thread(self.config)
+        self.port = self.served.port
+        self.base_url = f"http://127.0.0.1:{self.port}"
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        assert self._served is not None
-        self._served.stop(timeout=10)
+        self.served.stop(timeout=10)
 
 
 async def wait_until(predicate: Any, within: float = 2.0) -> float:

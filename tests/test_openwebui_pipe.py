@@ -13,18 +13,23 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from llama_index.core.schema import Document
 
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.server import create_app
-from citeflow.testing.embedding import HashEmbedding
 from tests.e2e.procs import free_port
-from tests.server_helpers import FailingLLM, LiveServer, PacedLLM, make_engine, wait_until
+from tests.server_helpers import (
+    ANSWER,
+    QUESTION,
+    FailingLLM,
+    LiveServer,
+    PacedLLM,
+    add_collection,
+    make_engine,
+    wait_until,
+)
 
 PIPE_FILE = Path(__file__).resolve().parents[1] / "integrations" / "openwebui_pipe.py"
 
-QUESTION = "Who bought Viaweb, and where do ducks live?"
-ANSWER = "Yahoo bought Viaweb in 1998 [1]. Ducks live near ponds [2]."
 TITLE = {"title": "Viaweb and ducks"}
 TASK = (
     "### Task:\nGenerate a concise, 3-5 word title summarizing the chat history.\n"
@@ -115,12 +120,7 @@ def assert_ends_done(recorder: Recorder) -> None:
 
 @pytest.fixture
 def server(kb: KnowledgeBase) -> Iterator[LiveServer]:
-    notes = KnowledgeBase(
-        kb.settings, store=kb.store, embed_model=HashEmbedding(), collection="notes"
-    )
-    notes.add_documents(
-        [Document(id_="n1", text="A note about geese.", metadata={"file_name": "n.md"})]
-    )
+    add_collection(kb, "notes", {"n1": "A note about geese."})
     with LiveServer(create_app(make_engine(kb, PacedLLM([_reply])))) as live:
         yield live
 

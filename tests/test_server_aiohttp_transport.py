@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -17,15 +16,10 @@ from citeflow.providers.aiohttp_transport import AiohttpTransport, aiohttp_clien
 from citeflow.providers.llm import build_llm
 from citeflow.providers.upstream_errors import as_upstream_error
 from citeflow.testing.openai_server import FakeOpenAIServer, Reply
+from tests.e2e.procs import free_port
 from tests.settings_helpers import settings_of
 
 USER = [ChatMessage(role="user", content="What did the author work on?")]
-
-
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def test_plain_requests_keep_status_headers_and_body(upstream: FakeOpenAIServer) -> None:
@@ -70,7 +64,7 @@ async def test_the_llm_uses_the_transport_and_streams(upstream: FakeOpenAIServer
 
 
 async def test_unreachable_upstream_is_a_connection_error() -> None:
-    async with _llm(f"http://127.0.0.1:{_closed_port()}/v1") as llm:
+    async with _llm(f"http://127.0.0.1:{free_port()}/v1") as llm:
         with pytest.raises(openai.APIConnectionError) as caught:
             await llm.achat(USER)
     assert not isinstance(caught.value, openai.APITimeoutError)

@@ -8,7 +8,6 @@ import time
 from contextlib import closing
 
 import pytest
-from llama_index.core.base.embeddings.base import BaseEmbedding
 
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.query.batching import (
@@ -227,18 +226,14 @@ async def test_concurrent_chats_share_query_embeddings(kb: KnowledgeBase) -> Non
         batched.get_query_embedding("after close")
 
 
-def _minilm(backend: str) -> BaseEmbedding:
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["onnx", "torch"])
+async def test_minilm_batches_match_single_queries(backend: str) -> None:
     pytest.importorskip("llama_index.embeddings.huggingface")
     from citeflow.providers.embeddings import build_embed_model
     from citeflow.settings import Settings
 
-    return build_embed_model(Settings(_env_file=None, embeddings={"backend": backend}))
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("backend", ["onnx", "torch"])
-async def test_minilm_batches_match_single_queries(backend: str) -> None:
-    model = _minilm(backend)
+    model = build_embed_model(Settings(_env_file=None, embeddings={"backend": backend}))
     with closing(BatchedQueryEmbedding(model)) as batched:
         alone = [model.get_query_embedding(q) for q in QUESTIONS[:8]]
         assert await batched.aget_query_embedding(QUESTIONS[0]) == alone[0]  # a batch of one

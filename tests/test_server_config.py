@@ -60,19 +60,15 @@ def test_the_installed_dependencies_give_the_fast_path() -> None:
     assert server.loop_and_http(ServerSettings.defaults()) == ("uvloop", "httptools")
 
 
-@pytest.fixture
-def restore_gc() -> Iterator[None]:
-    thresholds = gc.get_threshold()
-    yield
-    gc.unfreeze()
-    gc.set_threshold(*thresholds)
-
-
-@pytest.mark.usefixtures("restore_gc")
 def test_tune_gc_freezes_the_heap_and_raises_the_young_threshold() -> None:
-    server.tune_gc()
-    assert gc.get_freeze_count() > 0
-    assert gc.get_threshold() == server.GC_THRESHOLDS
+    thresholds = gc.get_threshold()
+    try:
+        server.tune_gc()
+        assert gc.get_freeze_count() > 0
+        assert gc.get_threshold() == server.GC_THRESHOLDS
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*thresholds)
 
 
 def test_the_app_closes_the_llm_http_client_when_it_shuts_down() -> None:

@@ -6,7 +6,6 @@ from typing import Any
 
 import pytest
 
-from citeflow.api.engine import Engine
 from citeflow.api.exposure import docs_enabled
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.settings import Settings
@@ -15,11 +14,6 @@ from tests.server_helpers import asgi_client, assert_error, assert_needs_key, ma
 
 DOCS = ("/openapi.json", "/docs", "/redoc")
 KEY = {"Authorization": "Bearer k1"}
-
-
-@pytest.fixture
-def engine(kb: KnowledgeBase) -> Engine:
-    return make_engine(kb, ScriptedLLM(["An answer [1]."]))
 
 
 @pytest.mark.parametrize(
@@ -36,15 +30,6 @@ def engine(kb: KnowledgeBase) -> Engine:
 def test_docs_are_on_by_default_only_on_loopback(host: str, setting: str, enabled: bool) -> None:
     settings = Settings(_env_file=None, server={"host": host, "api_docs": setting})
     assert docs_enabled(settings.server) is enabled
-
-
-async def test_docs_on_loopback_without_keys(engine: Engine) -> None:
-    async with asgi_client(engine) as c:
-        schema = await c.get("/openapi.json")
-        assert schema.status_code == 200 and "/v1/chat/completions" in schema.json()["paths"]
-        for path in ("/docs", "/redoc"):
-            page = await c.get(path)
-            assert page.status_code == 200 and "/openapi.json" in page.text
 
 
 @pytest.mark.parametrize(
@@ -78,9 +63,14 @@ def _refs(node: object) -> list[str]:
     return []
 
 
-async def test_schema_declares_the_bearer_scheme_and_the_chat_request(engine: Engine) -> None:
-    async with asgi_client(engine) as c:
+async def test_docs_on_loopback_without_keys_declare_the_bearer_scheme_and_the_chat_request(
+    kb: KnowledgeBase,
+) -> None:
+    async with asgi_client(make_engine(kb, ScriptedLLM(["An answer [1]."]))) as c:
         schema = (await c.get("/openapi.json")).json()
+        for path in ("/docs", "/redoc"):
+            page = await c.get(path)
+            assert page.status_code == 200 and "/openapi.json" in page.text
     schemes = schema["components"]["securitySchemes"]
     (name,) = schemes
     assert (schemes[name]["type"], schemes[name]["scheme"]) == ("http", "bearer")

@@ -10,7 +10,6 @@ from typing import Any
 
 import httpx
 import pytest
-from pydantic import SecretStr
 from starlette.requests import Request
 
 from citeflow.api.documents import shown_paths
@@ -199,9 +198,8 @@ async def test_missing_file_part_and_unknown_collection(client: httpx.AsyncClien
     assert_error(response, 404, "not_found_error")
 
 
-async def test_documents_need_the_key(engine: Engine) -> None:
-    engine.settings.server.api_keys = [SecretStr("k")]
-    async with asgi_client(engine) as c:
+async def test_documents_need_the_key(kb: KnowledgeBase) -> None:
+    async with asgi_client(make_engine(kb, ScriptedLLM(), keys=["k"])) as c:
         await assert_needs_key(c, "GET", "/v1/collections/kb/documents", "k")
         upload = await c.post(ANIMALS, files=_files(("o.txt", OWLS)))
         assert upload.status_code == 401

@@ -24,7 +24,6 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from pydantic import SecretStr
 
 from citeflow.api.schemas import ROLES
 from citeflow.knowledge_base import KnowledgeBase
@@ -477,8 +476,7 @@ async def test_no_request_gets_a_5xx(
 async def test_no_request_gets_a_5xx_with_keys(
     kb: KnowledgeBase, authorization: str, request: Request
 ) -> None:
-    engine = make_engine(kb, ScriptedLLM([_echo]), max_upload_bytes=4000)
-    engine.settings.server.api_keys = [SecretStr(KEY)]
+    engine = make_engine(kb, ScriptedLLM([_echo]), keys=[KEY], max_upload_bytes=4000)
     method, path, headers, body = request
     sent: dict[str, str | bytes] = {**headers, "authorization": authorization.encode("latin-1")}
     async with asgi_client(engine, raise_errors=False) as c:

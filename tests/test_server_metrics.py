@@ -162,9 +162,8 @@ def test_citations_kept_moved_added_and_removed_are_told_apart() -> None:
     grouped = CitedResponse(
         response="A [1].", raw_response="A [1, 2]. B 【3】.", citations=[cite(1, "model")]
     )
-    assert (
-        citation_actions(grouped.citations, grouped.raw_response)["removed"] == 2
-    )  # every marker form the parser knows
+    # every marker form the parser knows
+    assert citation_actions(grouped.citations, grouped.raw_response)["removed"] == 2
     metrics = Metrics()
     metrics.answered(result, seconds=1.5)
     found = samples(metrics.exposition()[0].decode())

@@ -212,59 +212,40 @@ async def test_open_webui_task_is_answered_without_retrieval(kb: KnowledgeBase) 
 
 
 # --- failures ------------------------------------------------------------------------------------
-async def test_llm_failure(kb: KnowledgeBase) -> None:
-    from citeflow.errors import UpstreamError
-
-    llm = ScriptedLLM([UpstreamError("the LLM provider answered HTTP 500: overloaded")])
-    async with asgi_client(make_engine(kb, llm)) as c:
-        plain = await c.post("/v1/chat/completions", json=_chat())
-        streamed = await c.post("/v1/chat/completions", json=_chat(stream=True))
-    assert_error(plain, 502, "upstream_error", "provider failed", "server log")
-    assert "overloaded" not in plain.text and "overloaded" not in streamed.text
-    items = parse_sse(streamed.text)
-    assert items[-1] == "[DONE]"
-    assert items[-2]["error"]["type"] == "upstream_error"
-    assert events_of(items, "status")[-1] == {"description": "Failed", "done": True}
-
-
 @pytest.mark.parametrize(
-    ("body", "status", "words"),
+    ("body", "words"),
     [
-        (b'{"model": "citeflow-kb", "messages": [', 400, ["not valid JSON"]),
-        (b"[1, 2]", 400, ["JSON object"]),
-        (b'{"model": "citeflow-kb"}', 400, ["messages", "required"]),
-        (b'{"model": "citeflow-kb", "messages": []}', 400, ["'messages' is empty"]),
-        (b'{"model": "citeflow-kb", "messages": "hi"}', 400, ["messages"]),
-        (b'{"messages": [{"role": "user", "content": "hi"}]}', 400, ["model"]),
+        (b'{"model": "citeflow-kb", "messages": [', ["not valid JSON"]),
+        (b"[1, 2]", ["JSON object"]),
+        (b'{"model": "citeflow-kb"}', ["messages", "required"]),
+        (b'{"model": "citeflow-kb", "messages": []}', ["'messages' is empty"]),
+        (b'{"model": "citeflow-kb", "messages": "hi"}', ["messages"]),
+        (b'{"messages": [{"role": "user", "content": "hi"}]}', ["model"]),
         (
             b'{"model": "citeflow-kb", "messages": [{"role": "wizard", "content": "hi"}]}',
-            400,
             ["messages[0].role", "'wizard'"],
         ),
         (
             b'{"model": "citeflow-kb", "messages": [{"role": "user", "content": "hi"},'
             b' {"role": "assistant", "content": "hello"}]}',
-            400,
             ["last message must come from the user"],
         ),
         (
             b'{"model": "citeflow-kb", "messages": [{"role": "user", "content": "  "}]}',
-            400,
             ["empty"],
         ),
         (
             b'{"model": "citeflow-kb", "messages": [{"role": "user", "content": "hi"}],'
             b' "citeflow": {"nonsense": 1}}',
-            400,
             ["citeflow.nonsense"],
         ),
     ],
 )
 async def test_bad_requests_are_openai_errors(
-    client: httpx.AsyncClient, body: bytes, status: int, words: list[str]
+    client: httpx.AsyncClient, body: bytes, words: list[str]
 ) -> None:
     response = await post_raw(client, "/v1/chat/completions", body)
-    assert_error(response, status, "invalid_request_error", *words)
+    assert_error(response, 400, "invalid_request_error", *words)
 
 
 async def test_param_names_the_offending_field(client: httpx.AsyncClient) -> None:
@@ -308,9 +289,8 @@ async def test_bearer_keys(kb: KnowledgeBase, llm: ScriptedLLM) -> None:
         assert basic.status_code == 401
 
 
-async def test_unknown_route_and_method_are_openai_errors(client: httpx.AsyncClient) -> None:
+async def test_an_unknown_route_is_an_openai_error(client: httpx.AsyncClient) -> None:
     assert_error(await client.get("/v1/nothing"), 404, "not_found_error")
-    assert_error(await client.get("/v1/chat/completions"), 405, "invalid_request_error")
 
 
 # --- malformed JSON that json.loads accepts ------------------------------------------------------

@@ -60,24 +60,20 @@ def azure() -> Iterator[FakeOpenAIServer]:
         yield server
 
 
-def azure_embedder(server: FakeOpenAIServer, **values: Any) -> BaseEmbedding:
-    """The Azure OpenAI embedder as ``citeflow serve`` builds it (no retries), behind APIM."""
-
+@pytest.fixture
+async def remote(kb: KnowledgeBase, azure: FakeOpenAIServer) -> AsyncIterator[Remote]:
+    """A client over an engine whose embedder is Azure OpenAI's as ``citeflow serve`` builds it
+    (no retries), behind APIM."""
     settings = settings_of(
         embed_provider="azure",
         azure_embed_deployment="embed-deployment",
-        azure_endpoint=server.azure_endpoint,
+        azure_endpoint=azure.azure_endpoint,
         azure_api_key=AZURE_KEY,
         azure_api_version=API_VERSION,
         azure_headers={"Ocp-Apim-Subscription-Key": APIM_KEY},
-        **values,
+        embed_batch_size=8,
     )
-    return build_embed_model(settings, max_retries=0)
-
-
-@pytest.fixture
-async def remote(kb: KnowledgeBase, azure: FakeOpenAIServer) -> AsyncIterator[Remote]:
-    embed = azure_embedder(azure, embed_batch_size=8)
+    embed = build_embed_model(settings, max_retries=0)
     async with asgi_client(engine_with(kb, embed)) as client:
         yield client, embed
 

@@ -94,8 +94,7 @@ async def test_wrong_keys_get_429_but_the_right_key_always_passes(engine: Engine
         for _ in range(3):
             assert (await c.get("/v1/models", headers=BAD)).status_code == 401
         throttled = await c.get("/v1/models", headers=BAD)
-        assert_error(throttled, 429, "rate_limit_error")
-        assert throttled.json()["error"]["code"] == "too_many_failed_keys"
+        assert_error(throttled, 429, "rate_limit_error", code="too_many_failed_keys")
         assert 1 <= int(throttled.headers["retry-after"]) <= 60
         # the right key from the same address passes, and counts for nothing
         for _ in range(5):

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, Sequence
+from functools import partial
 from typing import Any
 
 from llama_index.core.schema import TextNode
 from workflows.events import Event
 
 from citeflow.api.chat_stream import ChatStream
-from citeflow.api.source_events import document_url, source_payload
+from citeflow.api.links import DocumentLinks, document_path
+from citeflow.api.source_events import source_payload
 from citeflow.api.sse import DONE, KEEPALIVE, EventStreamResponse, ready_batches, sse_stream
 from citeflow.api.webui_tasks import extract_json
 from citeflow.citations.markers import cited_numbers
@@ -170,7 +172,8 @@ async def test_stream_sends_cited_sources_before_the_text_citing_them() -> None:
 
 
 async def test_source_event_shape_matches_open_webui() -> None:
-    items = await _answer("Ducks live near ponds [2].", [2], base_url="http://h:8000/")
+    link = partial(DocumentLinks(None).url, "http://h:8000/")  # an open server's links
+    items = await _answer("Ducks live near ponds [2].", [2], link=link)
     (data,) = events_of(items, "source")
     assert data == {
         "source": {
@@ -198,7 +201,7 @@ def test_source_payload_prefers_the_original_url_and_skips_pages_without_label()
     assert data["source"]["url"] == "https://example.org/a.html"
     assert data["metadata"][0]["source"] == "doc-1#1"  # never the URL
     assert "page" not in data["metadata"][0]
-    assert document_url("", "my kb", "a/b") == "/v1/documents/my%20kb/a%2Fb/file"
+    assert document_path("my kb", "a/b") == "/v1/documents/my%20kb/a%2Fb/file"
 
 
 async def test_only_cited_sources_are_sent_in_first_citation_order() -> None:

@@ -82,9 +82,8 @@ def check_json_value(value: Any, *, check_strings: bool = True) -> None:
     stack: list[tuple[Any, int, _Path]] = [(value, 0, None)]
     while stack:
         item, depth, path = stack.pop()
-        if isinstance(item, str):
-            if check_strings:
-                _check_text(item, path)
+        if isinstance(item, str) and check_strings:
+            _check_text(item, path)
         elif isinstance(item, dict | list):
             if depth >= MAX_DEPTH:
                 raise _too_deep()

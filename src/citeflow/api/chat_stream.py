@@ -31,6 +31,7 @@ from openai.types.chat.chat_completion_message import Annotation
 from openai.types.completion_usage import CompletionUsage
 
 from citeflow.api.errors import describe
+from citeflow.api.links import document_path
 from citeflow.api.schemas import ErrorResponse, SourceData
 from citeflow.api.source_events import (
     DocumentLink,
@@ -56,9 +57,8 @@ class ChatStream(EventStream[Chunk]):
     Args:
         model: the model id the client asked for.
         collection: the knowledge base (for document URLs).
-        base_url: the server's external base URL (for document URLs); empty: relative URLs.
-        link: ``(collection, doc_id) -> URL`` of a document (signed links), instead of
-            ``base_url`` + the document path.
+        link: ``(collection, doc_id) -> URL`` of a document (signed links); by default its
+            path on this server (a relative URL).
         source_list: append a Markdown list of the cited sources at the end.
         include_usage: send OpenAI's separate usage chunk (``stream_options.include_usage``).
         prompt_text: the request's message text (for the token estimate).
@@ -68,8 +68,7 @@ class ChatStream(EventStream[Chunk]):
 
     model: str
     collection: str
-    base_url: str = ""
-    link: DocumentLink | None = None
+    link: DocumentLink = document_path
     source_list: bool = False
     include_usage: bool = False
     prompt_text: str = ""
@@ -141,10 +140,8 @@ class ChatStream(EventStream[Chunk]):
             chunks += self._know(result.sources)
         if not self._fed and result.response:
             chunks += self._text(result.response, result.cited)
-        if self.source_list:
-            listing = source_list_markdown(result, self.numbers, self.sources)
-            if listing:
-                chunks += self._text(listing, [])
+        if self.source_list:  # no sources: an empty list, which sends nothing
+            chunks += self._text(source_list_markdown(result, self.numbers, self.sources), [])
         if self._status_shown and not self._status_done:
             chunks.append(self.status("Done", done=True))
         usage = self.usage(result)
@@ -189,7 +186,6 @@ class ChatStream(EventStream[Chunk]):
                 known[number - 1],
                 sent,
                 collection=self.collection,
-                base_url=self.base_url,
                 link=self.link,
             )
             self.sources.append(payload)

@@ -52,12 +52,6 @@ def bearer_token(request: Request) -> str | None:
     return token if scheme.lower() == "bearer" and token else None
 
 
-def check_key(token: str, keys: list[bytes]) -> bool:
-    """Whether ``token`` is one of ``keys``; compares with every key in constant time."""
-    given = token.encode()
-    return any([secrets.compare_digest(given, key) for key in keys])  # a list: no early exit
-
-
 async def require_api_key(
     request: Request,
     engine: EngineDep,
@@ -81,8 +75,10 @@ async def require_api_key(
             "no API key: send the header 'Authorization: Bearer <key>' with a key from "
             "CITEFLOW_API_KEYS"
         )
+    # compared with every key in constant time (a list: no early exit)
+    given = token.encode()
     keys = [key.get_secret_value().encode() for key in engine.settings.server.api_keys]
-    if check_key(token, keys):
+    if any([secrets.compare_digest(given, key) for key in keys]):
         return
     client = request.client.host if request.client else "unknown"
     failed.check(client)

@@ -24,6 +24,7 @@ file name, or e.g. ``guides/setup.md`` for ``citeflow ingest ~/handbook``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import tempfile
 from collections.abc import Container, Sequence
@@ -81,11 +82,9 @@ def shown_paths(records: Sequence[DocumentRecord], uploads: Path) -> dict[str, s
     paths = {r.doc_id: Path(r.file_path) for r in records if r.file_path}
     ingested = [p for p in paths.values() if not p.is_relative_to(uploads)]
     root: Path | None = None
-    if ingested:
-        try:
-            root = Path(os.path.commonpath([p.parent for p in ingested]))
-        except ValueError:  # relative and absolute paths mixed, or several drives
-            root = None
+    # none, relative and absolute paths mixed, or several drives: no root
+    with contextlib.suppress(ValueError):
+        root = Path(os.path.commonpath([p.parent for p in ingested]))
     shown = {r.doc_id: "" for r in records}
     for doc_id, path in paths.items():
         if path.is_relative_to(uploads):

@@ -196,18 +196,15 @@ class Engine:
 
     def workflow(self, collection: str) -> CitationQueryWorkflow:
         """The query workflow of a collection (one per collection, shared by its runs)."""
-        workflow = self._workflows.get(collection)
-        if workflow is None:
-            workflow = self.knowledge_base(collection).workflow(llm=self.llm)
-            self._workflows[collection] = workflow
-        return workflow
+        if collection not in self._workflows:
+            self._workflows[collection] = self.knowledge_base(collection).workflow(llm=self.llm)
+        return self._workflows[collection]
 
     # --- runs --------------------------------------------------------------------------------
     def _start(
         self, collection: str, query: str, history: Sequence[ChatMessage]
     ) -> WorkflowHandler:
-        handler: WorkflowHandler = self.workflow(collection).run(query=query, history=list(history))
-        return handler
+        return self.workflow(collection).run(query=query, history=list(history))
 
     def events(
         self, collection: str, query: str, history: Sequence[ChatMessage] = ()

@@ -48,7 +48,7 @@ from citeflow.errors import (
 
 log = logging.getLogger("citeflow.server")
 
-#: OpenAI error ``type`` for a bare HTTP status.
+#: OpenAI error ``type`` for a bare HTTP status (any other: ``server_error``).
 STATUS_TYPES: dict[int, str] = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -58,10 +58,7 @@ STATUS_TYPES: dict[int, str] = {
     413: "invalid_request_error",
     422: "invalid_request_error",
     429: "rate_limit_error",
-    500: "server_error",
     502: "upstream_error",
-    503: "server_error",
-    507: "server_error",
 }
 
 

@@ -76,10 +76,6 @@ class DocumentLinks:
             key = None  # the document endpoint is open: nothing to sign
         return cls(key, ttl=settings.link_ttl, public_url=settings.public_url)
 
-    @property
-    def signed(self) -> bool:
-        return self.key is not None
-
     def url(self, base_url: str, collection: str, doc_id: str) -> str:
         """The (signed) URL of a document's file; ``base_url`` unless `public_url` is set."""
         url = (self.public_url or base_url.rstrip("/")) + document_path(collection, doc_id)

@@ -191,10 +191,8 @@ class Metrics:
         if result.rounds > 1:
             self.retries.inc(result.rounds - 1)
         for action, count in citation_actions(result.citations, result.raw_response).items():
-            if count:
-                self.citations.labels(action).inc(count)
-        if result.unsupported:
-            self.unsupported.inc(len(result.unsupported))
+            self.citations.labels(action).inc(count)  # every action's series exists already
+        self.unsupported.inc(len(result.unsupported))
         for verdict, count in result.judge_verdicts.items():
             if verdict in JUDGE_VERDICTS and count:
                 self.judge_verdicts.labels(verdict).inc(count)
@@ -224,8 +222,7 @@ class Metrics:
                     self.first_token_seconds.observe(time.perf_counter() - started)
                 if isinstance(item, CitedResponse):
                     finished = True
-                    seconds = time.perf_counter() - started
-                    self.answered(item, seconds=seconds, usage=usage(item))
+                    self.answered(item, seconds=time.perf_counter() - started, usage=usage(item))
                 yield item
         except Exception as exc:
             if isinstance(exc, UpstreamRateLimitError):  # told in the stream, not as HTTP 429
@@ -268,8 +265,7 @@ class Metrics:
         for result, count in counts.items():
             if result in INGEST_RESULTS and count:
                 self.ingested_documents.labels(result).inc(count)
-        if chunks:
-            self.ingested_chunks.inc(chunks)
+        self.ingested_chunks.inc(chunks)
 
 
 def _outcome(result: CitedResponse) -> str:

@@ -275,11 +275,9 @@ class Search:
                 if worded is None:
                     break
                 current = worded
-            hits: list[Found] | None
-            if round_ == 1:  # always: without it there is nothing to answer with
-                hits = await self._retrieve(current)
-            else:
-                hits = await self._within(self._retrieve(current))
+            retrieving = self._retrieve(current)
+            # the first round always runs: without it there is nothing to answer with
+            hits = await retrieving if round_ == 1 else await self._within(retrieving)
             if hits is None:
                 break
             keep_best(pool, hits, key=lambda f: f.key)

@@ -107,8 +107,8 @@ class SkillEmbedding:
         size = max(1, self.embed_model.embed_batch_size)
         order = sorted(texts, key=lambda i: len(texts[i]))  # a batch pads to its longest text
         batches = [order[i : i + size] for i in range(0, len(order), size)]
-        if embeds_remotely(self.embed_model):
-            await self._remote(texts, batches, sink)
+        if embeds_remotely(self.embed_model):  # all batches at once through the async API
+            await _together(self._remote_batch(texts, batch, sink) for batch in batches)
         else:
             await self._local(texts, batches, sink)
 
@@ -135,11 +135,9 @@ class SkillEmbedding:
                 pending.cancel()  # its thread finishes the batch; no next batch starts
                 await asyncio.gather(pending, return_exceptions=True)
 
-    async def _remote(self, texts: dict[int, str], batches: list[list[int]], sink: Sink) -> None:
-        """All batches at once through the async API; each batch rendered when it arrives."""
-        await _together(self._remote_batch(texts, batch, sink) for batch in batches)
-
     async def _remote_batch(self, texts: dict[int, str], batch: list[int], sink: Sink) -> None:
+        """One batch through the async API, rendered when it arrives (a refused batch: one
+        by one)."""
         try:
             vectors = await self.embed_model.aget_text_embedding_batch([texts[i] for i in batch])
         except Exception as exc:

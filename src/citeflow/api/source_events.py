@@ -24,11 +24,6 @@ _URL_KEYS = ("url", "source_url", "link", "original_url")
 DocumentLink = Callable[[str, str], str]
 
 
-def document_url(base_url: str, collection: str, doc_id: str) -> str:
-    """citeflow's URL for a document's original file."""
-    return base_url.rstrip("/") + document_path(collection, doc_id)
-
-
 def _original_url(metadata: Mapping[str, Any]) -> str | None:
     for key in _URL_KEYS:
         value = metadata.get(key)
@@ -55,21 +50,18 @@ def source_payload(
     number: int,
     *,
     collection: str,
-    base_url: str = "",
-    link: DocumentLink | None = None,
+    link: DocumentLink = document_path,
 ) -> SourceData:
     """The ``data`` of an Open WebUI ``source`` event for cited source ``number``.
 
     ``metadata[0].source`` (Open WebUI's grouping key) is ``<doc_id>#<number>``: stable for the
     document, unique per number, never a URL. ``source.url`` is the document's original URL when
-    its metadata has one, else citeflow's document endpoint (``link``'s URL when given).
+    its metadata has one, else ``link``'s URL of it (by default citeflow's document path).
     """
     doc_id = source.document
     file_name = source.title or doc_id
     name = f"{file_name}, page {source.page}" if source.page is not None else file_name
-    url = _original_url(source.metadata)
-    if url is None:
-        url = link(collection, doc_id) if link else document_url(base_url, collection, doc_id)
+    url = _original_url(source.metadata) or link(collection, doc_id)
     ref: SourceRef = {"id": doc_id, "name": name, "url": url}
     metadata: SourceMetadata = {"source": f"{doc_id}#{number}", "name": name}
     page = _page(source.metadata)

@@ -232,15 +232,9 @@ async def receive_files(
         param=FIELD,
     )
     try:
-        try:
-            parser = MultipartParser(boundary, reader.callbacks())
-        except FormParserError as exc:
-            raise BadRequestError(f"invalid multipart body: {exc}", param=FIELD) from None
+        parser = MultipartParser(boundary, reader.callbacks())
         async for piece in read_within(request, max_file_bytes + FRAMING_BYTES, too_large):
-            try:
-                parser.write(piece)
-            except FormParserError as exc:
-                raise BadRequestError(f"invalid multipart body: {exc}", param=FIELD) from None
+            parser.write(piece)
             if work := reader.take_work():
                 with disk_space(
                     f"no space left on the disk holding the uploads ({folder}): the upload was "
@@ -252,6 +246,9 @@ async def receive_files(
                 "the multipart body ends before its closing boundary; send the whole body",
                 param=FIELD,
             )
+    except FormParserError as exc:
+        reader.discard()
+        raise BadRequestError(f"invalid multipart body: {exc}", param=FIELD) from None
     except ClientDisconnect:
         reader.discard()
         raise BadRequestError("the client went away during the upload") from None

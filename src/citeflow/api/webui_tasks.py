@@ -33,12 +33,9 @@ def extract_json(text: str) -> str:
     decoder = json.JSONDecoder()
     start = stripped.find("{")
     while start != -1:
-        try:
-            value, end = decoder.raw_decode(stripped, start)
+        try:  # what parses from a "{" is an object
+            end = decoder.raw_decode(stripped, start)[1]
+            return stripped[start:end]
         except ValueError:
             start = stripped.find("{", start + 1)
-            continue
-        if isinstance(value, dict):
-            return stripped[start:end]
-        start = stripped.find("{", end)
     return stripped
