@@ -30,7 +30,7 @@ from citeflow.settings import CitationSettings, RetrievalSettings, Settings
 from citeflow.testing.llm import ScriptedLLM
 from citeflow.testing.openai_server import FakeOpenAIServer, RecordedRequest, Reply
 from citeflow.workflows.citation_query import CitationQueryWorkflow
-from tests.server_helpers import FailingLLM
+from tests.server_helpers import FailingLLM, PacedLLM
 from tests.settings_helpers import settings_of
 
 
@@ -329,6 +329,35 @@ async def test_a_model_going_round_in_a_loop_is_stopped(kb: KnowledgeBase) -> No
     assert result.response.count("It became Yahoo Store") == 1
     assert "Ducks" not in result.raw_response
     assert result.raw_response.count("It became Yahoo Store") < 8
+
+
+class _SlowJudge:
+    """A judge that takes a while per call and notes whether the model's stream was already
+    closed when each call ended."""
+
+    def __init__(self, llm: PacedLLM) -> None:
+        self.llm = llm
+        self.closed_at_end: list[bool] = []
+
+    async def support(self, sentence: str, quote: str) -> float | None:
+        await asyncio.sleep(0.2)
+        self.closed_at_end.append(self.llm.closed_early.is_set())
+        return 1.0
+
+
+async def test_a_looping_model_is_closed_before_the_checks_still_running_end(
+    kb: KnowledgeBase,
+) -> None:
+    """Once the loop is seen the model's request ends at once, not after the judge has checked
+    the sentences already read: it generates nothing more meanwhile."""
+    loop = "It became Yahoo Store [1]. "
+    llm = PacedLLM(["Yahoo bought Viaweb in 1998 [1]. " + loop * 8 + "Ducks live near ponds [1]."])
+    judge = _SlowJudge(llm)
+    workflow = _workflow(kb, llm, policy=CitationPolicy(judge=judge))  # type: ignore[arg-type]
+    result = await workflow.run(query="Who bought Viaweb?")
+    assert isinstance(result, CitedResponse) and "Ducks" not in result.raw_response
+    assert llm.closed_early.is_set() and not llm.finished.is_set()
+    assert any(judge.closed_at_end), judge.closed_at_end
 
 
 async def test_the_step_cache_answers_the_same_and_builds_the_steps_once(

@@ -177,17 +177,25 @@ class CitationSynthesizer:
         chunks = aiter(await stream_text(self.llm, self.messages(prompt), **options))
         sentences = StructuredSentenceStream() if self.structured else None
         try:
-            while True:
-                try:
-                    delta = await anext(chunks)
-                except StopAsyncIteration:
-                    break
-                finally:
-                    llm_seconds += time.perf_counter() - waited
-                await check(sentences.feed(delta) if sentences is not None else [delta])
-                if repaired.looping:  # the model is going round: stop reading it (closed below)
-                    break
-                waited = time.perf_counter()
+            try:
+                while True:
+                    try:
+                        delta = await anext(chunks)
+                    except StopAsyncIteration:
+                        break
+                    finally:
+                        llm_seconds += time.perf_counter() - waited
+                    await check(sentences.feed(delta) if sentences is not None else [delta])
+                    if repaired.looping:  # the model is going round: stop reading it
+                        break
+                    waited = time.perf_counter()
+            finally:
+                # whenever reading stops (the end, a loop, an error, a cancelled answer), before
+                # the checks still running are awaited: closing an async generator ends the
+                # model's request, so it generates nothing more meanwhile
+                closer = getattr(chunks, "aclose", None)
+                if closer is not None:
+                    await closer()
             if sentences is not None:
                 await check(sentences.flush())
             started = time.perf_counter()
@@ -196,9 +204,6 @@ class CitationSynthesizer:
             checked += time.perf_counter() - started
         finally:
             repaired.cancel()  # checks still running when the answer fails or is cancelled
-            closer = getattr(chunks, "aclose", None)
-            if closer is not None:  # an async generator: closing it ends the model's request
-                await closer()
         text = repaired.text
         if not text:  # the model said nothing (or only markers): say so instead of nothing
             text = NOT_COVERED_ANSWER
