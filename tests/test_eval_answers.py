@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from citeflow.errors import InvalidRequestError
+from citeflow.evaluation.answers import question_of
 from citeflow.evaluation.cli import build_parser, run
 from citeflow.evaluation.dataset import load_beir
 from citeflow.evaluation.scoring import (
@@ -68,6 +69,20 @@ def test_answers_are_read_as_datasets_give_them() -> None:
     assert decision_of("Statins do not improve outcome [2]. They help.") == "no"
     assert correct_answer("Statins do not help [1].", {"decision": "no"}) is True
     assert correct_answer("Anything.", None) is None
+
+
+def test_a_question_without_its_mark_is_asked_as_a_question_and_a_claim_as_a_claim() -> None:
+    assert question_of("Who was born first, Erika Jayne or Marco Da Silva") == (
+        "Who was born first, Erika Jayne or Marco Da Silva?"
+    )
+    assert question_of("which  came out first, A or B ") == "which came out first, A or B?"
+    assert question_of("Who wrote it?") == "Who wrote it?"
+    assert question_of('Who recorded "Old and in the Way?"') == 'Who recorded "Old and in the Way?"'
+    assert (
+        question_of("Whole-genome studies find X.")
+        == "Is it true that Whole-genome studies find X?"
+    )
+    assert question_of("The drug lowers risk.", "Claim: {claim}") == "Claim: The drug lowers risk"
 
 
 def test_a_record_scores_citations_against_relevant_documents() -> None:

@@ -38,13 +38,21 @@ if TYPE_CHECKING:
 CLAIM_QUESTION = "Is it true that {claim}?"
 
 
+#: the words an English question opens with; a query opening with one is a question even when
+#: it lacks its question mark ("Who was born first, A or B"), not a claim to ask about
+QUESTION_OPENERS = frozenset("who whom whose what which when where why how".split())
+
+
 def question_of(query: str, template: str = CLAIM_QUESTION) -> str:
-    """The question the workflow is asked for a dataset query: a question as it stands, a claim
-    (no question mark) through ``template``."""
+    """The question the workflow is asked for a dataset query: a question as it stands (its
+    question mark added when it opens with a question word), a claim through ``template``."""
     text = " ".join(query.split())
-    if text.endswith("?"):
+    if text.rstrip("\"'”’)").endswith("?"):  # also 'recorded "Old and in the Way?"'
         return text
-    return template.format(claim=text.rstrip(". "))
+    bare = text.rstrip(". ")
+    if bare.split(" ", 1)[0].lower() in QUESTION_OPENERS:
+        return f"{bare}?"
+    return template.format(claim=bare)
 
 
 def record_of(
