@@ -40,6 +40,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Literal
 
 from citeflow.citations.markers import (
+    cited_numbers,
     find_markers,
     insert_marker,
     markers_last,
@@ -189,11 +190,7 @@ class CitationChecker:
         bare = strip_markers(sentence).strip()
         if not bare:
             return CheckedSentence("", [])
-        cited = list(
-            dict.fromkeys(
-                n for m in find_markers(sentence) for n in m.numbers if 1 <= n <= self._count
-            )
-        )
+        cited = [n for n in cited_numbers(sentence) if 1 <= n <= self._count]
         statement = statement_of(bare)
         if not self._policy.settings.repair:
             return CheckedSentence(
