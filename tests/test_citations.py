@@ -570,15 +570,22 @@ async def test_a_copy_of_the_prompt_s_worked_example_is_left_out() -> None:
     assert kept.text == "The sky is red in the evening [1]."
 
 
+STATIN_SOURCES = [
+    "Statins improve clinical outcome after stroke in treated patients.",
+    "Statins improve outcome after stroke. Treated patients recovered sooner.",
+    "Ducks swim.",
+]
+STATIN_QUESTION = "Does pretreatment with statins improve clinical outcome after stroke?"
+
+
 def test_a_bare_decision_is_checked_as_the_question_it_answers() -> None:
     """ "Yes [1]." states the question's claim: its citation is checked against that claim."""
     sources = ["Statins improve clinical outcome after stroke in treated patients.", "Ducks swim."]
-    question = "Does pretreatment with statins improve clinical outcome after stroke?"
     for yes in ("Yes [1].", "The answer is yes [1].", "Yes [2].", "The answer is maybe [1]."):
-        text, cits, unsupported = _check(sources, yes, question=question)
+        text, cits, unsupported = _check(sources, yes, question=STATIN_QUESTION)
         assert [c.number for c in cits] == [1] and text.endswith("[1].") and not unsupported
     # the denial of what the only source affirms: no marker, reported
-    assert _check(sources, "No.", question=question) == ("No.", [], True)
+    assert _check(sources, "No.", question=STATIN_QUESTION) == ("No.", [], True)
     # without a question there is nothing to check a bare "Yes" against
     assert _check(sources, "Yes [1].") == ("Yes.", [], False)
 
@@ -588,18 +595,13 @@ async def test_a_decision_is_cited_to_the_evidence_its_answer_cited() -> None:
     sentences are cited to that supports the claim, or moves there, rather than to the
     best-ranked source; and with a judge checking sentences at once, a decision still waits for
     the sentences before it."""
-    q = "Does pretreatment with statins improve clinical outcome after stroke?"
-    sources = [
-        "Statins improve clinical outcome after stroke in treated patients.",
-        "Statins improve outcome after stroke. Treated patients recovered sooner.",
-        "Ducks swim.",
-    ]
     evidence = "Treated patients recovered sooner [2]. "
     for written, cited in (("Yes [2].", 2), ("Yes [3].", 2), ("Yes [1].", 1)):
-        answer = await check_text(CitationPolicy().checker(sources, q), evidence + written)
+        checker = CitationPolicy().checker(STATIN_SOURCES, STATIN_QUESTION)
+        answer = await check_text(checker, evidence + written)
         assert answer.text == f"{evidence}Yes [{cited}]."
     # no earlier citation: the best-ranked source that supports the claim, as before
-    alone = await check_text(CitationPolicy().checker(sources, q), "Yes [2].")
+    alone = await check_text(CitationPolicy().checker(STATIN_SOURCES, STATIN_QUESTION), "Yes [2].")
     assert alone.text == "Yes [1]."
 
 
@@ -607,7 +609,7 @@ def test_the_question_s_claim_is_cited_to_the_best_ranked_source_that_restates_i
     """Studies of the same question restate it alike: "Yes [2]." goes to the best-ranked source
     (Source 1 first) among those within ``decision_relative`` of the best-scoring one: to a
     source that restates it 0.74 as fully when that one ranks first, unless the band is 0.8."""
-    q = "Does pretreatment with statins improve clinical outcome after stroke?"
+    q = STATIN_QUESTION
     full = "Statins improve clinical outcome after stroke in treated patients."
     partial = "Statins improve outcome after stroke in many patients."
     assert _check([partial, full], "Yes [2].", question=q)[0] == "Yes [1]."

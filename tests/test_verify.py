@@ -23,6 +23,7 @@ from citeflow.citations.repair import CitationPolicy
 from citeflow.citations.verify import JudgeVerifier, LexicalVerifier
 from citeflow.errors import ConfigError
 from tests.settings_helpers import settings_of
+from tests.test_citations import STATIN_QUESTION, STATIN_SOURCES
 
 
 class ScriptedLogprobs:
@@ -225,14 +226,6 @@ async def test_the_judge_checks_later_sentences_while_earlier_ones_wait_in_order
     await many_answer.flush()
     assert many_answer.text == f"Yahoo bought Viaweb [1]. {years}"
     assert many.most_sentences == RepairedAnswer.CHECKS_IN_FLIGHT
-
-
-STATIN_SOURCES = [
-    "Statins improve clinical outcome after stroke in treated patients.",
-    "Statins improve outcome after stroke. Treated patients recovered sooner.",
-    "Ducks swim.",
-]
-STATIN_QUESTION = "Does pretreatment with statins improve clinical outcome after stroke?"
 
 
 async def test_a_decision_judged_first_still_waits_for_the_evidence_before_it() -> None:
