@@ -95,11 +95,8 @@ def doc_id_for(path: Path) -> str:
 
 
 def file_hash(path: Path) -> str:
-    digest = hashlib.sha256()
     with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 class Ingestor:
