@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import multiprocessing
 import os
 import pickle
@@ -379,8 +378,7 @@ def test_the_earlier_store_is_as_citeflow_3b14540_left_it(small: Legacy) -> None
 
 # --- checks ---------------------------------------------------------------------------------
 def _unit(vector: Any) -> list[float]:
-    norm = math.sqrt(sum(float(x) ** 2 for x in vector))
-    return [float(x) / norm for x in vector]
+    return list(np.asarray(vector, dtype=float) / np.linalg.norm(vector))
 
 
 def _search(store: Store, name: str, side: str) -> list[tuple[float, str]]:

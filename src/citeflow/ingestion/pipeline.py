@@ -95,11 +95,8 @@ def doc_id_for(path: Path) -> str:
 
 
 def file_hash(path: Path) -> str:
-    digest = hashlib.sha256()
     with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 class Ingestor:
@@ -116,7 +113,6 @@ class Ingestor:
         window: int | None = None,
         pool: int = 512,
         progress: bool = True,
-        encoder: BM25Encoder | None = None,
         overlap_writes: bool | None = None,
     ) -> None:
         self.store = store
@@ -128,7 +124,7 @@ class Ingestor:
         self.window = window or embed_model.embed_batch_size
         self.pool = max(pool, self.window)
         self.progress = progress
-        self.encoder = encoder or BM25Encoder()
+        self.encoder = BM25Encoder()
         #: upsert on a writer thread while the next batch embeds (None: when the embedder is remote)
         self.overlap_writes = (
             embeds_remotely(embed_model) if overlap_writes is None else overlap_writes
