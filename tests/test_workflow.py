@@ -23,7 +23,7 @@ from citeflow.events import AnswerDeltaEvent, StatusEvent
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.prompts import NOT_COVERED_ANSWER
 from citeflow.providers.llm import build_llm
-from citeflow.query.grading import KeepAllGrader, ScoreGrader
+from citeflow.query.grading import KeepAllGrader
 from citeflow.query.rewriting import QUERY_MAX_TOKENS
 from citeflow.result import CitedResponse
 from citeflow.settings import CitationSettings, RetrievalSettings, Settings
@@ -189,13 +189,6 @@ async def test_plain_question_is_passed_through_without_llm(kb: KnowledgeBase) -
     result = await _workflow(kb, llm, grader=KeepAllGrader()).run(query="  Where do ducks live? ")
     assert result.search_query == "Where do ducks live?"
     assert len(llm.prompts) == 1  # synthesis only
-
-
-async def test_score_grader_filters_by_similarity(kb: KnowledgeBase) -> None:
-    nodes = await kb.retriever(top_k=3).aretrieve("ducks ponds rivers")
-    kept = await ScoreGrader(0.3).grade("ducks", nodes)
-    assert kept and all((n.score or 0) >= 0.3 for n in kept)
-    assert len(kept) < len(nodes)
 
 
 async def test_empty_question_is_a_clear_error(kb: KnowledgeBase) -> None:
