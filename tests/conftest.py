@@ -94,6 +94,26 @@ def upstream() -> Iterator[FakeOpenAIServer]:
         yield server
 
 
+@pytest.fixture
+def cli_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAIServer]:
+    """`citeflow` run in ``tmp_path`` (no developer .env) against a fake OpenAI server (LLM and
+    embeddings, 64 dimensions), without grading, chunks of 128/16 tokens, its store in
+    ``tmp_path / "data"``."""
+    monkeypatch.chdir(tmp_path)
+    with FakeOpenAIServer(embedding_dim=64) as server:
+        for key, value in {
+            "CITEFLOW_DATA_DIR": str(tmp_path / "data"),
+            "CITEFLOW_LLM_PROVIDER": "openai",
+            "CITEFLOW_EMBED_PROVIDER": "openai",
+            "CITEFLOW_OPENAI_BASE_URL": server.openai_base_url,
+            "CITEFLOW_GRADER": "none",
+            "CITEFLOW_CHUNK_SIZE": "128",
+            "CITEFLOW_CHUNK_OVERLAP": "16",
+        }.items():
+            monkeypatch.setenv(key, value)
+        yield server
+
+
 def open_kb(settings: Settings) -> KnowledgeBase:
     """A knowledge base on the embedded store in ``settings``' data folder (on disk)."""
     return KnowledgeBase(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,26 +11,10 @@ from citeflow.testing.openai_server import FakeOpenAIServer
 
 
 @pytest.fixture
-def server() -> Iterator[FakeOpenAIServer]:
-    with FakeOpenAIServer(embedding_dim=64) as s:
-        yield s
-
-
-@pytest.fixture
-def env(tmp_path: Path, server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(tmp_path)  # no developer .env
-    for key, value in {
-        "CITEFLOW_DATA_DIR": str(tmp_path / "store"),
-        "CITEFLOW_LLM_PROVIDER": "openai",
-        "CITEFLOW_EMBED_PROVIDER": "openai",
-        "CITEFLOW_LLM_MODEL": "fake-llm",
-        "CITEFLOW_EMBED_MODEL": "fake-embed",
-        "CITEFLOW_OPENAI_BASE_URL": server.openai_base_url,
-        "CITEFLOW_GRADER": "none",
-        "CITEFLOW_CHUNK_SIZE": "128",
-        "CITEFLOW_CHUNK_OVERLAP": "16",
-    }.items():
-        monkeypatch.setenv(key, value)
+def env(tmp_path: Path, cli_env: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """`cli_env` with model names of its own, and a folder of documents (one corrupt)."""
+    monkeypatch.setenv("CITEFLOW_LLM_MODEL", "fake-llm")
+    monkeypatch.setenv("CITEFLOW_EMBED_MODEL", "fake-embed")
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "viaweb.md").write_text(
@@ -43,7 +26,7 @@ def env(tmp_path: Path, server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatc
 
 
 def test_ingest_then_ask(
-    env: Path, server: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]
+    env: Path, cli_env: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["ingest", str(env), "-q", "-c", "handbook"]) == 0
     out, err = capsys.readouterr()
@@ -54,7 +37,7 @@ def test_ingest_then_ask(
     assert main(["ingest", str(env), "-q", "-c", "handbook"]) == 0
     assert "2 unchanged" in capsys.readouterr().out
 
-    server.script("Yahoo bought Viaweb in 1998 [1]. Ducks live near ponds [7].")
+    cli_env.script("Yahoo bought Viaweb in 1998 [1]. Ducks live near ponds [7].")
     assert main(["ask", "-c", "handbook", "Who", "bought", "Viaweb?"]) == 0
     out, err = capsys.readouterr()
     answer, _, sources = out.partition("Sources:")
@@ -89,11 +72,11 @@ def test_errors_are_one_line(env: Path, capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_upstream_failure_is_one_line(
-    env: Path, server: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]
+    env: Path, cli_env: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["ingest", str(env), "-q"]) == 0
     capsys.readouterr()
-    server.fail_next(500, times=None, kind="chat")
+    cli_env.fail_next(500, times=None, kind="chat")
     assert main(["ask", "Who bought Viaweb?"]) == 1
     err = capsys.readouterr().err
     assert "citeflow: error: the LLM provider answered HTTP 500" in err
@@ -164,4 +147,4 @@ def test_a_bad_collection_name_is_one_clear_error(
     assert err.startswith("citeflow: error: collection name ")
     assert "is not valid: use 1-64 letters, digits, '-' or '_', starting with" in err
     assert "\n" not in err
-    assert not (env.parent / "store").exists()  # refused before the store was opened
+    assert not (env.parent / "data").exists()  # refused before the store was opened

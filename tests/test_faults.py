@@ -159,25 +159,6 @@ async def test_a_client_disconnect_cancels_the_provider_request(
 
 
 # --- the disk: the store -------------------------------------------------------------------------
-@pytest.fixture
-def cli_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAIServer]:
-    """`citeflow` against the fake OpenAI server (LLM and embeddings), store in ``tmp_path``."""
-    monkeypatch.chdir(tmp_path)
-    with FakeOpenAIServer(embedding_dim=64) as server:
-        for key, value in {
-            "CITEFLOW_DATA_DIR": str(tmp_path / "data"),
-            "CITEFLOW_LLM_PROVIDER": "openai",
-            "CITEFLOW_EMBED_PROVIDER": "openai",
-            "CITEFLOW_OPENAI_BASE_URL": server.openai_base_url,
-            "CITEFLOW_GRADER": "none",
-            "CITEFLOW_CHUNK_SIZE": "128",
-            "CITEFLOW_CHUNK_OVERLAP": "16",
-            "CITEFLOW_EMBED_BATCH_SIZE": "4",
-        }.items():
-            monkeypatch.setenv(key, value)
-        yield server
-
-
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
     out, err = capsys.readouterr()
@@ -191,6 +172,7 @@ def test_a_full_disk_during_ingest_is_one_line_and_loses_nothing(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    monkeypatch.setenv("CITEFLOW_EMBED_BATCH_SIZE", "4")
     ducks, geese = tmp_path / "ducks.txt", tmp_path / "geese.txt"
     ducks.write_text(FACTS["ducks"])
     geese.write_text(GEESE)

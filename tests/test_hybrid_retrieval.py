@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.base.embeddings.base import similarity as cosine
 from llama_index.core.schema import BaseNode, Document, MetadataMode, TextNode
 from llama_index.vector_stores.qdrant import QdrantVectorStore
 from qdrant_client import QdrantClient
@@ -271,11 +272,6 @@ def feedback_retriever(store: Store, mode: str = "hybrid", **options: object) ->
     return make_retriever(
         store, FixedEmbedding(vector=QUERY), "c", 2, mode, candidates=2, **options
     )
-
-
-def cosine(a: list[float], b: list[float]) -> float:
-    dot = sum(x * y for x, y in zip(a, b, strict=True))
-    return dot / (math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b)))
 
 
 @pytest.mark.parametrize("server", [False, True], ids=["embedded", "server-path"])

@@ -19,7 +19,7 @@ from citeflow.errors import ConfigError
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.logs import JsonFormatter
 from citeflow.testing.llm import ScriptedLLM
-from tests.server_helpers import asgi_client, chat_request, make_engine, parse_sse
+from tests.server_helpers import asgi_client, chat_request, make_engine, parse_sse, wait_until
 
 ANSWER = "Yahoo bought Viaweb in 1998 [1]. Ducks live near ponds [2]."
 EXPORTER = InMemorySpanExporter()
@@ -97,10 +97,8 @@ async def test_a_failed_run_marks_its_span(kb: KnowledgeBase, spans: InMemorySpa
     workflow = kb.workflow(ScriptedLLM([ANSWER]))
     with pytest.raises(EmptyQueryError):
         await workflow.run(query="   ")
-    for _ in range(50):  # the span ends in a task of its own, just after the run
-        if spans.get_finished_spans():
-            break
-        await __import__("asyncio").sleep(0.01)
+    # the span ends in a task of its own, just after the run
+    await wait_until(lambda: bool(spans.get_finished_spans()), within=0.5)
     (answer,) = by_name(spans.get_finished_spans())["citeflow.answer"]
     assert answer.status.status_code == trace.StatusCode.ERROR
     assert answer.events and answer.events[0].name == "exception"

@@ -8,7 +8,6 @@ from collections.abc import Sequence
 import pytest
 from llama_index.core.llms import ChatMessage
 from llama_index.core.schema import NodeWithScore
-from workflows.handler import WorkflowHandler
 
 from citeflow.citations.judge import build_judge
 from citeflow.citations.markers import cited_numbers
@@ -23,7 +22,7 @@ from citeflow.events import AnswerDeltaEvent, StatusEvent
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.prompts import NOT_COVERED_ANSWER
 from citeflow.providers.llm import build_llm
-from citeflow.query.grading import KeepAllGrader, ScoreGrader
+from citeflow.query.grading import KeepAllGrader
 from citeflow.query.rewriting import QUERY_MAX_TOKENS
 from citeflow.result import CitedResponse
 from citeflow.settings import CitationSettings, RetrievalSettings, Settings
@@ -65,11 +64,13 @@ def _source_of(result: CitedResponse, word: str) -> int:
     raise AssertionError(f"no source mentions {word!r}")
 
 
-async def _streamed(handler: WorkflowHandler) -> str:
-    """The answer text a run streams (its `AnswerDeltaEvent`s joined)."""
-    return "".join(
-        [ev.text async for ev in handler.stream_events() if isinstance(ev, AnswerDeltaEvent)]
-    )
+async def _streamed_run(workflow: CitationQueryWorkflow, query: str) -> CitedResponse:
+    """A run's result, checked to be the answer text it streamed (its `AnswerDeltaEvent`s)."""
+    handler = workflow.run(query=query)
+    deltas = [ev.text async for ev in handler.stream_events() if isinstance(ev, AnswerDeltaEvent)]
+    result = await handler
+    assert isinstance(result, CitedResponse) and "".join(deltas) == result.response
+    return result
 
 
 def _openai_settings(server: FakeOpenAIServer, model: str) -> Settings:
@@ -191,13 +192,6 @@ async def test_plain_question_is_passed_through_without_llm(kb: KnowledgeBase) -
     assert len(llm.prompts) == 1  # synthesis only
 
 
-async def test_score_grader_filters_by_similarity(kb: KnowledgeBase) -> None:
-    nodes = await kb.retriever(top_k=3).aretrieve("ducks ponds rivers")
-    kept = await ScoreGrader(0.3).grade("ducks", nodes)
-    assert kept and all((n.score or 0) >= 0.3 for n in kept)
-    assert len(kept) < len(nodes)
-
-
 async def test_empty_question_is_a_clear_error(kb: KnowledgeBase) -> None:
     with pytest.raises(EmptyQueryError, match="empty"):
         await _workflow(kb, ScriptedLLM()).run(query="   ")
@@ -281,11 +275,7 @@ async def test_hosted_judge_verifies_citations_over_http(kb: KnowledgeBase) -> N
                 return Reply(text=answer)
 
             server.script(reply)
-            handler = workflow.run(query="Who bought Viaweb?")
-            streamed = await _streamed(handler)
-            result = await handler
-            assert isinstance(result, CitedResponse)
-            assert streamed == result.response
+            result = await _streamed_run(workflow, "Who bought Viaweb?")
             assert bool(result.citations) is cited
             assert bool(cited_numbers(result.response)) is cited
             assert bool(result.unsupported) is not cited
@@ -305,12 +295,8 @@ async def test_bad_model_output_still_gives_a_clean_answer(kb: KnowledgeBase) ->
         ("Yahoo bought Viaweb [99].", None),
         ('{"sentences": [{"sources": [1], "text": "Yahoo bought', None),
     ):
-        workflow = _workflow(kb, ScriptedLLM([reply]))
-        handler = workflow.run(query="Who bought Viaweb?")
-        streamed = await _streamed(handler)
-        result = await handler
-        assert isinstance(result, CitedResponse)
-        assert result.response and streamed == result.response
+        result = await _streamed_run(_workflow(kb, ScriptedLLM([reply])), "Who bought Viaweb?")
+        assert result.response
         assert "[99]" not in result.response
         if expected is not None:
             assert result.response == expected
@@ -321,11 +307,7 @@ async def test_a_model_going_round_in_a_loop_is_stopped(kb: KnowledgeBase) -> No
     workflow stops reading the model: what it would have written next is never read."""
     loop = "It became Yahoo Store [1]. "
     raw = "Yahoo bought Viaweb in 1998 [1]. " + loop * 8 + "Ducks live near ponds [1]."
-    handler = _workflow(kb, ScriptedLLM([raw])).run(query="Who bought Viaweb?")
-    streamed = await _streamed(handler)
-    result = await handler
-    assert isinstance(result, CitedResponse)
-    assert streamed == result.response
+    result = await _streamed_run(_workflow(kb, ScriptedLLM([raw])), "Who bought Viaweb?")
     assert result.response.count("It became Yahoo Store") == 1
     assert "Ducks" not in result.raw_response
     assert result.raw_response.count("It became Yahoo Store") < 8

@@ -13,12 +13,13 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol, TypeVar
 
-from llama_index.core.llms import LLM, ChatMessage
+from llama_index.core.llms import LLM
 from llama_index.core.schema import MetadataMode, NodeWithScore
 
 from citeflow.citations.support import QuestionCoverage
 from citeflow.citations.text import term_set
 from citeflow.prompts import GRADE_PROMPT
+from citeflow.query.rewriting import ask
 from citeflow.settings import RetrievalSettings, Settings
 
 #: output cap of a grading call: the reply is a short JSON list of passage numbers
@@ -97,10 +98,8 @@ class LLMGrader:
             for i, n in enumerate(nodes, start=1)
         )
         prompt = GRADE_PROMPT.format(query_str=query, passages_str=passages)
-        reply = await self.llm.achat(
-            [ChatMessage(role="user", content=prompt)], max_tokens=GRADE_MAX_TOKENS
-        )
-        picked = parse_relevant(reply.message.content or "", len(nodes))
+        reply = await ask(self.llm, prompt, GRADE_MAX_TOKENS)
+        picked = parse_relevant(reply, len(nodes))
         return [nodes[i - 1] for i in picked]
 
 

@@ -40,20 +40,20 @@ async def condense(llm: LLM, query: str, history: Sequence[ChatMessage]) -> str:
         f"{m.role.value}: {(m.content or '')[:_MAX_TURN_CHARS]}" for m in turns[-6:]
     )
     prompt = REWRITE_PROMPT.format(history_str=history_str, query_str=query)
-    return _first_line(await _ask(llm, prompt, QUERY_MAX_TOKENS), query)
+    return _first_line(await ask(llm, prompt, QUERY_MAX_TOKENS), query)
 
 
 async def reformulate(llm: LLM, query: str, failed_query: str, round_: int) -> str:
     """A differently worded query for retrieval round ``round_`` (2: keywords, 3+: HyDE)."""
     if round_ <= 2:
         prompt = RETRY_KEYWORDS_PROMPT.format(query_str=query, failed_query=failed_query)
-        return _first_line(await _ask(llm, prompt, QUERY_MAX_TOKENS), query)
+        return _first_line(await ask(llm, prompt, QUERY_MAX_TOKENS), query)
     prompt = RETRY_HYPOTHETICAL_PROMPT.format(query_str=query)
-    reply = await _ask(llm, prompt, HYPOTHETICAL_MAX_TOKENS)
+    reply = await ask(llm, prompt, HYPOTHETICAL_MAX_TOKENS)
     return " ".join(reply.split()) or query
 
 
-async def _ask(llm: LLM, prompt: str, max_tokens: int) -> str:
+async def ask(llm: LLM, prompt: str, max_tokens: int) -> str:
     """The LLM's reply to one user message of ``prompt``, at most ``max_tokens`` long."""
     reply = await llm.achat([ChatMessage(role="user", content=prompt)], max_tokens=max_tokens)
     return reply.message.content or ""

@@ -137,7 +137,7 @@ class CitationSynthesizer:
         self,
         query: str,
         sources: Sequence[Source],
-        on_delta: Callable[[AnswerPiece], None] | None = None,
+        on_delta: Callable[[AnswerPiece], None],
     ) -> Synthesis:
         """Answer ``query`` from ``sources``; ``on_delta`` receives each checked piece."""
         groups = pack(sources, self.policy.settings.context_budget)
@@ -161,9 +161,8 @@ class CitationSynthesizer:
         checked = 0.0  # time spent checking citations (an LLM's when the judge verifies)
 
         def emit(pieces: list[AnswerPiece]) -> None:
-            if on_delta is not None:
-                for piece in pieces:
-                    on_delta(piece)
+            for piece in pieces:
+                on_delta(piece)
 
         async def check(pieces: list[str]) -> None:
             nonlocal checked
