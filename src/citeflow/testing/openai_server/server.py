@@ -212,16 +212,9 @@ class FakeOpenAIServer:
         message: str | None = None,
         retry_after: float | None = None,
     ) -> None:
-        """Answer the next `times` requests of `kind` (None: all, until `clear`) with `status`."""
+        """Answer the next `times` requests of `kind` (None: all of them) with `status`."""
         with self._lock:
             self._faults.append(_Fault(status, message, retry_after, kind, times))
-
-    def clear(self) -> None:
-        """Forget recorded requests, the script and pending failures."""
-        with self._lock:
-            self._requests.clear()
-            self._faults.clear()
-        self.script(None)
 
     # --- inspection ------------------------------------------------------------------------
 
