@@ -21,6 +21,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from citeflow.testing.openai_server import FakeOpenAIServer
 from tests.e2e.procs import Server, free_port
+from tests.server_helpers import chat_request
 
 KEY = "live-observability-key"
 CITEFLOW = [sys.executable, "-m", "citeflow.cli"]
@@ -110,11 +111,7 @@ def test_a_served_answer_is_traced_counted_and_logged(tmp_path: Path, collector:
             auth = {"Authorization": f"Bearer {KEY}"}
             answer = httpx.post(
                 f"{url}/v1/chat/completions",
-                json={
-                    "model": "citeflow-kb",
-                    "messages": [{"role": "user", "content": "Who bought Viaweb?"}],
-                    "stream": True,
-                },
+                json=chat_request(stream=True),
                 headers={**auth, "traceparent": f"00-{'ab' * 16}-{'cd' * 8}-01"},
                 timeout=60,
             )
