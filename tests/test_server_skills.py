@@ -219,10 +219,8 @@ async def test_a_body_over_the_limit_is_413(kb: KnowledgeBase) -> None:
     engine = engine_with(kb, HashEmbedding(), max_skill_body_bytes=1_000)
     async with asgi_client(engine) as client:
         response = await client.post(URL, json=records(["x" * 600, "y" * 600]))
-    assert response.status_code == 413, response.text
-    assert response.json()["error"]["message"] == (
-        "the request body is over the limit of 1000 bytes; lower the skill's batchSize"
-    )
+    message = "the request body is over the limit of 1000 bytes; lower the skill's batchSize"
+    assert_error(response, 413, "invalid_request_error", message=message)
 
 
 async def test_the_key_is_required(kb: KnowledgeBase) -> None:
@@ -358,13 +356,9 @@ async def test_an_upstream_rate_limit_is_429_with_retry_after(
         URL, params={"input_type": input_type}, json=records(texts_of_lengths(20))
     )
 
-    assert response.status_code == 429, response.text
+    message = f"the embedding provider's rate limit is reached; retry in {expected} s"
+    assert_error(response, 429, "rate_limit_error", message=message, code="rate_limit_exceeded")
     assert response.headers["retry-after"] == expected
-    error = response.json()["error"]
-    assert error["type"] == "rate_limit_error" and error["code"] == "rate_limit_exceeded"
-    assert error["message"] == (
-        f"the embedding provider's rate limit is reached; retry in {expected} s"
-    )
     assert "org-Secret123" not in response.text
 
 
