@@ -72,8 +72,11 @@ async def client(kb: KnowledgeBase, llm: ScriptedLLM) -> AsyncIterator[httpx.Asy
         yield c
 
 
-def _check_shape(body: dict[str, Any], queries: int) -> None:
-    """One list per query in each of the three, parallel; distances in [0, 1], best first."""
+def _results(response: httpx.Response, queries: int) -> dict[str, Any]:
+    """The body of a 200 answer to ``queries`` queries, checked: one list per query in each of
+    the three, parallel; distances in [0, 1], best first."""
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
     assert set(body) == {"documents", "metadatas", "distances"}
     assert len(body["documents"]) == len(body["metadatas"]) == len(body["distances"]) == queries
     for documents, metadatas, distances in zip(
@@ -85,6 +88,7 @@ def _check_shape(body: dict[str, Any], queries: int) -> None:
         assert distances == sorted(distances, reverse=True), distances
         for meta in metadatas:
             assert set(meta) <= METADATA_KEYS, set(meta) - METADATA_KEYS
+    return body
 
 
 # --- the two forms -------------------------------------------------------------------------------
@@ -94,9 +98,7 @@ async def test_queries_form_gives_one_graded_list_per_query(
     response = await client.post(
         "/search", json={"queries": ["Who bought Viaweb?", "Where do ducks live?"]}
     )
-    assert response.status_code == 200, response.text
-    body = response.json()
-    _check_shape(body, 2)
+    body = _results(response, 2)
     viaweb, ducks = body["documents"]
     assert VIAWEB in viaweb[0] and DUCKS in ducks[0]
     # graded: the other facts were retrieved too (three chunks in all) and dropped
@@ -133,9 +135,7 @@ async def test_messages_form_makes_the_query_with_the_chat_rewrite(kb: Knowledge
     async with asgi_client(make_engine(kb, llm)) as c:
         # queries are ignored when messages are given (the Open WebUI fork sends both)
         response = await c.post("/search", json={"messages": messages, "queries": ["ducks"]})
-    assert response.status_code == 200, response.text
-    body = response.json()
-    _check_shape(body, 1)
+    body = _results(response, 1)
     # the rewritten query finds Viaweb, and only it; "Who acquired it?" alone finds nothing
     # relevant, and would get the three best chunks as a fallback
     assert len(body["documents"][0]) == 1 and VIAWEB in body["documents"][0][0]
@@ -152,8 +152,7 @@ async def test_a_single_message_needs_no_llm(kb: KnowledgeBase) -> None:
         response = await c.post(
             "/search", json={"messages": [{"role": "user", "content": "Where do  ducks live?"}]}
         )
-    assert response.status_code == 200, response.text
-    assert DUCKS in response.json()["documents"][0][0]
+    assert DUCKS in _results(response, 1)["documents"][0][0]
     assert llm.prompts == []
 
 
@@ -171,9 +170,7 @@ async def test_several_collections_merged_and_deduplicated(
     )
     query = {"queries": ["Which waterfowl birds live near ponds?"]}
     both = await client.post("/search", json={**query, "collection_names": ["kb", "birds"]})
-    assert both.status_code == 200, both.text
-    body = both.json()
-    _check_shape(body, 1)
+    body = _results(both, 1)
     texts = body["documents"][0]
     assert len(texts) == len(set(texts)) == 2
     assert sum(FACTS["ducks"] in t for t in texts) == 1
@@ -210,9 +207,7 @@ async def test_the_same_text_from_two_rounds_counts_once(kb: KnowledgeBase) -> N
     engine = make_engine(kb, llm, retrieval={"max_rounds": 2})
     async with asgi_client(engine) as c:
         response = await c.post("/search", json={"queries": ["xylophone marimba"], "k": 10})
-    body = response.json()
-    _check_shape(body, 1)
-    texts = body["documents"][0]
+    texts = _results(response, 1)["documents"][0]
     assert len(llm.prompts) == 1  # the retry happened
     assert len(texts) == len(set(texts)) == 3  # three chunks in all, each once
 
@@ -226,8 +221,7 @@ async def test_an_empty_knowledge_base_gives_no_results_not_an_error(
     response = await client.post(
         "/search", json={"queries": ["Who bought Viaweb?"], "collection_names": ["empty"]}
     )
-    assert response.status_code == 200, response.text
-    assert response.json() == {"documents": [[]], "metadatas": [[]], "distances": [[]]}
+    assert _results(response, 1) == {"documents": [[]], "metadatas": [[]], "distances": [[]]}
 
 
 # --- k -------------------------------------------------------------------------------------------
@@ -244,9 +238,7 @@ async def test_k_bounds_each_list(kb: KnowledgeBase, client: httpx.AsyncClient) 
     for k, expected in ((1, 1), (3, 3), (None, 5), (50, 8)):
         body = {**query, **({"k": k} if k is not None else {})}
         response = await client.post("/search", json=body)
-        assert response.status_code == 200, response.text
-        found = response.json()
-        _check_shape(found, 2)
+        found = _results(response, 2)
         assert [len(d) for d in found["documents"]] == [expected, expected], k
 
 
@@ -281,9 +273,8 @@ async def test_nothing_relevant_falls_back_or_refuses(kb: KnowledgeBase) -> None
     query = {"queries": ["xylophone marimba"]}
     llm = ScriptedLLM([RuntimeError("no LLM call expected")])
     async with asgi_client(make_engine(kb, llm)) as c:
-        best = (await c.post("/search", json=query)).json()
+        best = _results(await c.post("/search", json=query), 1)
     assert len(best["documents"][0]) == 3  # the workflow's fallback: its 3 best hits
-    _check_shape(best, 1)
     async with asgi_client(make_engine(kb, llm, retrieval={"on_no_relevant": "refuse"})) as c:
         refused = (await c.post("/search", json=query)).json()
     assert refused == {"documents": [[]], "metadatas": [[]], "distances": [[]]}
@@ -295,8 +286,7 @@ async def test_a_retry_reformulates_when_nothing_is_relevant(kb: KnowledgeBase) 
     engine = make_engine(kb, llm, search_timeout=5.0, retrieval={"max_rounds": 2})
     async with asgi_client(engine) as c:
         response = await c.post("/search", json={"queries": ["xylophone marimba"]})
-    assert response.status_code == 200, response.text
-    texts = response.json()["documents"][0]
+    texts = _results(response, 1)["documents"][0]
     assert len(texts) == 1 and DUCKS in texts[0]  # round 2's relevant chunk, not a fallback
     assert len(llm.prompts) == 1 and "xylophone marimba" in llm.prompts[0]
 
@@ -322,11 +312,9 @@ async def test_out_of_time_the_retry_is_cut_short(kb: KnowledgeBase) -> None:
         started = time.monotonic()
         response = await c.post("/search", json={"queries": ["xylophone marimba"]})
         elapsed = time.monotonic() - started
-    assert response.status_code == 200, response.text
+    body = _results(response, 1)
     assert llm.calls == 1  # the reformulation began, and was given up
     assert 0.25 < elapsed < 2.0, elapsed
-    body = response.json()
-    _check_shape(body, 1)
     assert len(body["documents"][0]) == 3  # what round 1 found: the fallback's best hits
 
 
@@ -341,9 +329,8 @@ async def test_out_of_time_the_rewrite_leaves_the_last_message(kb: KnowledgeBase
         started = time.monotonic()
         response = await c.post("/search", json={"messages": messages})
         elapsed = time.monotonic() - started
-    assert response.status_code == 200, response.text
+    texts = _results(response, 1)["documents"][0]
     assert llm.calls == 1 and elapsed < 2.0, elapsed
-    texts = response.json()["documents"][0]
     assert len(texts) == 1 and VIAWEB in texts[0]  # searched with the last message as it is
 
 
