@@ -82,12 +82,6 @@ class PacedLLM(ScriptedLLM):
         return gen()
 
 
-class FailingLLM(PacedLLM):
-    """A `PacedLLM` whose chat stream raises ConnectionError after ``fail_after`` (8) pieces."""
-
-    fail_after: int = 8
-
-
 class CountingEmbedding(HashEmbedding):
     """A `HashEmbedding` that counts query embeddings (retrievals)."""
 

@@ -20,7 +20,6 @@ from tests.e2e.procs import free_port
 from tests.server_helpers import (
     ANSWER,
     QUESTION,
-    FailingLLM,
     LiveServer,
     PacedLLM,
     add_collection,
@@ -295,8 +294,8 @@ async def test_error_model_entry_when_citeflow_is_back(server: LiveServer) -> No
 
 
 async def test_failure_mid_stream_ends_with_a_message(kb: KnowledgeBase) -> None:
-    long_answer = " ".join([ANSWER] * 10)
-    with LiveServer(create_app(make_engine(kb, FailingLLM([long_answer], delay=0.01)))) as live:
+    llm = PacedLLM([" ".join([ANSWER] * 10)], delay=0.01, fail_after=8)
+    with LiveServer(create_app(make_engine(kb, llm))) as live:
         text, rec = await ask(make_pipe(live.base_url), body())
     answer, _, error = text.partition("\n\n**citeflow error:** ")
     assert answer.startswith("Yahoo bought Viaweb")

@@ -21,7 +21,6 @@ from tests.server_helpers import (
     LONG_ANSWER,
     QUESTION,
     STREAM,
-    FailingLLM,
     LiveServer,
     PacedLLM,
     content_of,
@@ -130,7 +129,7 @@ async def test_non_streaming_disconnect_cancels_the_run(kb: KnowledgeBase) -> No
 
 
 async def test_llm_failure_mid_stream_ends_with_error_then_done(kb: KnowledgeBase) -> None:
-    llm = FailingLLM([LONG_ANSWER], delay=0.01)
+    llm = PacedLLM([LONG_ANSWER], delay=0.01, fail_after=8)
     with LiveServer(create_app(make_engine(kb, llm))) as live:
         async with httpx.AsyncClient(base_url=live.base_url, timeout=5) as client:
             response = await client.post("/v1/chat/completions", json=STREAM)

@@ -29,7 +29,7 @@ from citeflow.settings import CitationSettings, RetrievalSettings, Settings
 from citeflow.testing.llm import ScriptedLLM
 from citeflow.testing.openai_server import FakeOpenAIServer, RecordedRequest, Reply
 from citeflow.workflows.citation_query import CitationQueryWorkflow
-from tests.server_helpers import FailingLLM, PacedLLM
+from tests.server_helpers import PacedLLM
 from tests.settings_helpers import settings_of
 
 
@@ -212,7 +212,7 @@ async def test_empty_collection_is_a_clear_error(kb: KnowledgeBase) -> None:
 
 
 async def test_llm_failure_mid_stream_fails_the_run_promptly(kb: KnowledgeBase) -> None:
-    llm = FailingLLM(["Yahoo bought Viaweb. It became Yahoo Store."], fail_after=3)
+    llm = PacedLLM(["Yahoo bought Viaweb. It became Yahoo Store."], fail_after=3)
     handler = _workflow(kb, llm).run(query="Who bought Viaweb?")
     with pytest.raises(UpstreamError, match="upstream went away") as info:
         await asyncio.wait_for(handler, timeout=5)
