@@ -23,6 +23,7 @@ from tests.server_helpers import (
     LiveServer,
     PacedLLM,
     add_collection,
+    chat_request,
     make_engine,
     wait_until,
 )
@@ -92,11 +93,8 @@ async def consume(result: Any, recorder: Recorder) -> str:
 def body(
     content: str = QUESTION, *, stream: bool = True, model: str = "citeflow-kb"
 ) -> dict[str, Any]:
-    return {
-        "model": f"citeflow.{model}",
-        "messages": [{"role": "user", "content": content}],
-        "stream": stream,
-    }
+    """A chat request for ``model`` as Open WebUI hands it to the pipe (its id prefixed)."""
+    return chat_request(content, model=f"citeflow.{model}", stream=stream)
 
 
 def make_pipe(base_url: str, key: str = "") -> Any:
