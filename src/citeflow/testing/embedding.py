@@ -34,9 +34,6 @@ class HashEmbedding(BaseEmbedding):
     def _get_text_embedding(self, text: str) -> list[float]:
         return self._vector(text)
 
-    def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
-        return [self._vector(t) for t in texts]
-
 
 class RecordingEmbedding(HashEmbedding):
     """A `HashEmbedding` that records each batch it embeds and can fail on the n-th batch."""
