@@ -6,6 +6,10 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from llama_index.core.base.llms.generic_utils import (
+    completion_response_to_chat_response,
+    stream_completion_response_to_chat_response,
+)
 from llama_index.core.base.llms.types import (
     ChatMessage,
     ChatResponse,
@@ -68,8 +72,12 @@ class PerfectModelLLM(CustomLLM):
         self._authored[question_key(question)] = authored
         return render_reply(authored)
 
-    def _pieces(self, messages: Messages) -> list[str]:
-        return re.findall(r"\S+\s*|\s+", self._reply(messages))
+    def _stream(self, messages: Messages) -> CompletionResponseGen:
+        """The reply, word by word: each response has the text so far and the new word."""
+        words = re.findall(r"\S+\s*|\s+", self._reply(messages))
+        return (
+            CompletionResponse(text="".join(words[: i + 1]), delta=w) for i, w in enumerate(words)
+        )
 
     @llm_completion_callback()
     def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
@@ -81,25 +89,14 @@ class PerfectModelLLM(CustomLLM):
         self, prompt: str, formatted: bool = False, **kwargs: Any
     ) -> CompletionResponseGen:
         """`complete`, word by word."""
-        words = self._pieces([{"role": "user", "content": prompt}])
-        return (
-            CompletionResponse(text="".join(words[: i + 1]), delta=w) for i, w in enumerate(words)
-        )
+        return self._stream([{"role": "user", "content": prompt}])
 
     @llm_chat_callback()
     def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
         """The reply to the last user message."""
-        return ChatResponse(message=_assistant(self._reply(messages)))
+        return completion_response_to_chat_response(CompletionResponse(text=self._reply(messages)))
 
     @llm_chat_callback()
     def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
         """`chat`, word by word (the async methods stream through it)."""
-        words = self._pieces(messages)
-        return (
-            ChatResponse(message=_assistant("".join(words[: i + 1])), delta=w)
-            for i, w in enumerate(words)
-        )
-
-
-def _assistant(text: str) -> ChatMessage:
-    return ChatMessage(role=MessageRole.ASSISTANT, content=text)
+        return stream_completion_response_to_chat_response(self._stream(messages))
