@@ -35,7 +35,7 @@ from citeflow.store import Store
 from citeflow.testing.embedding import HashEmbedding
 from citeflow.testing.openai_server import FakeOpenAIServer
 from citeflow.workflows.citation_query import CitationQueryWorkflow
-from tests.settings_helpers import settings_of
+from tests.settings_helpers import llm_settings
 
 QUESTION = "Who bought Viaweb?"
 P1 = (
@@ -410,10 +410,7 @@ async def _run_over_http(
 
     author = PerfectAuthor(GOLDS, variant)
     server.script(lambda request: author.reply(request.json["messages"]))
-    llm_settings = settings_of(
-        llm_provider="openai", llm_model="qwen2.5:1.5b", openai_base_url=server.openai_base_url
-    )
-    workflow = _workflow(kb, build_llm(llm_settings, max_retries=0))
+    workflow = _workflow(kb, build_llm(llm_settings(server), max_retries=0))
     out = []
     for gold in GOLDS:
         result: object = await workflow.run(query=gold.question)
