@@ -38,19 +38,16 @@ from citeflow.workflows.citation_query import CitationQueryWorkflow
 from tests.settings_helpers import llm_settings
 
 QUESTION = "Who bought Viaweb?"
-P1 = (
-    "Viaweb, a company known as a pioneer of online stores, was founded in 1995 by Paul Graham "
-    "and Robert Morris (two friends from college). It made software for building shops."
-)
-P2 = "In 1998, Yahoo purchased Viaweb for about 49 million dollars. It became Yahoo Store."
-DISTRACTOR = "Ducks are waterfowl birds. They live near ponds, rivers and lakes."
-GOLD = Gold(QUESTION, (P1, P2), "Yahoo")
-
+#: the first sentences of the two passages
 S1 = (
     "Viaweb, a company known as a pioneer of online stores, was founded in 1995 by Paul Graham "
     "and Robert Morris (two friends from college)."
 )
 S2 = "In 1998, Yahoo purchased Viaweb for about 49 million dollars."
+P1 = f"{S1} It made software for building shops."
+P2 = f"{S2} It became Yahoo Store."
+DISTRACTOR = "Ducks are waterfowl birds. They live near ponds, rivers and lakes."
+GOLD = Gold(QUESTION, (P1, P2), "Yahoo")
 
 
 def _source(number: int, text: str, title: str | None = None) -> Source:
