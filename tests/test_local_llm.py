@@ -97,12 +97,6 @@ async def test_async_stream_yields_deltas_without_blocking_the_loop(
 
 
 @pytest.mark.slow
-async def test_achat(llm: LocalLlamaCppLLM) -> None:
-    response = await llm.achat([ChatMessage(role="user", content="Name a color.")])
-    assert response.message.content
-
-
-@pytest.mark.slow
 async def test_first_token_logprobs_give_the_likeliest_first_tokens(
     llm: LocalLlamaCppLLM,
 ) -> None:

@@ -35,22 +35,19 @@ from citeflow.store import Store
 from citeflow.testing.embedding import HashEmbedding
 from citeflow.testing.openai_server import FakeOpenAIServer
 from citeflow.workflows.citation_query import CitationQueryWorkflow
-from tests.settings_helpers import settings_of
+from tests.settings_helpers import llm_settings
 
 QUESTION = "Who bought Viaweb?"
-P1 = (
-    "Viaweb, a company known as a pioneer of online stores, was founded in 1995 by Paul Graham "
-    "and Robert Morris (two friends from college). It made software for building shops."
-)
-P2 = "In 1998, Yahoo purchased Viaweb for about 49 million dollars. It became Yahoo Store."
-DISTRACTOR = "Ducks are waterfowl birds. They live near ponds, rivers and lakes."
-GOLD = Gold(QUESTION, (P1, P2), "Yahoo")
-
+#: the first sentences of the two passages
 S1 = (
     "Viaweb, a company known as a pioneer of online stores, was founded in 1995 by Paul Graham "
     "and Robert Morris (two friends from college)."
 )
 S2 = "In 1998, Yahoo purchased Viaweb for about 49 million dollars."
+P1 = f"{S1} It made software for building shops."
+P2 = f"{S2} It became Yahoo Store."
+DISTRACTOR = "Ducks are waterfowl birds. They live near ponds, rivers and lakes."
+GOLD = Gold(QUESTION, (P1, P2), "Yahoo")
 
 
 def _source(number: int, text: str, title: str | None = None) -> Source:
@@ -410,10 +407,7 @@ async def _run_over_http(
 
     author = PerfectAuthor(GOLDS, variant)
     server.script(lambda request: author.reply(request.json["messages"]))
-    llm_settings = settings_of(
-        llm_provider="openai", llm_model="qwen2.5:1.5b", openai_base_url=server.openai_base_url
-    )
-    workflow = _workflow(kb, build_llm(llm_settings, max_retries=0))
+    workflow = _workflow(kb, build_llm(llm_settings(server), max_retries=0))
     out = []
     for gold in GOLDS:
         result: object = await workflow.run(query=gold.question)

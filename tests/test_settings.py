@@ -75,18 +75,6 @@ def test_groups_are_given_as_instances_or_dicts_over_the_environment(
         Settings(_env_file=None, llm_provider="openai")
 
 
-def test_environment_prefix_and_json_values(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CITEFLOW_LLM_PROVIDER", "azure")
-    monkeypatch.setenv("CITEFLOW_AZURE_HEADERS", '{"Ocp-Apim-Subscription-Key": "k"}')
-    monkeypatch.setenv("CITEFLOW_API_KEYS", '["a", "b"]')
-    monkeypatch.setenv("CITEFLOW_TOP_K", "9")
-    s = Settings(_env_file=None)
-    assert s.llm.provider == "azure"
-    assert s.azure.headers == {"Ocp-Apim-Subscription-Key": "k"}
-    assert [k.get_secret_value() for k in s.server.api_keys] == ["a", "b"]
-    assert s.retrieval.top_k == 9
-
-
 def test_dotenv_file_is_read(dotenv: Path) -> None:
     dotenv.write_text("CITEFLOW_COLLECTION=handbook\nCITEFLOW_DATA_DIR=~/cf\n")
     s = load_settings()
@@ -305,11 +293,6 @@ def test_api_keys_plain_comma_separated_or_json(
 ) -> None:
     monkeypatch.setenv("CITEFLOW_API_KEYS", value)
     assert _keys(load_settings(_env_file=None)) == keys
-
-
-def test_api_keys_from_a_dotenv_file(dotenv: Path) -> None:
-    dotenv.write_text("CITEFLOW_API_KEYS=k1,k2\n")
-    assert _keys(load_settings()) == ["k1", "k2"]
 
 
 @pytest.mark.parametrize(

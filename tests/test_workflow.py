@@ -25,12 +25,12 @@ from citeflow.providers.llm import build_llm
 from citeflow.query.grading import KeepAllGrader
 from citeflow.query.rewriting import QUERY_MAX_TOKENS
 from citeflow.result import CitedResponse
-from citeflow.settings import CitationSettings, RetrievalSettings, Settings
+from citeflow.settings import CitationSettings, RetrievalSettings
 from citeflow.testing.llm import ScriptedLLM
 from citeflow.testing.openai_server import FakeOpenAIServer, RecordedRequest, Reply
 from citeflow.workflows.citation_query import CitationQueryWorkflow
 from tests.server_helpers import PacedLLM
-from tests.settings_helpers import settings_of
+from tests.settings_helpers import llm_settings
 
 
 class ScriptedGrader:
@@ -71,13 +71,6 @@ async def _streamed_run(workflow: CitationQueryWorkflow, query: str) -> CitedRes
     result = await handler
     assert isinstance(result, CitedResponse) and "".join(deltas) == result.response
     return result
-
-
-def _openai_settings(server: FakeOpenAIServer, model: str) -> Settings:
-    """Settings whose LLM is ``model`` at the fake OpenAI server."""
-    return settings_of(
-        llm_provider="openai", llm_model=model, openai_base_url=server.openai_base_url
-    )
 
 
 async def test_answer_cites_existing_sources(kb: KnowledgeBase) -> None:
@@ -222,7 +215,7 @@ async def test_llm_failure_mid_stream_fails_the_run_promptly(kb: KnowledgeBase) 
 async def test_workflow_over_openai_compatible_http(kb: KnowledgeBase) -> None:
     """The whole workflow against a fake OpenAI server: answer streamed over HTTP, then a 500."""
     with FakeOpenAIServer() as server:
-        llm = build_llm(_openai_settings(server, "qwen2.5:1.5b"), max_retries=0)
+        llm = build_llm(llm_settings(server), max_retries=0)
         workflow = _workflow(kb, llm)  # type: ignore[arg-type]
         server.script("Yahoo bought Viaweb in 1998 [1].")
         result = await workflow.run(query="Who bought Viaweb?")
@@ -262,7 +255,7 @@ async def test_hosted_judge_verifies_citations_over_http(kb: KnowledgeBase) -> N
     yes = {"Yes": -0.1, "No": -2.5}
     answer = "Yahoo bought Viaweb in 1998 [1]."
     with FakeOpenAIServer() as server:
-        settings = _openai_settings(server, "gpt-4o-mini")
+        settings = llm_settings(server)
         llm = build_llm(settings, max_retries=0)
         judge = build_judge(settings, llm)
         assert judge is not None  # auto: on for a hosted LLM with log-probabilities
