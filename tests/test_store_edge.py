@@ -131,9 +131,9 @@ def test_a_second_process_gets_one_line(tmp_path: Path) -> None:
     Store.open_path(path).close()  # the lock went with the process
 
 
-def _index_until_killed(path: str, started: str) -> None:
+def _index_until_killed(path: str, started: multiprocessing.synchronize.Event) -> None:
     store = Store.open_path(path)
-    Path(started).touch()
+    started.set()
     store.optimize("kb")
     os._exit(3)  # not reached: killed while indexing
 
@@ -163,14 +163,13 @@ def test_an_index_build_needs_room_for_one_more_copy_of_the_shard(
 
 def test_kill_9_while_indexing_loses_nothing(tmp_path: Path) -> None:
     filled(tmp_path / "s", kb=8_000)
-    started = tmp_path / "indexing"
-    child = multiprocessing.get_context("spawn").Process(
-        target=_index_until_killed, args=(str(tmp_path / "s"), str(started)), daemon=True
+    context = multiprocessing.get_context("spawn")
+    started = context.Event()
+    child = context.Process(
+        target=_index_until_killed, args=(str(tmp_path / "s"), started), daemon=True
     )
     child.start()
-    deadline = time.monotonic() + 60
-    while not started.exists() and time.monotonic() < deadline:
-        time.sleep(0.01)
+    assert started.wait(60)
     time.sleep(0.3)  # well inside the build (1.3 s for 8,000 points on a fast 2-core machine)
     os.kill(child.pid, signal.SIGKILL)
     child.join(10)
