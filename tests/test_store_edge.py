@@ -27,6 +27,7 @@ from citeflow.bm25 import BM25Encoder
 from citeflow.errors import StorageFullError, StoreLockedError, StoreUnreadableError
 from citeflow.store import Store
 from citeflow.store.directory import MARKER, RESERVE_BYTES
+from citeflow.store.edge import EdgeEngine
 from citeflow.store.engine import Point
 
 ENCODER = BM25Encoder()
@@ -257,7 +258,6 @@ def test_citeflow_optimize_indexes_what_the_api_wrote(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from citeflow.cli import main
-    from citeflow.store.edge import EdgeEngine
 
     store = Store.open_path(tmp_path / "data" / "qdrant")
     fill(store, "kb", 12_000)  # past the size qdrant-edge scans instead of indexing
@@ -286,7 +286,6 @@ async def test_the_server_never_builds_an_index_while_serving(
     the API write and search the embedded store without one."""
     from citeflow.knowledge_base import KnowledgeBase
     from citeflow.settings import Settings
-    from citeflow.store.edge import EdgeEngine
     from citeflow.testing.embedding import HashEmbedding
     from citeflow.testing.llm import ScriptedLLM
     from tests.server_helpers import asgi_client, chat_request, make_engine
