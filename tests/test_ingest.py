@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -149,11 +150,8 @@ def test_data_survives_reopening(settings: Settings, folder: Path) -> None:
 
 def test_second_process_on_embedded_store_gets_clear_error(settings: Settings) -> None:
     first = Store.open(settings.store)
-    try:
-        with pytest.raises(StoreLockedError, match="citeflow serve"):
-            Store.open(settings.store)
-    finally:
-        first.close()
+    with closing(first), pytest.raises(StoreLockedError, match="citeflow serve"):
+        Store.open(settings.store)
 
 
 @pytest.mark.skipif(not (SHARED_DATA / "docs").is_dir(), reason="../shared/data/docs not present")
