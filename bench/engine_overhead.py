@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import re
 import statistics
 import tempfile
 import time
+import timeit
 import warnings
 from collections.abc import AsyncIterator
 from typing import Any
@@ -155,12 +157,8 @@ def time_citation_engine(kb: KnowledgeBase, n: int) -> list[float]:
     )
     for q in QUESTIONS:
         engine.query(q)
-    times = []
-    for i in range(n):
-        started = time.perf_counter()
-        engine.query(QUESTIONS[i % len(QUESTIONS)])
-        times.append(time.perf_counter() - started)
-    return times
+    questions = itertools.cycle(QUESTIONS)
+    return timeit.repeat(lambda: engine.query(next(questions)), "gc.enable()", repeat=n, number=1)
 
 
 def minus(values: list[float], parts: list[float]) -> list[float]:

@@ -105,7 +105,6 @@ class ReplyCache:
 
 @dataclass
 class Claim:
-    qid: str
     text: str
     relevant: set[str]
     hits: list[NodeWithScore] = field(default_factory=list)
@@ -218,7 +217,7 @@ class Bench:
             for claim in offtopic:
                 if not await grader.grade(claim.text, claim.off_hits):
                     sources = self.sources(self.fallback(claim.off_hits), claim.text)
-                    off = Claim(claim.qid, claim.text, claim.relevant, claim.off_hits)
+                    off = Claim(claim.text, claim.relevant, claim.off_hits)
                     rejected.append((off, Graded([], sources, 0.0)))
         if not rejected:
             return None
@@ -307,9 +306,7 @@ async def run(args: argparse.Namespace) -> None:
     claims: list[Claim] = []
     searched = time.perf_counter()
     for qid, text in dataset.queries.items():
-        claim = Claim(qid, text, dataset.relevant(qid))
-        claim.hits = await retriever.aretrieve(text)
-        claims.append(claim)
+        claims.append(Claim(text, dataset.relevant(qid), await retriever.aretrieve(text)))
     search_ms = 1000 * (time.perf_counter() - searched) / len(claims)
     store = Store.open_path(":memory:")
     essay = essay_kb(settings, store, index.kb.embed_model, {"title": "essay"})

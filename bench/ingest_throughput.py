@@ -25,6 +25,7 @@ import statistics
 import tempfile
 import time
 import warnings
+from contextlib import closing
 from itertools import islice
 
 from llama_index.core.schema import Document, MetadataMode
@@ -71,8 +72,7 @@ def main() -> None:
     raw, ours, base, pairs = [], [], [], []
     for run in range(args.repeats):
         raw_s = ours_s = 0.0
-        with tempfile.TemporaryDirectory() as tmp:
-            store = Store.open_path(tmp)
+        with tempfile.TemporaryDirectory() as tmp, closing(Store.open_path(tmp)) as store:
             ingestor = Ingestor(store, embed, collection="scifact", progress=False)
             for i, (part, part_texts) in enumerate(zip(slices, slice_texts, strict=True)):
                 took = {}
@@ -87,7 +87,6 @@ def main() -> None:
                 ours_s += took["ours"]
                 pairs.append(took["raw"] / took["ours"])
             assert store.count("scifact") == len(texts)
-            store.close()
         raw.append(raw_s)
         ours.append(ours_s)
         if args.baseline:
@@ -121,8 +120,7 @@ def baseline(docs: list[Document], embed: object, settings: Settings) -> float:
     from llama_index.vector_stores.qdrant import QdrantVectorStore
     from qdrant_client import QdrantClient
 
-    with tempfile.TemporaryDirectory() as tmp:
-        client = QdrantClient(path=tmp)
+    with tempfile.TemporaryDirectory() as tmp, closing(QdrantClient(path=tmp)) as client:
         vector_store = QdrantVectorStore(collection_name="base", client=client)
         context = StorageContext.from_defaults(vector_store=vector_store)
         started = time.perf_counter()
@@ -133,7 +131,6 @@ def baseline(docs: list[Document], embed: object, settings: Settings) -> float:
             transformations=[SentenceSplitter(chunk_size=512, chunk_overlap=64)],
         )
         elapsed = time.perf_counter() - started
-        client.close()
     return elapsed
 
 

@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import time
 import warnings
+from contextlib import closing
 from pathlib import Path
 
 import httpx
@@ -117,14 +118,12 @@ def main() -> None:
     engine = Engine(settings, store=index.kb.store, embed_model=serve_embed, llm=llm)
     claims = list(dataset.queries.items())
     relevant = {query_id: dataset.relevant(query_id) for query_id, _ in claims}
-    try:
+    with closing(engine):
         use_one_blas_thread()
         tune_gc()
         times, embeds, per_query, found = asyncio.run(
             measure(engine, claims, relevant, k=args.k, passes=args.passes)
         )
-    finally:
-        engine.close()
     assert not llm.prompts, "the LLM was called"
     p50, p95 = p50_p95_ms(times)
     e50, e95 = p50_p95_ms(embeds)

@@ -51,7 +51,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from contextlib import ExitStack
+from contextlib import ExitStack, closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -214,25 +214,19 @@ def build(source: Store, root: Path, graph: tuple[int, int]) -> tuple[float, str
     build and what the shard says of itself."""
     root.mkdir(parents=True)
     engine = EdgeEngine(root, config=forced(*graph))
-    store = Store(engine)
-    try:
+    with closing(Store(engine)) as store:
         source.copy(COLLECTION, store, COLLECTION, None)
         started = time.perf_counter()
         store.optimize(COLLECTION)
         seconds = time.perf_counter() - started
-    finally:
-        store.close()
-    shard = EdgeShard.load(str(engine.shards_dir / COLLECTION))
-    try:
+    with closing(EdgeShard.load(str(engine.shards_dir / COLLECTION))) as shard:
         info = shard.info()
-        facts = (
-            f"{info.points_count} points, {info.segments_count} segments, "
-            f"{info.indexed_vectors_count} vectors indexed (dense + BM25)"
-        )
-        if info.indexed_vectors_count < 2 * info.points_count:
-            raise RuntimeError(f"m={graph[0]}, ef_construct={graph[1]}: not all indexed: {facts}")
-    finally:
-        shard.close()
+    facts = (
+        f"{info.points_count} points, {info.segments_count} segments, "
+        f"{info.indexed_vectors_count} vectors indexed (dense + BM25)"
+    )
+    if info.indexed_vectors_count < 2 * info.points_count:
+        raise RuntimeError(f"m={graph[0]}, ef_construct={graph[1]}: not all indexed: {facts}")
     return seconds, facts
 
 
@@ -325,14 +319,11 @@ async def run_dataset(path: Path, args: argparse.Namespace, stack: ExitStack) ->
             say(f"{dataset.name} m{graph[0]}/efc{graph[1]}: built in {seconds:.1f} s: {facts}")
             for ef in EFS:
                 params = SearchParams(hnsw_ef=ef) if ef is not None else None
-                store = Store(EdgeEngine(root, search_params=params))
-                try:
-                    row = Row("hnsw", build=seconds, graph=graph, ef=ef)
+                row = Row("hnsw", build=seconds, graph=graph, ef=ef)
+                with closing(Store(EdgeEngine(root, search_params=params))) as store:
                     rows.append(
                         await measure(row, dataset, store, embed, index, probe, exact=False)
                     )
-                finally:
-                    store.close()
                 say(f"{dataset.name} {label(row)} done")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

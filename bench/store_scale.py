@@ -447,15 +447,12 @@ COLUMNS: list[tuple[str, list[tuple[str, int]]]] = [
 
 
 def _print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    cgroup = (
+        f", every worker in a {args.memory_limit} MiB memory cgroup" if args.memory_limit else ""
+    )
     print(
         f"\nstore_scale: {os.cpu_count()} cores, {args.queries} queries per cell, "
-        f"old = {args.old_ref}, new = this checkout"
-        + (
-            f", every worker in a {args.memory_limit} MiB memory cgroup"
-            if args.memory_limit
-            else ""
-        )
-        + "\n"
+        f"old = {args.old_ref}, new = this checkout{cgroup}\n"
     )
     headings = ["chunks", "store", *(heading for heading, _ in COLUMNS)]
     print("| " + " | ".join(headings) + " |")

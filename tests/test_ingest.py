@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -52,9 +53,8 @@ def folder(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def disk_kb(settings: Settings) -> Iterator[KnowledgeBase]:
-    kb = open_kb(settings)
-    yield kb
-    kb.close()
+    with closing(open_kb(settings)) as kb:
+        yield kb
 
 
 def test_ingest_reports_and_skips_corrupt_files(disk_kb: KnowledgeBase, folder: Path) -> None:
@@ -138,22 +138,17 @@ def test_chunks_keep_file_metadata_and_stable_ids(disk_kb: KnowledgeBase, folder
 
 
 def test_data_survives_reopening(settings: Settings, folder: Path) -> None:
-    kb = open_kb(settings)
-    count = kb.ingest([folder], progress=False).chunks
-    kb.close()
-    again = open_kb(settings)
-    assert again.count() == count
-    assert again.ingest([folder], progress=False).unchanged == 2
-    again.close()
+    with closing(open_kb(settings)) as kb:
+        count = kb.ingest([folder], progress=False).chunks
+    with closing(open_kb(settings)) as again:
+        assert again.count() == count
+        assert again.ingest([folder], progress=False).unchanged == 2
 
 
 def test_second_process_on_embedded_store_gets_clear_error(settings: Settings) -> None:
     first = Store.open(settings.store)
-    try:
-        with pytest.raises(StoreLockedError, match="citeflow serve"):
-            Store.open(settings.store)
-    finally:
-        first.close()
+    with closing(first), pytest.raises(StoreLockedError, match="citeflow serve"):
+        Store.open(settings.store)
 
 
 @pytest.mark.skipif(not (SHARED_DATA / "docs").is_dir(), reason="../shared/data/docs not present")

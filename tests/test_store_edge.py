@@ -27,6 +27,7 @@ from citeflow.bm25 import BM25Encoder
 from citeflow.errors import StorageFullError, StoreLockedError, StoreUnreadableError
 from citeflow.store import Store
 from citeflow.store.directory import MARKER, RESERVE_BYTES
+from citeflow.store.edge import EdgeEngine
 from citeflow.store.engine import Point
 
 ENCODER = BM25Encoder()
@@ -131,9 +132,9 @@ def test_a_second_process_gets_one_line(tmp_path: Path) -> None:
     Store.open_path(path).close()  # the lock went with the process
 
 
-def _index_until_killed(path: str, started: str) -> None:
+def _index_until_killed(path: str, started: multiprocessing.synchronize.Event) -> None:
     store = Store.open_path(path)
-    Path(started).touch()
+    started.set()
     store.optimize("kb")
     os._exit(3)  # not reached: killed while indexing
 
@@ -163,14 +164,13 @@ def test_an_index_build_needs_room_for_one_more_copy_of_the_shard(
 
 def test_kill_9_while_indexing_loses_nothing(tmp_path: Path) -> None:
     filled(tmp_path / "s", kb=8_000)
-    started = tmp_path / "indexing"
-    child = multiprocessing.get_context("spawn").Process(
-        target=_index_until_killed, args=(str(tmp_path / "s"), str(started)), daemon=True
+    context = multiprocessing.get_context("spawn")
+    started = context.Event()
+    child = context.Process(
+        target=_index_until_killed, args=(str(tmp_path / "s"), started), daemon=True
     )
     child.start()
-    deadline = time.monotonic() + 60
-    while not started.exists() and time.monotonic() < deadline:
-        time.sleep(0.01)
+    assert started.wait(60)
     time.sleep(0.3)  # well inside the build (1.3 s for 8,000 points on a fast 2-core machine)
     os.kill(child.pid, signal.SIGKILL)
     child.join(10)
@@ -258,7 +258,6 @@ def test_citeflow_optimize_indexes_what_the_api_wrote(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from citeflow.cli import main
-    from citeflow.store.edge import EdgeEngine
 
     store = Store.open_path(tmp_path / "data" / "qdrant")
     fill(store, "kb", 12_000)  # past the size qdrant-edge scans instead of indexing
@@ -287,7 +286,6 @@ async def test_the_server_never_builds_an_index_while_serving(
     the API write and search the embedded store without one."""
     from citeflow.knowledge_base import KnowledgeBase
     from citeflow.settings import Settings
-    from citeflow.store.edge import EdgeEngine
     from citeflow.testing.embedding import HashEmbedding
     from citeflow.testing.llm import ScriptedLLM
     from tests.server_helpers import asgi_client, chat_request, make_engine

@@ -4,20 +4,18 @@ seam ``bench/store_quality.py`` measures the graph's cost in retrieval quality t
 
 from __future__ import annotations
 
-import uuid
 from contextlib import closing
 from pathlib import Path
 
 import numpy as np
 from qdrant_edge import EdgeConfig, EdgeOptimizersConfig, HnswIndexConfig, SearchParams
 
-from citeflow.bm25 import SparseVector
 from citeflow.store import Store
 from citeflow.store.edge import EdgeEngine
 from citeflow.store.edge_config import shard_config
-from citeflow.store.engine import Point
+from tests.test_store_edge import fill
 
-N, DIM = 2000, 64
+N = 2000
 
 
 def indexed_everywhere(dimension: int) -> EdgeConfig:
@@ -35,24 +33,14 @@ def top10(store: Store, queries: np.ndarray) -> list[set[str]]:
 
 
 def test_config_and_search_params_reach_the_engine(tmp_path: Path) -> None:
-    rng = np.random.default_rng(0)
-    vectors = rng.standard_normal((N, DIM)).astype(np.float32)
-    queries = rng.standard_normal((50, DIM)).astype(np.float32)
+    queries = np.random.default_rng(0).standard_normal((50, 384)).astype(np.float32)
     for name in ("default", "forced"):
         (tmp_path / name).mkdir()
 
     default = Store(EdgeEngine(tmp_path / "default"))
     forced = Store(EdgeEngine(tmp_path / "forced", config=indexed_everywhere))
     for store in (default, forced):
-        store.ensure_collection("kb", DIM)
-        for start in range(0, N, 500):
-            store.write(
-                "kb",
-                [
-                    Point(str(uuid.UUID(int=i)), vectors[i], SparseVector([i % 50], [1.0]), {})
-                    for i in range(start, start + 500)
-                ],
-            )
+        fill(store, "kb", N)  # random 384-d vectors
         store.optimize("kb")
     assert default.unindexed("kb") == N  # small: scanned, as citeflow's default config says
     assert forced.unindexed("kb") == 0

@@ -31,11 +31,10 @@ from llama_index.core.schema import (
 
 from citeflow.bm25 import BM25Encoder
 from citeflow.ingestion.pipeline import Ingestor
-from citeflow.query.retrieval import Retriever
-from citeflow.settings import RetrievalSettings
 from citeflow.store import Candidate, Store
 from citeflow.testing.embedding import HashEmbedding
 from tests.conftest import stored_points
+from tests.test_hybrid_retrieval import make_retriever
 
 ENGINES = ("embedded", "server-api")
 DENSE_ABS = 1e-4
@@ -213,13 +212,7 @@ async def test_hybrid_retrieval_gives_the_same_chunks_and_relevance(
     for engine in ENGINES:
         store = open_store(engine, tmp_path)
         Ingestor(store, embed, collection="c", progress=False).ingest_documents(docs)
-        retriever = Retriever(
-            store,
-            embed,
-            collection="c",
-            top_k=5,
-            settings=RetrievalSettings.defaults(mode="hybrid"),
-        )
+        retriever = make_retriever(store, embed, "c", 5, "hybrid")
         found = []
         for query in ("ducks on ponds", "geese migrate south", "owls nests eggs", "fish"):
             hits = await retriever.aretrieve(query)
