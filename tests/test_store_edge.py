@@ -31,10 +31,12 @@ from citeflow.store.edge import EdgeEngine
 from citeflow.store.engine import Point
 
 ENCODER = BM25Encoder()
+#: the dimension of the dense vectors `points` makes (MiniLM's)
+DIM = 384
 
 
 def points(n: int, *, seed: int = 0, start: int = 0) -> list[Point]:
-    """``n`` chunks with 384-d vectors, BM25 vectors and ~600-character payloads."""
+    """``n`` chunks with `DIM`-d vectors, BM25 vectors and ~600-character payloads."""
     out = []
     for i in range(start, start + n):
         rng = np.random.default_rng([seed, i])
@@ -42,7 +44,7 @@ def points(n: int, *, seed: int = 0, start: int = 0) -> list[Point]:
         out.append(
             Point(
                 str(uuid.uuid5(uuid.NAMESPACE_URL, f"chunk-{i}")),
-                rng.standard_normal(384).astype(np.float32),
+                rng.standard_normal(DIM).astype(np.float32),
                 ENCODER.encode_document(text),
                 {"doc_id": f"doc-{i // 10}", "text": text, "chunk_index": i % 10},
             )
@@ -51,7 +53,7 @@ def points(n: int, *, seed: int = 0, start: int = 0) -> list[Point]:
 
 
 def fill(store: Store, collection: str, n: int, batch: int = 256) -> None:
-    store.ensure_collection(collection, 384)
+    store.ensure_collection(collection, DIM)
     for start in range(0, n, batch):
         store.write(collection, points(min(batch, n - start), start=start))
 
@@ -207,7 +209,7 @@ def _fill_until_full(path: str) -> None:
     store = Store.open_path(path)
     written = 0
     try:
-        store.ensure_collection("kb", 384)
+        store.ensure_collection("kb", DIM)
         while True:
             store.write("kb", points(256, start=written))
             written += 256

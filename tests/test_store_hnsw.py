@@ -13,7 +13,7 @@ from qdrant_edge import EdgeConfig, EdgeOptimizersConfig, HnswIndexConfig, Searc
 from citeflow.store import Store
 from citeflow.store.edge import EdgeEngine
 from citeflow.store.edge_config import shard_config
-from tests.test_store_edge import fill
+from tests.test_store_edge import DIM, fill
 
 N = 2000
 
@@ -33,14 +33,14 @@ def top10(store: Store, queries: np.ndarray) -> list[set[str]]:
 
 
 def test_config_and_search_params_reach_the_engine(tmp_path: Path) -> None:
-    queries = np.random.default_rng(0).standard_normal((50, 384)).astype(np.float32)
+    queries = np.random.default_rng(0).standard_normal((50, DIM)).astype(np.float32)
     for name in ("default", "forced"):
         (tmp_path / name).mkdir()
 
     default = Store(EdgeEngine(tmp_path / "default"))
     forced = Store(EdgeEngine(tmp_path / "forced", config=indexed_everywhere))
     for store in (default, forced):
-        fill(store, "kb", N)  # random 384-d vectors
+        fill(store, "kb", N)  # random vectors
         store.optimize("kb")
     assert default.unindexed("kb") == N  # small: scanned, as citeflow's default config says
     assert forced.unindexed("kb") == 0
