@@ -156,7 +156,7 @@ def test_live_counts_are_asked_for_only_while_deleted_chunks_linger(tmp_path: Pa
     for it from the first delete until an index build leaves no deleted chunk behind, across
     reopening. BM25 scores match all along those of a store that never held the deleted ones."""
     from citeflow.store.edge import STALE_IDF
-    from tests.test_store_edge import fill, points
+    from tests.test_store_edge import DIM, fill, points
 
     written = points(8_000)  # doc-0 .. doc-799, ten chunks each
     deleted: set[str] = set()
@@ -169,7 +169,7 @@ def test_live_counts_are_asked_for_only_while_deleted_chunks_linger(tmp_path: Pa
 
     def same(round_: int) -> None:
         fresh = Store.open_path(tmp_path / f"fresh-{round_}")
-        fresh.ensure_collection("kb", 384)
+        fresh.ensure_collection("kb", DIM)
         fresh.write("kb", [p for p in written if p.payload["doc_id"] not in deleted])
         ours = edge.search("kb", sparse=query, limit=1, sparse_limit=10).sparse
         theirs = fresh.search("kb", sparse=query, limit=1, sparse_limit=10).sparse
