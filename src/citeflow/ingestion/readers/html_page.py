@@ -94,11 +94,7 @@ def _html_is_noise(tag: Tag) -> bool:
     role = attrs.get("role")
     if isinstance(role, str) and role.lower() in _HTML_DROP_ROLES:
         return True
-    classes = attrs.get("class")
-    if not classes:
-        return False
-    tokens = classes.split() if isinstance(classes, str) else list(classes)
-    return not _HTML_DROP_CLASSES.isdisjoint(tokens)
+    return not _HTML_DROP_CLASSES.isdisjoint(tag.get_attribute_list("class"))
 
 
 def _html_text(soup: BeautifulSoup) -> str:
