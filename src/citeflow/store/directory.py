@@ -24,6 +24,7 @@ import json
 import os
 import shutil
 from contextlib import AbstractContextManager
+from importlib.metadata import version
 from pathlib import Path
 from typing import IO
 
@@ -43,14 +44,6 @@ RESERVE_BYTES = 128 * 1024 * 1024
 #: disk taken per point written, at most (a 384-d vector, its BM25 vector and a ~1 KB payload
 #: take about 6 KB across the log and the segment; the figure leaves room for larger ones)
 BYTES_PER_POINT = 64 * 1024
-
-
-def room_message(location: str) -> str:
-    return (
-        f"not enough free space on the disk holding the store ({location}): nothing was "
-        f"written and nothing already stored was lost; free some space (citeflow keeps "
-        f"{RESERVE_BYTES // 2**20} MiB in reserve), then try again"
-    )
 
 
 def full_disk_guard(location: str) -> AbstractContextManager[None]:
@@ -73,13 +66,11 @@ def require_room(root: Path, points: int = 0, *, extra_bytes: int = 0) -> None:
     """Raise `StorageFullError` unless the disk holding ``root`` has room for ``points`` more
     points and ``extra_bytes`` more bytes above the reserve (see the module doc)."""
     if free_bytes(root) < RESERVE_BYTES + points * BYTES_PER_POINT + extra_bytes:
-        raise StorageFullError(room_message(str(root)))
-
-
-def engine_version() -> str:
-    from importlib.metadata import version
-
-    return version("qdrant-edge-py")
+        raise StorageFullError(
+            f"not enough free space on the disk holding the store ({root}): nothing was "
+            f"written and nothing already stored was lost; free some space (citeflow keeps "
+            f"{RESERVE_BYTES // 2**20} MiB in reserve), then try again"
+        )
 
 
 def check_marker(root: Path) -> None:
@@ -107,7 +98,7 @@ def check_marker(root: Path) -> None:
 
 def write_marker(root: Path) -> None:
     """Mark ``root`` as a store of this format (written atomically)."""
-    data = {"format": FORMAT, "engine": "qdrant-edge", "engine_version": engine_version()}
+    data = {"format": FORMAT, "engine": "qdrant-edge", "engine_version": version("qdrant-edge-py")}
     staging = root / f".{MARKER}.tmp"
     staging.write_text(json.dumps(data) + "\n", encoding="utf-8")
     os.replace(staging, root / MARKER)
