@@ -71,6 +71,7 @@ def records(payloads: Iterable[dict[str, Any]]) -> dict[str, DocumentRecord]:
             marked.add(key)
     versions: dict[str, list[DocumentRecord]] = {}
     for key, payload in firsts.items():
+        expected = payload.get("chunk_count")
         versions.setdefault(key[0], []).append(
             DocumentRecord(
                 doc_id=key[0],
@@ -79,7 +80,7 @@ def records(payloads: Iterable[dict[str, Any]]) -> dict[str, DocumentRecord]:
                 file_name=str(payload.get("file_name", "")),
                 title=str(payload.get("title", "")),
                 chunks=counts[key],
-                expected_chunks=_chunk_count(payload),
+                expected_chunks=expected if isinstance(expected, int) else None,
                 unfinished=key in marked,
             )
         )
@@ -112,8 +113,3 @@ def to_node(point_id: str, payload: dict[str, Any]) -> BaseNode:
             end_char_idx=info.get("end"),
             relationships=relationships,
         )
-
-
-def _chunk_count(payload: dict[str, Any]) -> int | None:
-    count = payload.get("chunk_count")
-    return count if isinstance(count, int) else None
