@@ -261,7 +261,6 @@ class EdgeEngine:
     ) -> Iterator[Record]:
         shard = self._shard(collection)
         payload: Any = keys if isinstance(keys, bool) else list(keys)
-        with_vector: Any = bool(vectors)
         flt = edge_filter(where)
         offset: Any = None
         while True:
@@ -272,7 +271,7 @@ class EdgeEngine:
                         limit=page,
                         filter=flt,
                         with_payload=payload,
-                        with_vector=with_vector,
+                        with_vector=vectors,
                     )
                 )
             for record in records:
@@ -283,10 +282,9 @@ class EdgeEngine:
     def retrieve(
         self, collection: str, ids: Sequence[str], *, payload: bool, dense: bool
     ) -> list[Record]:
-        with_vector: Any = [DENSE_VECTOR] if dense else False
         with reading(self._path(collection)):
             found = self._shard(collection).retrieve(
-                list(ids), with_payload=payload, with_vector=with_vector
+                list(ids), with_payload=payload, with_vector=[DENSE_VECTOR] if dense else False
             )
         return [record_of(r.id, r.payload, r.vector if dense else None) for r in found]
 
