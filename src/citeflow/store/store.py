@@ -311,15 +311,13 @@ class Store:
 
     def delete_document(self, collection: str, doc_id: str) -> None:
         """Delete every chunk of one document."""
-        self._delete_where(collection, Where(doc_ids=(doc_id,)))
+        with self.writing():
+            self.engine.delete(collection, Where(doc_ids=(doc_id,)))
 
     def delete_other_versions(self, collection: str, doc_id: str, content_hash: str) -> None:
         """Delete the chunks of a document's other versions (other content hashes)."""
-        self._delete_where(collection, Where(doc_ids=(doc_id,), not_content_hash=content_hash))
-
-    def _delete_where(self, collection: str, where: Where) -> None:
         with self.writing():
-            self.engine.delete(collection, where)
+            self.engine.delete(collection, Where(doc_ids=(doc_id,), not_content_hash=content_hash))
 
     def documents(self, collection: str) -> dict[str, DocumentRecord]:
         """Every document of a collection with its content hash and chunk count."""
