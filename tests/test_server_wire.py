@@ -426,12 +426,8 @@ async def test_unsupported_sentences_reach_api_clients() -> None:
     text = "Ducks live near ponds [2]. Penguins compose symphonies."
     result = _result(text, [2])
     result.unsupported = ["Penguins compose symphonies."]
-    items = await _answer(text, [2], result)
-    finish = next(
-        i
-        for i in items
-        if isinstance(i, dict) and i.get("choices") and i["choices"][0].get("finish_reason")
-    )
+    finish = (await _answer(text, [2], result))[-2]  # the last chunk before [DONE]
+    assert finish["choices"][0]["finish_reason"] == "stop"
     assert finish["unsupported"] == ["Penguins compose symphonies."]
     writer = ChatStream(model="citeflow-kb", collection="kb", prompt_text="question")
     assert writer.completion(result)["unsupported"] == ["Penguins compose symphonies."]
