@@ -371,10 +371,8 @@ async def test_items_that_may_wait_linger_for_company_and_text_never_waits() -> 
         await asyncio.sleep(0.3)
         yield 4
 
-    got: list[tuple[Any, float]] = []
     batches = ready_batches(items(), 10.0, hold=lambda i: i % 2 == 1, linger=0.1)
-    async for batch in batches:
-        got.append((batch, loop.time() - started))
+    got = [(batch, loop.time() - started) async for batch in batches]
     assert [batch for batch, _ in got] == [[1, 3, 5, 2], [7], [4]]
     first, lone, last = (at for _, at in got)
     assert first < 0.09  # the text did not wait for the linger to end
