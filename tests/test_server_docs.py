@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 import pytest
@@ -54,15 +56,6 @@ async def test_docs_on_with_keys_need_the_key(kb: KnowledgeBase) -> None:
             await assert_needs_key(c, "GET", path, "k1")
 
 
-def _refs(node: object) -> list[str]:
-    if isinstance(node, dict):
-        found = [node["$ref"]] if isinstance(node.get("$ref"), str) else []
-        return found + [r for value in node.values() for r in _refs(value)]
-    if isinstance(node, list):
-        return [r for value in node for r in _refs(value)]
-    return []
-
-
 async def test_docs_on_loopback_without_keys_declare_the_bearer_scheme_and_the_chat_request(
     kb: KnowledgeBase,
 ) -> None:
@@ -95,6 +88,6 @@ async def test_docs_on_loopback_without_keys_declare_the_bearer_scheme_and_the_c
     assert fields <= set(request["properties"])
     assert set(request["required"]) == {"model", "messages"}
     # every reference resolves in the document
-    for target in _refs(schema):
+    for target in re.findall(r'"\$ref": "([^"]*)"', json.dumps(schema)):
         assert target.startswith("#/components/schemas/"), target
         assert target.rsplit("/", 1)[-1] in schema["components"]["schemas"], target

@@ -16,29 +16,21 @@ GOOD = {"Authorization": "Bearer right-key"}
 BAD = {"Authorization": "Bearer guess"}
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 # --- units ---------------------------------------------------------------------------------------
 def test_past_n_failures_in_the_window_a_client_waits() -> None:
-    clock = Clock()
-    failed = FailedKeys(3, 60, clock=clock)
+    now = [1000.0]
+    failed = FailedKeys(3, 60, clock=lambda: now[0])
     for _ in range(3):
         failed.check("a")
         failed.failed("a")
-        clock.now += 10
+        now[0] += 10
     with pytest.raises(AuthThrottledError) as caught:
         failed.check("a")
     # the oldest failure (t=1000) leaves the window at t=1060; it is now t=1030
     assert caught.value.retry_after == pytest.approx(30)
     assert caught.value.status == 429 and "retry in 30 s" in caught.value.message
     failed.check("b")  # another address is not affected
-    clock.now += 30
+    now[0] += 30
     failed.check("a")  # one failure has left the window: one more try
     failed.failed("a")
     with pytest.raises(AuthThrottledError):
@@ -54,8 +46,8 @@ def test_zero_turns_the_throttle_off() -> None:
 
 
 def test_memory_is_bounded() -> None:
-    clock = Clock()
-    failed = FailedKeys(5, 60, clock=clock, max_clients=100)
+    now = [1000.0]
+    failed = FailedKeys(5, 60, clock=lambda: now[0], max_clients=100)
     for i in range(1000):
         failed.failed(f"10.0.{i // 256}.{i % 256}")
         assert len(failed) <= 100
@@ -67,13 +59,13 @@ def test_memory_is_bounded() -> None:
 
 
 def test_addresses_whose_failures_expired_are_forgotten_first() -> None:
-    clock = Clock()
-    failed = FailedKeys(5, 60, clock=clock, max_clients=3)
+    now = [1000.0]
+    failed = FailedKeys(5, 60, clock=lambda: now[0], max_clients=3)
     for address in ("a", "b"):
         failed.failed(address)
-    clock.now += 30
+    now[0] += 30
     failed.failed("c")
-    clock.now += 31  # a and b have left the window, c has not
+    now[0] += 31  # a and b have left the window, c has not
     failed.failed("d")
     assert len(failed) == 2
     for _ in range(4):
