@@ -71,14 +71,9 @@ class LeanStreamingMixin:
 
     _sdk_client: AsyncOpenAI
 
-    @property
-    def sdk_client(self) -> AsyncOpenAI:
-        """The SDK client the lean requests go through (shared with llama-index)."""
-        return self._sdk_client
-
     async def aclose(self) -> None:
-        """Close `sdk_client` (and the HTTP client it was given)."""
-        await self.sdk_client.close()
+        """Close the SDK client (and the HTTP client it was given)."""
+        await self._sdk_client.close()
 
     def _lean(self, kwargs: dict[str, Any]) -> bool:
         """Whether a call with ``kwargs`` takes the lean path: nobody listens (`observed`), a chat
@@ -172,7 +167,7 @@ class LeanStreamingMixin:
             body["max_completion_tokens"] = 1
         else:
             body["max_tokens"] = 1
-        completion: ChatCompletion = await self.sdk_client.post(
+        completion: ChatCompletion = await self._sdk_client.post(
             "/chat/completions", body=body, options=options, cast_to=ChatCompletion
         )
         choice = completion.choices[0] if completion.choices else None
@@ -192,7 +187,7 @@ class LeanStreamingMixin:
         chat request's plain JSON.
         """
         body, options = self._chat_body(messages, {"stream": True, **kwargs})
-        stream = await self.sdk_client.post(
+        stream = await self._sdk_client.post(
             "/chat/completions",
             body=body,
             options=options,
