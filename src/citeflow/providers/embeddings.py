@@ -97,16 +97,14 @@ class CompatOpenAIEmbedding(OpenAIEmbedding):
         return _no_retry
 
 
-class CompatAzureOpenAIEmbedding(AzureOpenAIEmbedding):
-    """`AzureOpenAIEmbedding` that passes ``max_retries`` and ``timeout`` to the SDK."""
+class CompatAzureOpenAIEmbedding(CompatOpenAIEmbedding, AzureOpenAIEmbedding):
+    """`AzureOpenAIEmbedding` with SDK-only retries, passing ``max_retries`` and ``timeout`` to
+    the SDK."""
 
     @classmethod
     def class_name(cls) -> str:
         """Name used when serialising the model."""
         return "CiteflowCompatAzureOpenAIEmbedding"
-
-    def _create_retry_decorator(self) -> Callable[[_F], _F]:  # see CompatOpenAIEmbedding
-        return _no_retry
 
     def _get_credential_kwargs(self, is_async: bool = False) -> dict[str, Any]:
         # The SDK client's arguments, all from public fields. An override because llama-index's
