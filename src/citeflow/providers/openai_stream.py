@@ -140,8 +140,7 @@ class LeanStreamingMixin:
             body.pop("stream_options", None)
         if llm.model in O1_MODELS:  # reasoning models: max_completion_tokens, reasoning_effort
             if body.get("max_tokens") is not None:
-                body.setdefault("max_completion_tokens", body["max_tokens"])
-                body.pop("max_tokens")
+                body.setdefault("max_completion_tokens", body.pop("max_tokens"))
             if llm.reasoning_effort is not None:
                 body["reasoning_effort"] = llm.reasoning_effort
         if llm.modalities is not None:
