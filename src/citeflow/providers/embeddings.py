@@ -72,11 +72,9 @@ def embed_batch_size(settings: Settings) -> int:
     see `Settings.embed_batch_size`), 64 for an API."""
     if settings.embeddings.batch_size is not None:
         return settings.embeddings.batch_size
-    return (
-        LOCAL_EMBED_BATCH_SIZE
-        if settings.embeddings.provider == "local"
-        else REMOTE_EMBED_BATCH_SIZE
-    )
+    if settings.embeddings.provider == "local":
+        return LOCAL_EMBED_BATCH_SIZE
+    return REMOTE_EMBED_BATCH_SIZE
 
 
 def _no_retry(func: _F) -> _F:
