@@ -38,7 +38,6 @@ from citeflow.settings import Settings
 
 __all__ = [
     "DEFAULT_OPENAI_EMBED_MODEL",
-    "LOCAL_EMBED_DIMENSION",
     "LOCAL_EMBED_MODEL",
     "CompatAzureOpenAIEmbedding",
     "CompatOpenAIEmbedding",
@@ -50,9 +49,8 @@ __all__ = [
 
 #: Model used when ``CITEFLOW_EMBED_MODEL`` is empty and the provider is ``openai``.
 DEFAULT_OPENAI_EMBED_MODEL = "text-embedding-3-small"
-#: The bundled local embedder and its vector size.
+#: The bundled local embedder (384 dimensions).
 LOCAL_EMBED_MODEL = "all-MiniLM-L6-v2"
-LOCAL_EMBED_DIMENSION = 384
 #: Names of the bundled model accepted in ``CITEFLOW_EMBED_MODEL`` for the local provider.
 _LOCAL_ALIASES = {
     "",
