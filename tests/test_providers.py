@@ -24,7 +24,7 @@ from citeflow.citations.judge import LLMJudge, TokenLogprobs
 from citeflow.errors import ConfigError, UpstreamError
 from citeflow.providers.connections import NO_KEY_PLACEHOLDER
 from citeflow.providers.describe import describe_providers
-from citeflow.providers.embeddings import build_embed_model, describe_embeddings
+from citeflow.providers.embeddings import build_embed_model, describe_embeddings, embed_batch_size
 from citeflow.providers.llm import DEFAULT_COMPAT_CONTEXT_WINDOW, DEFAULT_OPENAI_MODEL, build_llm
 from citeflow.providers.upstream_errors import as_upstream_error
 from citeflow.settings import Settings
@@ -163,8 +163,6 @@ async def test_openai_defaults_to_gpt_4o_mini_with_its_known_context_window(
 def test_embed_batch_size_defaults_per_provider_and_follows_the_setting(
     server: FakeOpenAIServer,
 ) -> None:
-    from citeflow.providers.embeddings import embed_batch_size
-
     assert embed_batch_size(Settings(_env_file=None)) == 16  # type: ignore[call-arg]
     remote = openai_settings(server)
     assert embed_batch_size(remote) == 64

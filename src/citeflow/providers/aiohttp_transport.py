@@ -25,13 +25,13 @@ instead of "cannot reach"; and it keeps its first event loop's session.
 from __future__ import annotations
 
 import asyncio
-import ssl
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import aiohttp
 import httpx
+import openai
 
 __all__ = ["AiohttpTransport", "aiohttp_client"]
 
@@ -71,19 +71,11 @@ class _ResponseStream(httpx.AsyncByteStream):
 
 
 class AiohttpTransport(httpx.AsyncBaseTransport):
-    """Sends httpx requests through one aiohttp session (per event loop).
+    """Sends httpx requests through one aiohttp session (per event loop), with the OpenAI SDK's
+    connection limits (``max_connections`` and ``keepalive_expiry`` apply) and TLS verified."""
 
-    Args:
-        limits: httpx's connection limits (``max_connections`` and ``keepalive_expiry`` apply).
-        verify: TLS verification, as httpx's ``verify`` (True, False, a CA bundle path or an
-            `ssl.SSLContext`).
-    """
-
-    def __init__(
-        self, *, limits: httpx.Limits | None = None, verify: ssl.SSLContext | str | bool = True
-    ) -> None:
-        self._limits = limits or httpx.Limits(max_connections=1000, max_keepalive_connections=100)
-        self._ssl = httpx.create_ssl_context(verify=verify)
+    def __init__(self) -> None:
+        self._ssl = httpx.create_ssl_context()
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -91,8 +83,8 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         loop = asyncio.get_running_loop()
         if self._session is None or self._loop is not loop or self._session.closed:
             connector = aiohttp.TCPConnector(
-                limit=self._limits.max_connections or 0,
-                keepalive_timeout=self._limits.keepalive_expiry or 15.0,
+                limit=openai.DEFAULT_CONNECTION_LIMITS.max_connections or 0,
+                keepalive_timeout=openai.DEFAULT_CONNECTION_LIMITS.keepalive_expiry or 15.0,
                 ssl=self._ssl,
             )
             self._session = aiohttp.ClientSession(
@@ -138,15 +130,14 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         self._session = None
 
 
-def aiohttp_client(timeout: float, *, limits: httpx.Limits | None = None) -> httpx.AsyncClient:
+def aiohttp_client(timeout: float) -> httpx.AsyncClient:
     """An ``httpx.AsyncClient`` over `AiohttpTransport`, for the OpenAI SDK's ``http_client``.
 
     Redirects are followed as the SDK's own client does.
     """
-    limits = limits or httpx.Limits(max_connections=1000, max_keepalive_connections=100)
     return httpx.AsyncClient(
-        transport=AiohttpTransport(limits=limits),
+        transport=AiohttpTransport(),
         timeout=httpx.Timeout(timeout, connect=5.0),
-        limits=limits,
+        limits=openai.DEFAULT_CONNECTION_LIMITS,
         follow_redirects=True,
     )

@@ -38,7 +38,6 @@ from citeflow.settings import Settings
 
 __all__ = [
     "DEFAULT_OPENAI_EMBED_MODEL",
-    "LOCAL_EMBED_DIMENSION",
     "LOCAL_EMBED_MODEL",
     "CompatAzureOpenAIEmbedding",
     "CompatOpenAIEmbedding",
@@ -50,9 +49,8 @@ __all__ = [
 
 #: Model used when ``CITEFLOW_EMBED_MODEL`` is empty and the provider is ``openai``.
 DEFAULT_OPENAI_EMBED_MODEL = "text-embedding-3-small"
-#: The bundled local embedder and its vector size.
+#: The bundled local embedder (384 dimensions).
 LOCAL_EMBED_MODEL = "all-MiniLM-L6-v2"
-LOCAL_EMBED_DIMENSION = 384
 #: Names of the bundled model accepted in ``CITEFLOW_EMBED_MODEL`` for the local provider.
 _LOCAL_ALIASES = {
     "",
@@ -72,11 +70,9 @@ def embed_batch_size(settings: Settings) -> int:
     see `Settings.embed_batch_size`), 64 for an API."""
     if settings.embeddings.batch_size is not None:
         return settings.embeddings.batch_size
-    return (
-        LOCAL_EMBED_BATCH_SIZE
-        if settings.embeddings.provider == "local"
-        else REMOTE_EMBED_BATCH_SIZE
-    )
+    if settings.embeddings.provider == "local":
+        return LOCAL_EMBED_BATCH_SIZE
+    return REMOTE_EMBED_BATCH_SIZE
 
 
 def _no_retry(func: _F) -> _F:
@@ -97,16 +93,14 @@ class CompatOpenAIEmbedding(OpenAIEmbedding):
         return _no_retry
 
 
-class CompatAzureOpenAIEmbedding(AzureOpenAIEmbedding):
-    """`AzureOpenAIEmbedding` that passes ``max_retries`` and ``timeout`` to the SDK."""
+class CompatAzureOpenAIEmbedding(CompatOpenAIEmbedding, AzureOpenAIEmbedding):
+    """`AzureOpenAIEmbedding` with SDK-only retries, passing ``max_retries`` and ``timeout`` to
+    the SDK."""
 
     @classmethod
     def class_name(cls) -> str:
         """Name used when serialising the model."""
         return "CiteflowCompatAzureOpenAIEmbedding"
-
-    def _create_retry_decorator(self) -> Callable[[_F], _F]:  # see CompatOpenAIEmbedding
-        return _no_retry
 
     def _get_credential_kwargs(self, is_async: bool = False) -> dict[str, Any]:
         # The SDK client's arguments, all from public fields. An override because llama-index's

@@ -230,14 +230,10 @@ class LlamaCppEngine:
                 raise ModelError(f"local LLM failed: {type(exc).__name__}: {exc}") from None
         finally:
             self._lock.release()
-        if collector.exception is not None:
-            if isinstance(collector.exception, Exception) and not isinstance(
-                collector.exception, ModelError
-            ):
-                raise ModelError(
-                    f"local LLM failed: {type(collector.exception).__name__}: {collector.exception}"
-                ) from collector.exception
-            raise collector.exception
+        if (raised := collector.exception) is not None:
+            if isinstance(raised, Exception) and not isinstance(raised, ModelError):
+                raise ModelError(f"local LLM failed: {type(raised).__name__}: {raised}") from raised
+            raise raised
         if collector.error is not None:
             raise ModelError(f"local LLM failed: {collector.error}")
         outcome = collector.outcome

@@ -103,9 +103,7 @@ def _locate_part(index: int) -> Path | None:
     if dist.version != PART_VERSION:
         log.warning("%s is version %s, need %s", part_package(index), dist.version, PART_VERSION)
         return None
-    wanted = _part_file(index)
-    candidates = [f for f in (dist.files or []) if f.as_posix() == wanted]
-    path = Path(str(dist.locate_file(candidates[0] if candidates else wanted)))
+    path = Path(str(dist.locate_file(_part_file(index))))
     return path if path.is_file() else None
 
 

@@ -71,14 +71,9 @@ class LeanStreamingMixin:
 
     _sdk_client: AsyncOpenAI
 
-    @property
-    def sdk_client(self) -> AsyncOpenAI:
-        """The SDK client the lean requests go through (shared with llama-index)."""
-        return self._sdk_client
-
     async def aclose(self) -> None:
-        """Close `sdk_client` (and the HTTP client it was given)."""
-        await self.sdk_client.close()
+        """Close the SDK client (and the HTTP client it was given)."""
+        await self._sdk_client.close()
 
     def _lean(self, kwargs: dict[str, Any]) -> bool:
         """Whether a call with ``kwargs`` takes the lean path: nobody listens (`observed`), a chat
@@ -145,8 +140,7 @@ class LeanStreamingMixin:
             body.pop("stream_options", None)
         if llm.model in O1_MODELS:  # reasoning models: max_completion_tokens, reasoning_effort
             if body.get("max_tokens") is not None:
-                body.setdefault("max_completion_tokens", body["max_tokens"])
-                body.pop("max_tokens")
+                body.setdefault("max_completion_tokens", body.pop("max_tokens"))
             if llm.reasoning_effort is not None:
                 body["reasoning_effort"] = llm.reasoning_effort
         if llm.modalities is not None:
@@ -172,7 +166,7 @@ class LeanStreamingMixin:
             body["max_completion_tokens"] = 1
         else:
             body["max_tokens"] = 1
-        completion: ChatCompletion = await self.sdk_client.post(
+        completion: ChatCompletion = await self._sdk_client.post(
             "/chat/completions", body=body, options=options, cast_to=ChatCompletion
         )
         choice = completion.choices[0] if completion.choices else None
@@ -192,7 +186,7 @@ class LeanStreamingMixin:
         chat request's plain JSON.
         """
         body, options = self._chat_body(messages, {"stream": True, **kwargs})
-        stream = await self.sdk_client.post(
+        stream = await self._sdk_client.post(
             "/chat/completions",
             body=body,
             options=options,
