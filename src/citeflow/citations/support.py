@@ -238,16 +238,11 @@ class LexicalSupport:
             # consecutive word pairs in the same order) backs it better than scattered words,
             # and then the one that says the longest part of it word for word
             pairs = word_pairs(statement)
-            tied = [
-                replace(
-                    s,
-                    phrase=(
-                        len(pairs & word_pairs(s.quote)),
-                        longest_common_run(statement, s.quote),
-                    ),
-                )
-                for s in tied
-            ]
+
+            def phrase(s: Support) -> tuple[int, int]:
+                return len(pairs & word_pairs(s.quote)), longest_common_run(statement, s.quote)
+
+            tied = [replace(s, phrase=phrase(s)) for s in tied]
             tied.sort(key=lambda s: (-s.phrase[0], -s.phrase[1]))  # stable: number order
             ranked[: len(tied)] = tied
         return ranked
