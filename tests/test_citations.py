@@ -354,22 +354,19 @@ def test_sentence_stream_is_lossless_and_holds_markers() -> None:
     assert all("[" not in seg or "]" in seg for seg in out)
 
 
-def test_sentence_stream_keeps_a_name_with_initials_whole() -> None:
-    text = "It is Gerald R. Ford International Airport [3]. Dr. Who? Yes."
+@pytest.mark.parametrize(
+    "segments",
+    [
+        # a name with initials stays whole
+        ["It is Gerald R. Ford International Airport [3]. ", "Dr. Who? ", "Yes."],
+        # the stream waits to see whether a bracket opens a year
+        ["Smith et al. (2019) found it [1]. ", "Then (as before) it rained. ", "Fig. 2 shows it."],
+    ],
+)
+def test_sentence_stream_fed_one_character_at_a_time(segments: list[str]) -> None:
+    text = "".join(segments)
     stream = SentenceStream()
-    out = [seg for i in range(len(text)) for seg in stream.feed(text[i])] + stream.flush()
-    assert out == ["It is Gerald R. Ford International Airport [3]. ", "Dr. Who? ", "Yes."]
-
-
-def test_sentence_stream_waits_to_see_whether_a_bracket_opens_a_year() -> None:
-    text = "Smith et al. (2019) found it [1]. Then (as before) it rained. Fig. 2 shows it."
-    stream = SentenceStream()
-    out = [seg for i in range(len(text)) for seg in stream.feed(text[i])] + stream.flush()
-    assert out == [
-        "Smith et al. (2019) found it [1]. ",
-        "Then (as before) it rained. ",
-        "Fig. 2 shows it.",
-    ]
+    assert [seg for char in text for seg in stream.feed(char)] + stream.flush() == segments
 
 
 def test_sources_are_the_pieces_that_cover_the_question() -> None:

@@ -129,27 +129,23 @@ def cmd_documents(args: argparse.Namespace) -> int:
     from citeflow.store import Store
 
     settings = _settings(args)
+    collection = settings.store.collection
     with closing(Store.open(settings.store)) as store:
-        store.require(settings.store.collection)
-        for doc in sorted(
-            store.documents(settings.store.collection).values(), key=lambda d: d.file_path
-        ):
+        store.require(collection)
+        for doc in sorted(store.documents(collection).values(), key=lambda d: d.file_path):
             line = f"{doc.chunks:5d} chunks  {doc.file_path or doc.doc_id}"
-            print(line if doc.complete else f"{line}  {_incomplete(doc, settings)}")
+            print(line if doc.complete else f"{line}  {_incomplete(doc, collection)}")
     return 0
 
 
-def _incomplete(doc: DocumentRecord, settings: Settings) -> str:
-    """What `citeflow documents` says of a document whose write was cut short, and the fix."""
+def _incomplete(doc: DocumentRecord, collection: str) -> str:
+    """What `citeflow documents` says of a document of ``collection`` whose write was cut
+    short, and the fix."""
     what = f"INCOMPLETE ({doc.stored} chunks stored, kept out of answers)"
     if not doc.file_path:
         return f"{what}: add the document again"
-    collection = (
-        ""
-        if settings.store.collection == "default"
-        else f" --collection {settings.store.collection}"
-    )
-    return f"{what}: run `citeflow ingest {shlex.quote(doc.file_path)}{collection}` again"
+    option = "" if collection == "default" else f" --collection {collection}"
+    return f"{what}: run `citeflow ingest {shlex.quote(doc.file_path)}{option}` again"
 
 
 def cmd_collections(args: argparse.Namespace) -> int:

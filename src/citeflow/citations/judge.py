@@ -20,7 +20,6 @@ candidates, and the repair keeps, moves or adds markers by its P(Yes).
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -43,8 +42,6 @@ __all__ = [
     "judged_statement",
     "yes_probability",
 ]
-
-logger = logging.getLogger(__name__)
 
 
 @runtime_checkable

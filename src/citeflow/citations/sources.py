@@ -22,6 +22,7 @@ from llama_index.core.schema import (
     MetadataMode,
     NodeRelationship,
     NodeWithScore,
+    RelatedNodeType,
     TextNode,
 )
 
@@ -81,6 +82,11 @@ class Source:
         base = (parent.start_char_idx if isinstance(parent, TextNode) else None) or 0
         key = f"{parent.node_id}:{self.start}:{self.end}"
         digest = hashlib.sha1(key.encode()).hexdigest()
+        relationships: dict[NodeRelationship, RelatedNodeType] = {
+            NodeRelationship.PARENT: parent.as_related_node_info()
+        }
+        if parent.source_node is not None:
+            relationships[NodeRelationship.SOURCE] = parent.source_node
         return TextNode(
             id_=f"{parent.node_id}:{digest[:12]}",
             text=SOURCE_PREFIX.format(number=self.number) + self.text,
@@ -95,14 +101,7 @@ class Source:
             excluded_llm_metadata_keys=list(parent.excluded_llm_metadata_keys),
             start_char_idx=base + self.start,
             end_char_idx=base + self.end,
-            relationships={
-                NodeRelationship.PARENT: parent.as_related_node_info(),
-                **(
-                    {NodeRelationship.SOURCE: parent.source_node}
-                    if parent.source_node is not None
-                    else {}
-                ),
-            },
+            relationships=relationships,
         )
 
     def with_score(self) -> NodeWithScore:

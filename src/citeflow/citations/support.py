@@ -102,33 +102,20 @@ def _narrowest(windows: Sequence[_Window], terms: frozenset[str]) -> tuple[int, 
 def _windows_of(text: str) -> tuple[_Window, ...]:
     """A source's sentences, adjacent pairs and the whole source with their terms; memoised, as
     sources repeat from question to question (a server's popular chunks)."""
-    spans = sentence_spans(text)
-    terms = [term_set(text[s:e]) for s, e in spans]
-    negated = [negates(text[s:e]) for s, e in spans]
-    windows = [
-        _Window(s, e, t, negated=n) for (s, e), t, n in zip(spans, terms, negated, strict=True)
+    singles = [
+        _Window(s, e, term_set(text[s:e]), negated=negates(text[s:e]))
+        for s, e in sentence_spans(text)
     ]
-    windows += [
-        _Window(
-            spans[i][0],
-            spans[i + 1][1],
-            terms[i] | terms[i + 1],
-            WINDOW_PENALTY,
-            negated[i] or negated[i + 1],
-        )
-        for i in range(len(spans) - 1)
+    pairs = [
+        _Window(a.start, b.end, a.terms | b.terms, WINDOW_PENALTY, a.negated or b.negated)
+        for a, b in pairwise(singles)
     ]
-    if len(spans) > 2:
-        windows.append(
-            _Window(
-                spans[0][0],
-                spans[-1][1],
-                frozenset().union(*terms),
-                SOURCE_PENALTY,
-                any(negated),
-            )
-        )
-    return tuple(windows)
+    if len(singles) <= 2:
+        return (*singles, *pairs)
+    terms = frozenset().union(*(w.terms for w in singles))
+    negated = any(w.negated for w in singles)
+    whole = _Window(singles[0].start, singles[-1].end, terms, SOURCE_PENALTY, negated)
+    return (*singles, *pairs, whole)
 
 
 @lru_cache(maxsize=4096)
@@ -251,16 +238,11 @@ class LexicalSupport:
             # consecutive word pairs in the same order) backs it better than scattered words,
             # and then the one that says the longest part of it word for word
             pairs = word_pairs(statement)
-            tied = [
-                replace(
-                    s,
-                    phrase=(
-                        len(pairs & word_pairs(s.quote)),
-                        longest_common_run(statement, s.quote),
-                    ),
-                )
-                for s in tied
-            ]
+
+            def phrase(s: Support) -> tuple[int, int]:
+                return len(pairs & word_pairs(s.quote)), longest_common_run(statement, s.quote)
+
+            tied = [replace(s, phrase=phrase(s)) for s in tied]
             tied.sort(key=lambda s: (-s.phrase[0], -s.phrase[1]))  # stable: number order
             ranked[: len(tied)] = tied
         return ranked

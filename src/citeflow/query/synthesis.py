@@ -160,16 +160,13 @@ class CitationSynthesizer:
         raw: list[str] = []
         checked = 0.0  # time spent checking citations (an LLM's when the judge verifies)
 
-        def emit(pieces: list[AnswerPiece]) -> None:
-            for piece in pieces:
-                on_delta(piece)
-
         async def check(pieces: list[str]) -> None:
             nonlocal checked
             started = time.perf_counter()
             for piece in pieces:
                 raw.append(piece)
-                emit(await repaired.feed(piece))
+                for answer_piece in await repaired.feed(piece):
+                    on_delta(answer_piece)
             checked += time.perf_counter() - started
 
         waited = time.perf_counter()
@@ -199,14 +196,14 @@ class CitationSynthesizer:
                 await check(sentences.flush())
             started = time.perf_counter()
             async for piece in repaired.rest():
-                emit([piece])
+                on_delta(piece)
             checked += time.perf_counter() - started
         finally:
             repaired.cancel()  # checks still running when the answer fails or is cancelled
         text = repaired.text
         if not text:  # the model said nothing (or only markers): say so instead of nothing
             text = NOT_COVERED_ANSWER
-            emit([AnswerPiece(text)])
+            on_delta(AnswerPiece(text))
         return Synthesis(
             text=text,
             citations=repaired.citations,
