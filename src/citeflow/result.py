@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from llama_index.core.base.response.schema import Response
+from llama_index.core.schema import NodeWithScore
 
 from citeflow.citations.repair import Citation
 from citeflow.citations.sources import Source
@@ -41,6 +42,11 @@ class CitedResponse(Response):
             f"CitedResponse(response={answer!r}{'…' if len(self.response or '') > 60 else ''}, "
             f"sources={len(self.source_nodes)}, cited={self.cited})"
         )
+
+    @property
+    def cited_nodes(self) -> list[NodeWithScore]:
+        """The source nodes the answer cites, in order of first citation."""
+        return [self.source_nodes[n - 1] for n in self.cited if 0 < n <= len(self.source_nodes)]
 
     def format_sources(self) -> str:
         """The cited sources as lines "[N] file, page N: first words…"."""
