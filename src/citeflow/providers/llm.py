@@ -74,16 +74,21 @@ class _CompatMixin(LeanStreamingMixin):
         llm: CompatOpenAI | CompatAzureOpenAI = self  # type: ignore[assignment]
         model = _base_model_name(llm.model)
         known = model in ALL_AVAILABLE_MODELS
-        try:
-            window = openai_modelname_to_contextsize(model)
-        except ValueError:  # unknown or discontinued name
-            window = DEFAULT_COMPAT_CONTEXT_WINDOW
+        window = llm.context_window
+        if window is None:
+            try:
+                window = openai_modelname_to_contextsize(model)
+            except ValueError:  # unknown or discontinued name
+                window = DEFAULT_COMPAT_CONTEXT_WINDOW
+        function_calling = llm.function_calling
+        if function_calling is None:
+            function_calling = known and is_function_calling_model(model)
         return LLMMetadata(
             context_window=window,
             num_output=llm.max_tokens or -1,
             # Every server worth talking to has /chat/completions; the legacy endpoint is a trap.
             is_chat_model=is_chat_model(model) if known else True,
-            is_function_calling_model=known and is_function_calling_model(model),
+            is_function_calling_model=function_calling,
             model_name=model,
         )
 
@@ -101,14 +106,20 @@ def _base_model_name(model: str) -> str:
 class CompatOpenAI(_CompatMixin, OpenAI):
     """`OpenAI` that works with any OpenAI-compatible server and any model name.
 
-    Unknown model names get the context window `DEFAULT_COMPAT_CONTEXT_WINDOW`, and are treated
-    as chat models without tool calling (structured output then goes through the prompt, which
-    every server supports).
+    Unknown model names get `context_window` (default `DEFAULT_COMPAT_CONTEXT_WINDOW`), are
+    treated as chat models and, unless `function_calling` says otherwise, as models without tool
+    calling (structured output then goes through the prompt, which every server supports).
     Streamed chats are parsed by `LeanStreamingMixin` (a fraction of the SDK's CPU per token).
     The OpenAI SDK clients are built here (with ``client_max_retries`` and ``async_http_client``)
     and handed to llama-index, so the SDK retries and llama-index and the lean path share them.
     """
 
+    context_window: int | None = Field(
+        default=None, description="Context window; None: OpenAI's table, else the default."
+    )
+    function_calling: bool | None = Field(
+        default=None, description="Tool calling support; None: known OpenAI models only."
+    )
     client_max_retries: int = Field(
         default=DEFAULT_MAX_RETRIES, ge=0, description="Retries done by the OpenAI SDK."
     )
@@ -160,6 +171,8 @@ class CompatAzureOpenAI(_CompatMixin, AzureOpenAI):
     ``api-key`` header.
     """
 
+    context_window: int | None = Field(default=None)
+    function_calling: bool | None = Field(default=None)
     client_max_retries: int = Field(default=DEFAULT_MAX_RETRIES, ge=0)
     _sdk_client: openai.AsyncAzureOpenAI = PrivateAttr()
 
