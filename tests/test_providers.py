@@ -25,7 +25,12 @@ from citeflow.errors import ConfigError, UpstreamError
 from citeflow.providers.connections import NO_KEY_PLACEHOLDER
 from citeflow.providers.describe import describe_providers
 from citeflow.providers.embeddings import build_embed_model, describe_embeddings, embed_batch_size
-from citeflow.providers.llm import DEFAULT_COMPAT_CONTEXT_WINDOW, DEFAULT_OPENAI_MODEL, build_llm
+from citeflow.providers.llm import (
+    DEFAULT_COMPAT_CONTEXT_WINDOW,
+    DEFAULT_OPENAI_MODEL,
+    CompatOpenAI,
+    build_llm,
+)
 from citeflow.providers.upstream_errors import as_upstream_error
 from citeflow.settings import Settings
 from citeflow.testing.openai_server import (
@@ -129,6 +134,13 @@ async def test_openai_complete_uses_base_url_key_and_any_model_name(
     assert request.json["max_tokens"] == 320
     assert request.json["temperature"] == 0.2
     assert not request.stream
+
+
+def test_an_unknown_model_can_be_given_its_window_and_tool_calling() -> None:
+    llm = CompatOpenAI(
+        model="team-finetune", api_key="k", context_window=9000, function_calling=True
+    )
+    assert (llm.metadata.context_window, llm.metadata.is_function_calling_model) == (9000, True)
 
 
 async def test_openai_stream_chat_yields_several_deltas(server: FakeOpenAIServer) -> None:

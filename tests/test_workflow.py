@@ -82,6 +82,7 @@ async def test_answer_cites_existing_sources(kb: KnowledgeBase) -> None:
     assert result.cited == [viaweb]
     assert cited_numbers(result.response) == [viaweb]
     assert result.source_nodes[viaweb - 1].node.get_text().startswith(f"Source {viaweb}:\n")
+    assert result.cited_nodes == [result.source_nodes[viaweb - 1]]
     assert result.citations[0].quote.startswith("Yahoo bought Viaweb in 1998")
     assert result.grounded and result.rounds == 1
     assert set(result.timings) >= {"rewrite", "retrieve", "grade", "cite", "synthesize"}
