@@ -296,7 +296,6 @@ async def run(args: argparse.Namespace) -> None:
         embedder=describe_embeddings(settings),
         cache_dir=args.cache_dir,
         settings=settings,
-        progress=True,
     )
     if not index.info.reused:
         print(f"note: the index was built or finished now ({index.info.embedded_chunks} chunks)")

@@ -49,13 +49,9 @@ class AnswerCache:
 
     def get(self, query_id: str, question: str) -> dict[str, Any] | None:
         """The recorded answer, or None (missing, unreadable, or for another question)."""
-        try:
-            data = json.loads(self._path(query_id).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
+        data = read_json_object(self._path(query_id))
         ok = (
-            isinstance(data, dict)
-            and data.get("format") == RECORD_FORMAT
+            data.get("format") == RECORD_FORMAT
             and data.get("question") == question
             and isinstance(data.get("raw_text"), str)
         )
@@ -67,6 +63,15 @@ class AnswerCache:
         if not config.exists():
             write_json(config, self.facts)
         write_json(self._path(str(record["query_id"])), record)
+
+
+def read_json_object(source: Path) -> dict[str, Any]:
+    """The JSON object at ``source``; empty when it is missing, unreadable or not an object."""
+    try:
+        data = json.loads(source.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def write_json(target: Path, data: Any, *, indent: int = 1, sort_keys: bool = False) -> None:

@@ -31,7 +31,7 @@ from llama_index.core.schema import BaseNode, Document, NodeWithScore
 from tqdm.auto import tqdm
 
 from citeflow.errors import StoreLockedError
-from citeflow.evaluation.answer_cache import write_json
+from citeflow.evaluation.answer_cache import read_json_object, write_json
 from citeflow.evaluation.dataset import BeirDataset
 from citeflow.evaluation.metrics import best_scores
 from citeflow.ingestion.pipeline import file_hash
@@ -108,14 +108,6 @@ class IndexInfo:
     seconds: float
 
 
-def _read_manifest(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 class DenseIndex:
     """A dataset's corpus embedded into a cached embedded-Qdrant directory (see module doc)."""
 
@@ -161,7 +153,7 @@ class DenseIndex:
         directory = Path(cache_dir).expanduser() / f"{dataset.name}-{key}"
         directory.mkdir(parents=True, exist_ok=True)
         manifest_path = directory / _MANIFEST
-        manifest = _read_manifest(manifest_path)
+        manifest = read_json_object(manifest_path)
         try:
             store = Store.open_path(directory / "qdrant")
         except StoreLockedError:

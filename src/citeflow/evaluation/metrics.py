@@ -17,7 +17,7 @@ in the run instead; with a run that answers every query the two agree.)
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import pytrec_eval
 
@@ -64,10 +64,9 @@ def metric_name(family: str, k: int) -> str:
     return f"{family}@{k}"
 
 
-def _check(ks: Iterable[int], families: Iterable[str]) -> None:
-    for k in ks:
-        if k < 1:
-            raise ValueError(f"k must be at least 1, got {k}")
+def _check(ks: Sequence[int], families: Iterable[str]) -> None:
+    if ks and min(ks) < 1:
+        raise ValueError(f"k must be at least 1, got {min(ks)}")
     unknown = set(families) - set(FAMILIES)
     if unknown:
         raise ValueError(f"unknown metric families {sorted(unknown)}; known: {list(FAMILIES)}")

@@ -33,7 +33,6 @@ from citeflow.testing.openai_replies import (
     fake_embedding,
     split_tokens,
 )
-from citeflow.testing.openai_server.cli import main
 from citeflow.testing.openai_server.server import FakeOpenAIServer
 
 __all__ = [
@@ -43,6 +42,5 @@ __all__ = [
     "ReplyScript",
     "default_reply",
     "fake_embedding",
-    "main",
     "split_tokens",
 ]
