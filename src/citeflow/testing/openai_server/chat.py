@@ -22,6 +22,8 @@ from citeflow.testing.openai_server.errors import error_response
 
 __all__ = ["DropConnection", "StreamCount", "chat_response"]
 
+_JSON_SEPARATORS = (",", ":")
+
 
 @dataclass
 class StreamCount:
@@ -127,7 +129,7 @@ def _logprobs(reply: Reply, body: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _dumps(obj: Any) -> str:
-    return json.dumps(obj, separators=(",", ":"))
+    return json.dumps(obj, separators=_JSON_SEPARATORS)
 
 
 async def _sse(

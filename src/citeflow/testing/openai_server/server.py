@@ -11,7 +11,7 @@ import json
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -74,6 +74,7 @@ class FakeOpenAIServer:
         tokens_per_second: default token rate after the first token; None or 0: no delay.
         api_keys: if given, every request needs ``Authorization: Bearer <key>`` or
             ``api-key: <key>`` with one of these keys, else HTTP 401.
+        models: ids listed by ``GET /v1/models``.
         always_stream_usage: send the usage chunk on every stream, not only when the request
             asks with ``stream_options.include_usage``.
         record: keep every request in `requests` (turn off for long benchmarks).
@@ -90,6 +91,7 @@ class FakeOpenAIServer:
         ttft: float = 0.0,
         tokens_per_second: float | None = None,
         api_keys: str | Iterable[str] | None = None,
+        models: Sequence[str] = ("fake-model",),
         always_stream_usage: bool = False,
         record: bool = True,
         host: str = "127.0.0.1",
@@ -104,6 +106,7 @@ class FakeOpenAIServer:
             if api_keys is None
             else frozenset([api_keys] if isinstance(api_keys, str) else api_keys)
         )
+        self.models = list(models)
         self.always_stream_usage = always_stream_usage
         self.record = record
         self.host = host
@@ -289,7 +292,8 @@ class FakeOpenAIServer:
             return error_response(fault.status, fault.message, retry_after=fault.retry_after)
         if kind == "models":
             data = [
-                {"id": "fake-model", "object": "model", "created": 0, "owned_by": "citeflow-fake"}
+                {"id": m, "object": "model", "created": 0, "owned_by": "citeflow-fake"}
+                for m in self.models
             ]
             return JSONResponse({"object": "list", "data": data})
         if not isinstance(body, dict):
