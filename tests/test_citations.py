@@ -84,6 +84,21 @@ def test_a_short_word_before_a_number_is_an_abbreviation_but_an_acronym_ends_a_s
     ]
 
 
+def test_a_stop_inside_a_name_ends_no_sentence_but_a_unit_or_possessive_does() -> None:
+    text = (
+        "Hey Pa! There's a Goat on the Roof came out in 1966. Rostker v. Goldberg was decided "
+        "in 1981. So yes, I wanted it! It took 48 h. Then Sana'a. Eliezer b. Hyrcanus taught."
+    )
+    assert split_sentences(text) == [
+        "Hey Pa! There's a Goat on the Roof came out in 1966.",  # "!" after a capitalised word
+        "Rostker v. Goldberg was decided in 1981.",  # a lower-case letter after one
+        "So yes, I wanted it!",
+        "It took 48 h.",  # a unit after a number
+        "Then Sana'a.",
+        "Eliezer b. Hyrcanus taught.",
+    ]
+
+
 def test_the_abbreviations_are_those_of_punkts_english_model() -> None:
     """`ABBREVIATIONS` is punkt's list (NLTK, with llama-index-core), not one written here."""
     from llama_index.core.utils import globals_helper
@@ -318,6 +333,25 @@ def test_a_name_with_initials_gets_one_marker_after_the_name() -> None:
     assert checked.text == "Poleconomy was invented by Bruce E. Hatherley in 1980 [1]."
 
 
+def test_a_title_with_an_exclamation_mark_gets_one_marker_at_the_end() -> None:
+    sources = [
+        "Hey Pa! There's a Goat on the Roof was a children's board game issued by Parker "
+        "Brothers in 1966.",
+        "Rostker v. Goldberg, 453 U.S. 57 (1981), held that the practice of requiring only men "
+        "to register for the draft was constitutional.",
+    ]
+    checker = CitationPolicy().with_(**LOOSE).checker(sources, None)
+    answer = (
+        "Hey Pa! There's a Goat on the Roof was first published in 1966 [1]. Rostker v. "
+        "Goldberg held that requiring only men to register for the draft was constitutional."
+    )
+    checked = asyncio.run(check_text(checker, answer))
+    assert checked.text == (
+        "Hey Pa! There's a Goat on the Roof was first published in 1966 [1]. Rostker v. "
+        "Goldberg held that requiring only men to register for the draft was constitutional [2]."
+    )
+
+
 def test_a_ranking_gets_one_marker_after_its_number() -> None:
     sources = ["Manuel Orantes reached a career-high singles ranking of World No. 2 in 1973."]
     checker = CitationPolicy().with_(**LOOSE).checker(sources, None)
@@ -361,6 +395,8 @@ def test_sentence_stream_is_lossless_and_holds_markers() -> None:
         ["It is Gerald R. Ford International Airport [3]. ", "Dr. Who? ", "Yes."],
         # the stream waits to see whether a bracket opens a year
         ["Smith et al. (2019) found it [1]. ", "Then (as before) it rained. ", "Fig. 2 shows it."],
+        # a title's exclamation mark and a case's "v." stay inside their sentence
+        ["Hey Pa! There's a Goat on the Roof [1]. ", "Rostker v. Goldberg held it [2]. ", "Wow!"],
     ],
 )
 def test_sentence_stream_fed_one_character_at_a_time(segments: list[str]) -> None:

@@ -47,6 +47,9 @@ def test_broken_sentences_are_found_and_clean_ones_pass() -> None:
     assert broken_sentences("It serves Washington, D.C [1]. Not Boston.") == [
         "It serves Washington, D.C [1]."
     ]
+    assert broken_sentences("Hey Pa [1]! There's a Goat on the Roof [1].") == ["Hey Pa [1]!"]
+    assert broken_sentences("Rostker v [1]. Goldberg held it [1].") == ["Rostker v [1]."]
+    assert broken_sentences("I loved it [1]! It was fun [2].") == []
     # the end of a sentence cut off at an abbreviation's stop, left with no word
     assert broken_sentences("Both reached World No [2]. 2 [2].") == ["2 [2]."]
     assert broken_sentences("It was 458.31 ml [2]. 75 patients died.") == []

@@ -166,7 +166,7 @@ def _cut_long(text: str, start: int, end: int, limit: int) -> list[tuple[int, in
 #: ranking to be chosen before it (`make_sources`)
 RANK_PRIOR = 0.15
 #: bump when `make_sources` would choose other pieces for the same input (cached sources key on it)
-SELECTION_VERSION = 5
+SELECTION_VERSION = 6
 
 
 def make_sources(

@@ -2,16 +2,16 @@
 
 A sentence is complete once its terminator (``.``, ``!``, ``?``), any citation markers after it,
 the following whitespace and the first character of the next sentence have arrived, or at a line
-break. A full stop that closes an abbreviation ends no sentence (`closes_abbreviation`). Each
-segment is returned with its trailing whitespace, so joining the segments gives back the streamed
-text exactly.
+break. A full stop that closes an abbreviation, or an exclamation mark in a name, ends no
+sentence (`ends_no_sentence`). Each segment is returned with its trailing whitespace, so joining
+the segments gives back the streamed text exactly.
 """
 
 from __future__ import annotations
 
 import re
 
-from citeflow.citations.text import closes_abbreviation
+from citeflow.citations.text import ends_no_sentence
 
 _BOUNDARY = re.compile(
     r"[.!?][\"')\]]*"
@@ -33,7 +33,7 @@ class SentenceStream:
         out: list[str] = []
         start = 0  # where to look for the next boundary
         while (match := _BOUNDARY.search(self._buffer, start)) is not None:
-            if closes_abbreviation(self._buffer, match.start()):
+            if ends_no_sentence(self._buffer, match.start()):
                 start = match.start() + 1
                 continue
             end = match.end()

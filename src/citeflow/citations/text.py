@@ -15,6 +15,8 @@ import Stemmer
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[^a-z\s])|\n+")
 # the word a full stop closes: letters, or dotted letters ("U.S", "e.g"), not part of a longer word
 _WORD_AT_STOP = re.compile(r"(?<![\w.])[A-Za-z]+(?:\.[A-Za-z]+)*\Z")
+# a capitalised word that ends where the search ends ("Buckley| v.", "Pa|!")
+_CAPITALISED_WORD = re.compile(r"(?<![\w'’])[A-Z][\w'’-]*\Z")
 # what follows the full stop of a short abbreviation before a number ("vs. 58.9%", "(2019)")
 _NUMBER_AFTER = re.compile(r"\s+\(?\d")
 #: the longest word whose full stop before a number is an abbreviation's ("vs", "No", "Fig", "al")
@@ -99,8 +101,10 @@ ABBREVIATIONS = frozenset(
 
 def closes_abbreviation(text: str, stop: int) -> bool:
     """Whether the full stop at ``text[stop]`` closes an abbreviation rather than a sentence: an
-    initial ("J. M. Barrie", "Gerald R. Ford"; not the pronoun "I"), a dotted abbreviation ("U.S.
-    Army", "e.g. Grammarly"), a capitalised one of `ABBREVIATIONS` ("St. Louis", "Dr. Smith"), or
+    initial ("J. M. Barrie", "Gerald R. Ford"; not the pronoun "I"), a lower-case letter after a
+    capitalised word ("Buckley v. Valeo", "Eliezer b. Hyrcanus"; after a number it is a unit, "48
+    h.", and ends the sentence), a dotted abbreviation ("U.S. Army", "e.g. Grammarly"), a
+    capitalised one of `ABBREVIATIONS` ("St. Louis", "Dr. Smith"), or
     a word of at most `SHORT_WORD` letters, not an acronym, before a number ("63.5% vs. 58.9%",
     "the No. 1 seed", "Fig. 3", "Smith et al. (2019)"; a sentence seldom opens with a digit after
     a word that short, while "RNA. 5 cells" and "one year. 65 patients" still end one).
@@ -119,8 +123,30 @@ def closes_abbreviation(text: str, stop: int) -> bool:
     if len(word) <= SHORT_WORD and not acronym and _NUMBER_AFTER.match(text, stop + 1):
         return True
     if len(word) == 1:
-        return word.isupper() and word != "I"
+        if word.isupper():
+            return word != "I"
+        return text[match.start() - 1 : match.start()] == " " and _after_name(
+            text, match.start() - 1
+        )
     return word[0].isupper() and word.lower() in ABBREVIATIONS
+
+
+def ends_no_sentence(text: str, stop: int) -> bool:
+    """Whether the mark at ``text[stop]`` ends no sentence: a full stop that closes an
+    abbreviation (`closes_abbreviation`), or an exclamation mark right after a capitalised word,
+    which stands in a name ("Hey Pa! There's a Goat on the Roof", "Yahoo! Answers", "Please
+    Teacher!"). An exclamation that does end a sentence ("So yes, I wanted it!") seldom follows a
+    capitalised word; if it does, two sentences are checked as one, where a split would put a
+    marker inside the name.
+    """
+    if text[stop : stop + 1] == "!":  # a line break after it ends the sentence all the same
+        return text[stop + 1 : stop + 2] in (" ", "\t") and _after_name(text, stop)
+    return closes_abbreviation(text, stop)
+
+
+def _after_name(text: str, end: int) -> bool:
+    """Whether a capitalised word ends at ``text[end]``."""
+    return _CAPITALISED_WORD.search(text, max(0, end - 40), end) is not None
 
 
 @lru_cache(maxsize=4096)
@@ -132,7 +158,7 @@ def sentence_spans(text: str) -> tuple[tuple[int, int], ...]:
     spans: list[tuple[int, int]] = []
     start = 0
     for match in _SENTENCE_END.finditer(text):
-        if closes_abbreviation(text, match.start() - 1):
+        if ends_no_sentence(text, match.start() - 1):
             continue
         _append_trimmed(text, start, match.start() + _trailing_len(text, match), spans)
         start = match.end()

@@ -33,7 +33,7 @@ from typing import Any
 
 from citeflow.citations.markers import OBJECT_WORDS, find_markers, strip_markers
 from citeflow.citations.support import negates
-from citeflow.citations.text import closes_abbreviation, split_sentences
+from citeflow.citations.text import ends_no_sentence, split_sentences
 from citeflow.evaluation.dataset import BeirDataset
 from citeflow.evaluation.table import text_table
 
@@ -59,8 +59,8 @@ def normalise(text: str) -> str:
     return " ".join(_ARTICLES.sub(" ", text.lower().translate(_PUNCT)).split())
 
 
-# markers between a sentence's last word and its full stop
-_MARKERS_BEFORE_STOP = re.compile(r"\w((?:\s*\[[^\[\]]*\])+)\s*\.$")
+# markers between a sentence's last word and its full stop or exclamation mark
+_MARKERS_BEFORE_STOP = re.compile(r"\w((?:\s*\[[^\[\]]*\])+)\s*([.!])$")
 
 
 def broken_sentences(answer: str) -> list[str]:
@@ -87,14 +87,15 @@ def _cut_off_tail(sentence: str) -> bool:
 
 
 def _cuts_a_name(sentence: str) -> bool:
-    """A marker put inside a name, where a full stop was taken for a sentence's end ("than J
-    [1]. M. Barrie"): the sentence ends on an initial or abbreviation, markers, then the stop,
-    and the answer goes on (an answer's last word may well be a single letter)."""
+    """A marker put inside a name, where a stop was taken for a sentence's end ("than J [1]. M.
+    Barrie", "Hey Pa [1]! There's a Goat on the Roof"): the sentence ends on an initial,
+    abbreviation or name, markers, then the stop, and the answer goes on (an answer's last word
+    may well be a single letter)."""
     match = _MARKERS_BEFORE_STOP.search(sentence)
     if match is None:
         return False
-    bare = sentence[: match.start(1)] + "."
-    return closes_abbreviation(bare, len(bare) - 1)
+    bare = sentence[: match.start(1)] + match[2] + " "  # the answer goes on after it
+    return ends_no_sentence(bare, len(bare) - 2)
 
 
 def decision_of(answer: str) -> str:
