@@ -5,12 +5,13 @@
 
 Two rules of `citeflow.citations.text`, by the text's form alone. ``short``: a full stop after a
 word of at most `SHORT_WORD` letters, not an acronym, before a number closes an abbreviation
-("63.5% vs. 58.9%", "the No. 1 seed"). ``name``: a lower-case letter after a capitalised word
-("Buckley v. Valeo") closes one, and an exclamation mark after a capitalised word stands in a
-name ("Hey Pa! There's a Goat on the Roof"). This splits every document of each corpus with and
-without the rule and prints how many sentence ends the rule removes, then the first ``--show`` of
-them (the text before and after the stop) to be read: an abbreviation or a name there is a cut
-the rule mends, a real sentence end is two sentences it joins.
+("63.5% vs. 58.9%", "the No. 1 seed"). ``name``: a short lower-case word with no vowel after a
+capitalised word closes one ("Buckley v. Valeo", "AD vs. MR"), and an exclamation mark after a
+capitalised word stands in a name ("Hey Pa! There's a Goat on the Roof"). This splits every
+document of each corpus with and without the rule and prints how many sentence ends the rule
+removes, then the first ``--show`` of them (the text before and after the stop) to be read: an
+abbreviation or a name there is a cut the rule mends, a real sentence end is two sentences it
+joins.
 """
 
 from __future__ import annotations

@@ -87,7 +87,8 @@ def test_a_short_word_before_a_number_is_an_abbreviation_but_an_acronym_ends_a_s
 def test_a_stop_inside_a_name_ends_no_sentence_but_a_unit_or_possessive_does() -> None:
     text = (
         "Hey Pa! There's a Goat on the Roof came out in 1966. Rostker v. Goldberg was decided "
-        "in 1981. So yes, I wanted it! It took 48 h. Then Sana'a. Eliezer b. Hyrcanus taught."
+        "in 1981. So yes, I wanted it! It took 48 h. Then Sana'a. Eliezer b. Hyrcanus taught. "
+        "Agreement (AD vs. MR) was poor. The dose was 20 mg. It rained in Hawai i. He left."
     )
     assert split_sentences(text) == [
         "Hey Pa! There's a Goat on the Roof came out in 1966.",  # "!" after a capitalised word
@@ -96,6 +97,10 @@ def test_a_stop_inside_a_name_ends_no_sentence_but_a_unit_or_possessive_does() -
         "It took 48 h.",  # a unit after a number
         "Then Sana'a.",
         "Eliezer b. Hyrcanus taught.",
+        "Agreement (AD vs. MR) was poor.",  # a short word with no vowel after a capitalised one
+        "The dose was 20 mg.",
+        "It rained in Hawai i.",  # a vowel: a word, not an abbreviation
+        "He left.",
     ]
 
 

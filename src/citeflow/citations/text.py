@@ -15,6 +15,8 @@ import Stemmer
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[^a-z\s])|\n+")
 # the word a full stop closes: letters, or dotted letters ("U.S", "e.g"), not part of a longer word
 _WORD_AT_STOP = re.compile(r"(?<![\w.])[A-Za-z]+(?:\.[A-Za-z]+)*\Z")
+# a short lower-case word with no vowel ("v", "vs", "b"; "mg" and "h" too, but after a number)
+_CONSONANTS = re.compile(r"[b-df-hj-np-tv-xz]{1,3}")
 # a capitalised word that ends where the search ends ("Buckley| v.", "Pa|!")
 _CAPITALISED_WORD = re.compile(r"(?<![\w'’])[A-Z][\w'’-]*\Z")
 # what follows the full stop of a short abbreviation before a number ("vs. 58.9%", "(2019)")
@@ -101,10 +103,11 @@ ABBREVIATIONS = frozenset(
 
 def closes_abbreviation(text: str, stop: int) -> bool:
     """Whether the full stop at ``text[stop]`` closes an abbreviation rather than a sentence: an
-    initial ("J. M. Barrie", "Gerald R. Ford"; not the pronoun "I"), a lower-case letter after a
-    capitalised word ("Buckley v. Valeo", "Eliezer b. Hyrcanus"; after a number it is a unit, "48
-    h.", and ends the sentence), a dotted abbreviation ("U.S. Army", "e.g. Grammarly"), a
-    capitalised one of `ABBREVIATIONS` ("St. Louis", "Dr. Smith"), or
+    initial ("J. M. Barrie", "Gerald R. Ford"; not the pronoun "I"), a short lower-case word with
+    no vowel after a capitalised word ("Buckley v. Valeo", "AD vs. MR", "Eliezer b. Hyrcanus";
+    after a number it is a unit, "48 h.", "20 mg.", and ends the sentence), a dotted abbreviation
+    ("U.S. Army", "e.g. Grammarly"), a capitalised one of `ABBREVIATIONS` ("St. Louis", "Dr.
+    Smith"), or
     a word of at most `SHORT_WORD` letters, not an acronym, before a number ("63.5% vs. 58.9%",
     "the No. 1 seed", "Fig. 3", "Smith et al. (2019)"; a sentence seldom opens with a digit after
     a word that short, while "RNA. 5 cells" and "one year. 65 patients" still end one).
@@ -122,12 +125,12 @@ def closes_abbreviation(text: str, stop: int) -> bool:
     acronym = len(word) > 1 and word.isupper()
     if len(word) <= SHORT_WORD and not acronym and _NUMBER_AFTER.match(text, stop + 1):
         return True
+    if _CONSONANTS.fullmatch(word):
+        # no English word lacks a vowel; after a name, rather than a number, it is no unit
+        start = match.start()
+        return text[start - 1 : start] == " " and _after_name(text, start - 1)
     if len(word) == 1:
-        if word.isupper():
-            return word != "I"
-        return text[match.start() - 1 : match.start()] == " " and _after_name(
-            text, match.start() - 1
-        )
+        return word.isupper() and word != "I"
     return word[0].isupper() and word.lower() in ABBREVIATIONS
 
 
