@@ -176,6 +176,32 @@ def test_skip_answers_a_later_slice_of_the_questions(
         run(too_far, settings=settings, embed_model=HashEmbedding(), llm=llm)
 
 
+def test_the_local_models_answers_key_on_the_llamacpp_build(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """Another llama.cpp build may decode a greedy answer differently: its answers are recorded
+    apart. A given LLM (here a scripted one) keys on its name alone."""
+    from contextlib import ExitStack
+
+    from citeflow.evaluation.answers import answer_cache
+    from citeflow.evaluation.runner import EvalContext
+    from citeflow.providers.cpu_build import installed_runtime
+    from citeflow.providers.llm import describe_llm
+
+    local = settings.model_copy(
+        update={"llm": settings.llm.model_copy(update={"provider": "local"})}
+    )
+    with ExitStack() as stack:
+        context = EvalContext(local, tmp_path, stack, embedder_name="hash")
+        dataset = load_beir(MINI)
+        configured = answer_cache(dataset, context, describe_llm(local))
+        scripted = answer_cache(dataset, context, "ScriptedLLM")
+    version, features = installed_runtime()
+    assert configured.facts["runtime"] == f"xllamacpp {version} " + "+".join(sorted(features))
+    assert "runtime" not in scripted.facts
+    assert configured.directory != scripted.directory
+
+
 def test_the_essay_questions_are_a_dataset() -> None:
     essay = load_beir(ESSAY)
     assert len(essay.queries) == 12

@@ -1,9 +1,10 @@
 """Recorded answers on disk, keyed by what they depend on.
 
 `AnswerCache` keeps one JSON file per question under ``<cache>/answers/<dataset>-<key>/``, where
-``key`` hashes `generation_facts`: the corpus index, the LLM, the prompts and the settings that
-change what the model sees. An interrupted run resumes and a re-run costs nothing; settings that
-change only how answers are *checked* keep the key, and the records are re-checked instead.
+``key`` hashes `generation_facts`: the corpus index, the LLM (for the local model, also the
+llama.cpp build), the prompts and the settings that change what the model sees. An interrupted
+run resumes and a re-run costs nothing; settings that change only how answers are *checked* keep
+the key, and the records are re-checked instead.
 """
 
 from __future__ import annotations

@@ -148,10 +148,19 @@ def questions_of(dataset: BeirDataset, ids: Sequence[str]) -> str:
 
 def answer_cache(dataset: BeirDataset, context: EvalContext, llm: str) -> AnswerCache:
     """Where the answers of ``llm`` (its name) to ``dataset`` are recorded under the context's
-    settings and corpus index."""
+    settings and corpus index. The configured local model's answers also key on the llama.cpp
+    build that wrote them (its version and CPU features): another build may decode the same
+    greedy answer differently."""
     from citeflow.evaluation.runner import index_key_of
+    from citeflow.providers.llm import describe_llm
 
-    facts = generation_facts(context.settings, index_key=index_key_of(dataset, context), llm=llm)
+    settings = context.settings
+    facts = generation_facts(settings, index_key=index_key_of(dataset, context), llm=llm)
+    if settings.llm.provider == "local" and llm == describe_llm(settings):
+        from citeflow.providers.cpu_build import installed_runtime
+
+        version, features = installed_runtime()
+        facts["runtime"] = f"xllamacpp {version} " + "+".join(sorted(features))
     return AnswerCache.under(context.cache_dir / "answers", dataset.name, facts)
 
 
