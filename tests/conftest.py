@@ -24,6 +24,13 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 #: a small BEIR-format dataset (12 documents, 4 test queries) for the evaluation tests
 MINI = REPO / "tests" / "data" / "beir_mini"
+#: three sources for a yes/no question, two of which state its claim (citation tests)
+STATIN_SOURCES = [
+    "Statins improve clinical outcome after stroke in treated patients.",
+    "Statins improve outcome after stroke. Treated patients recovered sooner.",
+    "Ducks swim.",
+]
+STATIN_QUESTION = "Does pretreatment with statins improve clinical outcome after stroke?"
 
 FACTS = {
     "viaweb": (

@@ -24,6 +24,7 @@ from citeflow.citations.text import (
     sentence_spans,
     split_sentences,
 )
+from tests.conftest import STATIN_QUESTION, STATIN_SOURCES
 
 ESSAY = (
     "Before college the two main things I worked on, outside of school, were writing and "
@@ -606,14 +607,6 @@ async def test_a_copy_of_the_prompt_s_worked_example_is_left_out() -> None:
     sky = ["The sky is red in the evening here.", *SOURCES]
     kept = await check_text(CitationPolicy().checker(sky), "The sky is red in the evening [2].")
     assert kept.text == "The sky is red in the evening [1]."
-
-
-STATIN_SOURCES = [
-    "Statins improve clinical outcome after stroke in treated patients.",
-    "Statins improve outcome after stroke. Treated patients recovered sooner.",
-    "Ducks swim.",
-]
-STATIN_QUESTION = "Does pretreatment with statins improve clinical outcome after stroke?"
 
 
 def test_a_bare_decision_is_checked_as_the_question_it_answers() -> None:

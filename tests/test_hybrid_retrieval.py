@@ -23,6 +23,7 @@ from citeflow.settings import RetrievalSettings, Settings
 from citeflow.store import DENSE_VECTOR, SPARSE_VECTOR, Layout, Store
 from citeflow.store.client import ClientEngine
 from citeflow.testing.embedding import HashEmbedding
+from tests.store_helpers import make_retriever
 
 #: a dense side that can barely tell texts apart: 2 hashed buckets
 BLURRY = HashEmbedding(dim=2)
@@ -46,13 +47,6 @@ def make_kb(settings: Settings, store: Store, embed: HashEmbedding = BLURRY) -> 
 def kb(settings: Settings, store: Store) -> KnowledgeBase:
     """OFFICE on the blurry dense side (this module's own ``kb``)."""
     return make_kb(settings, store)
-
-
-def make_retriever(
-    store: Store, embed: BaseEmbedding, collection: str, top_k: int, mode: str, **options: object
-) -> Retriever:
-    settings = RetrievalSettings.defaults(mode=mode, **options)
-    return Retriever(store, embed, collection=collection, top_k=top_k, settings=settings)
 
 
 def retriever(kb: KnowledgeBase, mode: str, **options: object) -> Retriever:

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from llama_index.core.base.embeddings.base import similarity as cosine
 from llama_index.core.llms import ChatMessage
 from pydantic import SecretStr
 
@@ -41,7 +42,6 @@ from citeflow.testing.openai_server import (
     fake_embedding,
 )
 from tests.settings_helpers import settings_of
-from tests.test_hybrid_retrieval import cosine
 
 OPENAI_KEY = "sk-test-openai-0123456789"
 AZURE_KEY = "azure-key-abcdef"

@@ -15,47 +15,17 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from citeflow.bm25 import BM25Encoder
 from citeflow.errors import StorageFullError, StoreLockedError, StoreUnreadableError
 from citeflow.store import Store
 from citeflow.store.directory import MARKER, RESERVE_BYTES
 from citeflow.store.edge import EdgeEngine
-from citeflow.store.engine import Point
-
-ENCODER = BM25Encoder()
-#: the dimension of the dense vectors `points` makes (MiniLM's)
-DIM = 384
-
-
-def points(n: int, *, seed: int = 0, start: int = 0) -> list[Point]:
-    """``n`` chunks with `DIM`-d vectors, BM25 vectors and ~600-character payloads."""
-    out = []
-    for i in range(start, start + n):
-        rng = np.random.default_rng([seed, i])
-        text = f"chunk {i} about ducks, geese and swans " * 16
-        out.append(
-            Point(
-                str(uuid.uuid5(uuid.NAMESPACE_URL, f"chunk-{i}")),
-                rng.standard_normal(DIM).astype(np.float32),
-                ENCODER.encode_document(text),
-                {"doc_id": f"doc-{i // 10}", "text": text, "chunk_index": i % 10},
-            )
-        )
-    return out
-
-
-def fill(store: Store, collection: str, n: int, batch: int = 256) -> None:
-    store.ensure_collection(collection, DIM)
-    for start in range(0, n, batch):
-        store.write(collection, points(min(batch, n - start), start=start))
+from tests.store_helpers import DIM, fill, points
 
 
 def filled(path: Path, **sizes: int) -> None:

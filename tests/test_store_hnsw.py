@@ -13,7 +13,7 @@ from qdrant_edge import EdgeConfig, EdgeOptimizersConfig, HnswIndexConfig, Searc
 from citeflow.store import Store
 from citeflow.store.edge import EdgeEngine
 from citeflow.store.edge_config import shard_config
-from tests.test_store_edge import DIM, fill
+from tests.store_helpers import DIM, fill
 
 N = 2000
 

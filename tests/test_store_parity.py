@@ -34,7 +34,7 @@ from citeflow.ingestion.pipeline import Ingestor
 from citeflow.store import Candidate, Store
 from citeflow.testing.embedding import HashEmbedding
 from tests.conftest import stored_points
-from tests.test_hybrid_retrieval import make_retriever
+from tests.store_helpers import make_retriever
 
 ENGINES = ("embedded", "server-api")
 DENSE_ABS = 1e-4
@@ -156,7 +156,7 @@ def test_live_counts_are_asked_for_only_while_deleted_chunks_linger(tmp_path: Pa
     for it from the first delete until an index build leaves no deleted chunk behind, across
     reopening. BM25 scores match all along those of a store that never held the deleted ones."""
     from citeflow.store.edge import STALE_IDF
-    from tests.test_store_edge import DIM, fill, points
+    from tests.store_helpers import DIM, fill, points
 
     written = points(8_000)  # doc-0 .. doc-799, ten chunks each
     deleted: set[str] = set()

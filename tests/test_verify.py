@@ -22,8 +22,8 @@ from citeflow.citations.judge import (
 from citeflow.citations.repair import CitationPolicy
 from citeflow.citations.verify import JudgeVerifier, LexicalVerifier
 from citeflow.errors import ConfigError
+from tests.conftest import STATIN_QUESTION, STATIN_SOURCES
 from tests.settings_helpers import settings_of
-from tests.test_citations import STATIN_QUESTION, STATIN_SOURCES
 
 
 class ScriptedLogprobs:

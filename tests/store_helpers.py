@@ -1,0 +1,49 @@
+"""Stores filled with made-up chunks, and retrievers over them, for the store and retrieval
+tests."""
+
+from __future__ import annotations
+
+import uuid
+
+import numpy as np
+from llama_index.core.base.embeddings.base import BaseEmbedding
+
+from citeflow.bm25 import BM25Encoder
+from citeflow.query.retrieval import Retriever
+from citeflow.settings import RetrievalSettings
+from citeflow.store import Store
+from citeflow.store.engine import Point
+
+ENCODER = BM25Encoder()
+#: the dimension of the dense vectors `points` makes (MiniLM's)
+DIM = 384
+
+
+def points(n: int, *, seed: int = 0, start: int = 0) -> list[Point]:
+    """``n`` chunks with `DIM`-d vectors, BM25 vectors and ~600-character payloads."""
+    out = []
+    for i in range(start, start + n):
+        rng = np.random.default_rng([seed, i])
+        text = f"chunk {i} about ducks, geese and swans " * 16
+        out.append(
+            Point(
+                str(uuid.uuid5(uuid.NAMESPACE_URL, f"chunk-{i}")),
+                rng.standard_normal(DIM).astype(np.float32),
+                ENCODER.encode_document(text),
+                {"doc_id": f"doc-{i // 10}", "text": text, "chunk_index": i % 10},
+            )
+        )
+    return out
+
+
+def fill(store: Store, collection: str, n: int, batch: int = 256) -> None:
+    store.ensure_collection(collection, DIM)
+    for start in range(0, n, batch):
+        store.write(collection, points(min(batch, n - start), start=start))
+
+
+def make_retriever(
+    store: Store, embed: BaseEmbedding, collection: str, top_k: int, mode: str, **options: object
+) -> Retriever:
+    settings = RetrievalSettings.defaults(mode=mode, **options)
+    return Retriever(store, embed, collection=collection, top_k=top_k, settings=settings)
