@@ -339,7 +339,7 @@ def test_a_name_with_initials_gets_one_marker_after_the_name() -> None:
     assert checked.text == "Poleconomy was invented by Bruce E. Hatherley in 1980 [1]."
 
 
-def test_a_title_with_an_exclamation_mark_gets_one_marker_at_the_end() -> None:
+async def test_a_name_s_exclamation_mark_or_v_gets_no_marker_inside_the_name() -> None:
     sources = [
         "Hey Pa! There's a Goat on the Roof was a children's board game issued by Parker "
         "Brothers in 1966.",
@@ -351,7 +351,7 @@ def test_a_title_with_an_exclamation_mark_gets_one_marker_at_the_end() -> None:
         "Hey Pa! There's a Goat on the Roof was first published in 1966 [1]. Rostker v. "
         "Goldberg held that requiring only men to register for the draft was constitutional."
     )
-    checked = asyncio.run(check_text(checker, answer))
+    checked = await check_text(checker, answer)
     assert checked.text == (
         "Hey Pa! There's a Goat on the Roof was first published in 1966 [1]. Rostker v. "
         "Goldberg held that requiring only men to register for the draft was constitutional [2]."

@@ -107,10 +107,10 @@ def closes_abbreviation(text: str, stop: int) -> bool:
     no vowel after a capitalised word ("Buckley v. Valeo", "AD vs. MR", "Eliezer b. Hyrcanus";
     after a number it is a unit, "48 h.", "20 mg.", and ends the sentence), a dotted abbreviation
     ("U.S. Army", "e.g. Grammarly"), a capitalised one of `ABBREVIATIONS` ("St. Louis", "Dr.
-    Smith"), or
-    a word of at most `SHORT_WORD` letters, not an acronym, before a number ("63.5% vs. 58.9%",
-    "the No. 1 seed", "Fig. 3", "Smith et al. (2019)"; a sentence seldom opens with a digit after
-    a word that short, while "RNA. 5 cells" and "one year. 65 patients" still end one).
+    Smith"), or a word of at most `SHORT_WORD` letters, not an acronym, before a number ("63.5%
+    vs. 58.9%", "the No. 1 seed", "Fig. 3", "Smith et al. (2019)"; a sentence seldom opens with a
+    digit after a word that short, while "RNA. 5 cells" and "one year. 65 patients" still end
+    one).
     A sentence that does end on one ("... moved to the U.S. The next year ...") runs on into the
     next: two sentences checked as one, where a split would put markers inside a name.
     """
