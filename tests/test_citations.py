@@ -523,6 +523,12 @@ def test_repair_checks_the_statement_and_drops_uncheckable_markers() -> None:
     assert statement_of("Yes, it is true that Yahoo bought Viaweb.") == "Yahoo bought Viaweb."
     assert statement_of("No, it is not true that ducks quack.") == "ducks quack."
     assert statement_of("No evidence links them.") == "No evidence links them."
+    # how an answer points at its evidence is no claim of the sources either
+    pointed = "This is supported by the results of the study, which found that ducks quack."
+    assert statement_of(pointed) == "ducks quack."
+    assert statement_of("That is evident from the data showing that ducks quack.") == "ducks quack."
+    kept = "This is supported by no fewer than three trials showing that ducks quack."
+    assert statement_of(kept) == kept  # a denial word in the pointer: not taken for framing
     text, cits, _ = _check(
         SOURCES, "Yes, it is true that Yahoo bought Viaweb in 1998 [1].", **LOOSE
     )

@@ -41,13 +41,19 @@ STOPWORDS = frozenset(
 
 
 # How an answer to a yes/no question opens ("Yes,", "No, it is not true that", "According to
-# Source 2,", "The answer is"), and how such a question opens ("Is it true that"): framing, not
-# content.
+# Source 2,", "The answer is"), how such a question opens ("Is it true that"), and how an answer
+# points at its evidence ("This is supported by the study, which found that", "That is evident
+# from the data showing that"): framing, not content.
 _FRAMING = re.compile(
     r"^\s*(?:(?:yes|no|indeed)\s*[,.;:!]\s*)?"
     r"(?:(?:is|was|are)\s+it\s+(?:true|correct|the case)\s+that\s+)?"
     r"(?:(?:it|this|that)\s+(?:is|was)\s+(?:not\s+)?(?:true|correct|false|the case)\s*"
     r"(?:that\b)?[,\s]*)?"
+    r"(?:(?:it|this|that)\s+(?:is|was)\s+(?:also\s+)?(?:supported|shown|evident|confirmed|"
+    r"demonstrated|indicated|suggested)\s+(?:by|from|in)\b(?:(?!\bno(?:t|ne)?\b)[^.;]){0,120}?"
+    r"(?:,?\s*(?:which|that)\s+(?:found|finds|showed|shows|demonstrated|demonstrates|"
+    r"indicated|indicates|suggested|suggests|reported|reports)|\s+(?:showing|demonstrating|"
+    r"indicating|suggesting))\s+that\s+)?"
     r"(?:(?:according to|as (?:stated|shown|reported) in)\s+(?:the\s+)?"
     r"(?:sources?|documents?|studies|study|text)(?:\s*\d+)?\s*,\s*)?"
     r"(?:(?:so|thus|therefore|in short|in summary)\s*,?\s*)?"
