@@ -403,6 +403,8 @@ def test_sentence_stream_is_lossless_and_holds_markers() -> None:
         ["Smith et al. (2019) found it [1]. ", "Then (as before) it rained. ", "Fig. 2 shows it."],
         # a title's exclamation mark and a case's "v." stay inside their sentence
         ["Hey Pa! There's a Goat on the Roof [1]. ", "Rostker v. Goldberg held it [2]. ", "Wow!"],
+        # markers after a stop that are the next sentence's subject open that sentence
+        ["It is shown by [1]. ", "[1] shows that ducks swim. ", "[2] [3] further show it."],
     ],
 )
 def test_sentence_stream_fed_one_character_at_a_time(segments: list[str]) -> None:
@@ -567,6 +569,10 @@ def test_markers_opening_a_sentence_move_to_its_end() -> None:
     assert _check(sources, "Pet ducks eat peas [2].", **policy)[0] == "Pet ducks eat peas [2]."
     both = [sources[1], "Pet ducks eat peas."]
     assert _check(both, "Pet ducks eat peas. [1] [2]", **policy)[0] == "Pet ducks eat peas [1][2]."
+    # a marker that is the sentence's subject stays named in words
+    subject = "[1] shows that before college the two main things were writing and programming."
+    text = _check(sources, subject, **policy)[0]
+    assert text == "Source 1 " + subject.removeprefix("[1] ").removesuffix(".") + " [1]."
 
 
 async def test_the_contract_over_a_whole_answer_streamed_in_any_chunks() -> None:

@@ -256,8 +256,10 @@ _END_PUNCT = re.compile(rf"([.!?:;]+)([{STOP_CLOSERS}]*)\s*$")
 def markers_last(sentence: str) -> str:
     """A sentence the model opened with its markers ("[1] The two main things ...") gets them at
     its end, where a reader expects them (and where Open WebUI's chips read naturally); markers
-    written after its closing stop ("He dropped out. [3]") go before it. A number the sentence
-    already cites is not written twice ("[1] He dropped out. [1]" keeps one)."""
+    that are the sentence's subject stay named in words ("[1] shows that X." → "Source 1 shows
+    that X [1]."); markers written after its closing stop ("He dropped out. [3]") go before it.
+    A number the sentence already cites is not written twice ("[1] He dropped out. [1]" keeps
+    one)."""
     moved: list[int] = []
     after = _AFTER_STOP.search(sentence)
     if after:
@@ -273,6 +275,14 @@ def markers_last(sentence: str) -> str:
         end = marker.end
     rest = stripped[end:].lstrip(" ,")
     if opening and rest.strip():
+        if _VERB_NEXT.match(" " + rest):  # "[1] shows that X": the sentence's subject, in words
+            named = dict.fromkeys(opening)
+            rest = (
+                ("Sources " if len(named) > 1 else "Source ")
+                + ", ".join(map(str, named))
+                + " "
+                + rest
+            )
         sentence = sentence[: len(sentence) - len(stripped)] + rest
         moved = opening + moved
     present = {n for m in find_markers(sentence) for n in m.numbers}
