@@ -29,7 +29,7 @@ closing punctuation, never inside a quotation or after an abbreviation's full st
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -202,6 +202,11 @@ def _close(left: str, text: str, j: int) -> tuple[str, int]:
     return core + (" " if pre or post else ""), k
 
 
+def _in_words(numbers: Sequence[int]) -> str:
+    """Markers that are a sentence's subject, as words: "Source 2", "Sources 1, 3"."""
+    return ("Sources " if len(numbers) > 1 else "Source ") + ", ".join(map(str, numbers))
+
+
 def _rewrite(text: str, keep: dict[int, int] | None) -> str:
     """Every marker rewritten through ``keep`` (old → new; None: all removed), the text joined
     cleanly where one was removed."""
@@ -212,7 +217,7 @@ def _rewrite(text: str, keep: dict[int, int] | None) -> str:
         new = "" if keep is None else render(dict.fromkeys(keep[n] for n in numbers if n in keep))
         if not new and _SENTENCE_START.search(out) and _VERB_NEXT.match(text, marker.end):
             # the sentence's subject: named in words, so that the sentence keeps one
-            new = ("Sources " if len(numbers) > 1 else "Source ") + ", ".join(map(str, numbers))
+            new = _in_words(numbers)
         elif not new:
             out, i = _close(out, text, marker.end)
             continue
@@ -276,13 +281,7 @@ def markers_last(sentence: str) -> str:
     rest = stripped[end:].lstrip(" ,")
     if opening and rest.strip():
         if _VERB_NEXT.match(" " + rest):  # "[1] shows that X": the sentence's subject, in words
-            named = dict.fromkeys(opening)
-            rest = (
-                ("Sources " if len(named) > 1 else "Source ")
-                + ", ".join(map(str, named))
-                + " "
-                + rest
-            )
+            rest = f"{_in_words(list(dict.fromkeys(opening)))} {rest}"
         sentence = sentence[: len(sentence) - len(stripped)] + rest
         moved = opening + moved
     present = {n for m in find_markers(sentence) for n in m.numbers}
