@@ -13,15 +13,14 @@ import re
 
 from citeflow.citations.text import ends_no_sentence
 
+_STOP = r"[.!?][\"')\]]*"  # a terminator and the quotes or brackets it closes
 _MARKER = r"(?:\[[^\[\]\n]{1,24}\]|【[^】\n]{1,24}】)"
 _BOUNDARY = re.compile(
     # markers after the stop that open the next sentence as its subject ("[2] further shows
     # that"): the sentence ends before them, as `citeflow.citations.text.sentence_spans` has it
-    rf"[.!?][\"')\]]*[ \t]+(?={_MARKER}(?:[ \t]*{_MARKER})*[ \t]+[a-z])"
+    rf"{_STOP}[ \t]+(?={_MARKER}(?:[ \t]*{_MARKER})*[ \t]+[a-z])"
     # else markers after the stop are the sentence's own ("He dropped out. [3] Then ...")
-    r"|[.!?][\"')\]]*"
-    r"(?:\s*\[[^\[\]\n]{1,24}\]|\s*【[^】\n]{1,24}】|\s*\(\s*[Ss]ources?\s*[\d ,]+\))*"
-    r"[ \t]+(?=[^\s\[【a-z])"
+    rf"|{_STOP}(?:\s*{_MARKER}|\s*\(\s*[Ss]ources?\s*[\d ,]+\))*[ \t]+(?=[^\s\[【a-z])"
     r"|\n+",
 )
 
