@@ -11,7 +11,6 @@ import pytest
 from llama_index.core.llms import LLM, ChatMessage
 from llama_index.core.schema import Document, TextNode
 
-from citeflow.citations.markers import cited_numbers, strip_markers
 from citeflow.citations.sources import Source, format_sources
 from citeflow.evaluation.dataset import BeirDataset, CorpusDocument, Evidence
 from citeflow.evaluation.perfect_answers import golds_of
@@ -380,57 +379,32 @@ def _check_total(variant: Variant, total: PerfectScore) -> None:
         assert total.fixed_or_removed_rate is not None
 
 
-@pytest.mark.parametrize("variant", ["verbatim", "wrong"])
-async def test_perfect_model_llm_answers_the_in_process_workflow(
-    settings: Settings, store: Store, variant: Variant
+@pytest.mark.parametrize("over_http", [False, True])
+@pytest.mark.parametrize("variant", ["verbatim", "paraphrase", "wrong"])
+async def test_the_workflow_answering_with_the_author_is_scored_from_its_real_answers(
+    settings: Settings, store: Store, upstream: FakeOpenAIServer, variant: Variant, over_http: bool
 ) -> None:
-    llm = PerfectModelLLM(PerfectAuthor(GOLDS, variant))
+    """Each gold question through the real workflow, its LLM the author: in process, or behind
+    the fake OpenAI server (the author writing for the prompt the server received)."""
+    from citeflow.providers.llm import build_llm
+
+    author = PerfectAuthor(GOLDS, variant)
+    upstream.script(lambda request: author.reply(request.json["messages"]))
+    in_process = PerfectModelLLM(author)
+    llm = build_llm(llm_settings(upstream), max_retries=0) if over_http else in_process
     workflow = _workflow(_kb(settings, store), llm)
     scores = []
     for gold in GOLDS:
         result: object = await workflow.run(query=gold.question)
         assert isinstance(result, CitedResponse)
-        authored = llm.authored_for(gold.question)
-        # the streamed reply reached citeflow whole (stream_text over astream_chat)
+        if over_http:
+            request = upstream.last_request
+            assert request is not None and request.stream
+            assert gold.question in request.json["messages"][-1]["content"]
+            authored = author.authored(request.json["messages"])
+        else:
+            authored = in_process.authored_for(gold.question)
+        # the streamed reply reached citeflow whole and unchanged (stream_text over astream_chat)
         assert result.raw_response == render_reply(authored)
         scores.append(_scored(variant, authored, str(result)))
     _check_total(variant, PerfectScore.total(scores))
-
-
-async def _run_over_http(
-    kb: KnowledgeBase, server: FakeOpenAIServer, variant: Variant
-) -> list[tuple[list[AuthoredSentence], str, str]]:
-    """Each gold question through the real workflow, its LLM the author behind the fake OpenAI
-    ``server``: (what the author wrote for the prompt the server received, its raw reply, the
-    final answer)."""
-    from citeflow.providers.llm import build_llm
-
-    author = PerfectAuthor(GOLDS, variant)
-    server.script(lambda request: author.reply(request.json["messages"]))
-    workflow = _workflow(kb, build_llm(llm_settings(server), max_retries=0))
-    out = []
-    for gold in GOLDS:
-        result: object = await workflow.run(query=gold.question)
-        assert isinstance(result, CitedResponse)
-        request = server.last_request
-        assert request is not None and request.stream
-        messages = request.json["messages"]
-        assert gold.question in messages[-1]["content"]
-        out.append((author.authored(messages), result.raw_response, str(result)))
-    return out
-
-
-@pytest.mark.parametrize("variant", ["verbatim", "paraphrase", "wrong"])
-async def test_workflow_over_http_is_scored_from_its_real_answers(
-    settings: Settings, store: Store, upstream: FakeOpenAIServer, variant: Variant
-) -> None:
-    runs = await _run_over_http(_kb(settings, store), upstream, variant)
-    scores = []
-    for authored, raw, final in runs:
-        # the model's reply reached citeflow unchanged; citeflow did not reword it
-        assert strip_markers(raw) == " ".join(s.text for s in authored)
-        assert cited_numbers(raw) == list(dict.fromkeys(n for s in authored for n in s.written))
-        scores.append(_scored(variant, authored, final))
-    total = PerfectScore.total(scores)
-    assert total.sentences == sum(len(a) for a, _, _ in runs)
-    _check_total(variant, total)

@@ -288,8 +288,8 @@ def test_which_llms_support_response_format(upstream: FakeOpenAIServer) -> None:
     assert not supports_response_format(ScriptedLLM())
 
 
-def _format() -> dict[str, Any]:
-    return {"response_format": response_format(3)}
+#: the answer's response format for three sources, as request options
+FORMAT = {"response_format": response_format(3)}
 
 
 async def stream_sentences(llm: Any, messages: list[ChatMessage]) -> tuple[list[str], list[str]]:
@@ -298,7 +298,7 @@ async def stream_sentences(llm: Any, messages: list[ChatMessage]) -> tuple[list[
     stream = StructuredSentenceStream()
     deltas: list[str] = []
     sentences: list[str] = []
-    async for delta in await stream_text(llm, messages, **_format()):
+    async for delta in await stream_text(llm, messages, **FORMAT):
         deltas.append(delta)
         sentences += stream.feed(delta)
     return deltas, sentences + stream.flush()
@@ -334,7 +334,7 @@ async def test_response_format_also_goes_through_llama_index_when_observed(
     upstream.script([REPLY])
     llm = build_llm(llm_settings(upstream, "openai"), max_retries=0)
     with listening() as recorder:
-        text = "".join([d async for d in await stream_text(llm, USER, **_format())])
+        text = "".join([d async for d in await stream_text(llm, USER, **FORMAT)])
     assert "LLMChatInProgressEvent" in recorder.seen
     assert text == REPLY
     assert upstream.last_request.json["response_format"] == response_format(3)
@@ -343,7 +343,7 @@ async def test_response_format_also_goes_through_llama_index_when_observed(
 async def test_a_non_streamed_chat_passes_response_format_too(upstream: FakeOpenAIServer) -> None:
     upstream.script([REPLY])
     llm = build_llm(llm_settings(upstream, "openai"), max_retries=0)
-    answer = await llm.achat(USER, **_format())
+    answer = await llm.achat(USER, **FORMAT)
     assert answer.message.content == REPLY
     assert upstream.last_request.json["response_format"] == response_format(3)
     assert not upstream.last_request.stream
@@ -360,12 +360,12 @@ def test_local_llm_requests_carry_the_response_format() -> None:
     """The request bodies llama.cpp gets (no model loaded): chat requests take the OpenAI-style
     object; a raw completion (which would ignore it) gets the schema as ``json_schema``."""
     llm = LocalLlamaCppLLM.model_construct(model_path="unused.gguf", max_tokens=8, temperature=0)
-    request = llm._chat_request(USER, _format())
+    request = llm._chat_request(USER, FORMAT)
     assert request["response_format"] == response_format(3) and request["stream"] is True
     assert "response_format" not in llm._chat_request(USER, {})
-    endpoint, chat = llm._completion_request("hi", False, _format())
+    endpoint, chat = llm._completion_request("hi", False, FORMAT)
     assert endpoint == "chat" and chat["response_format"] == response_format(3)
-    endpoint, raw = llm._completion_request("hi", True, _format())
+    endpoint, raw = llm._completion_request("hi", True, FORMAT)
     assert endpoint == "completion" and raw["json_schema"] == answer_schema(3)
     assert "response_format" not in raw
     _, loose = llm._completion_request("hi", True, {"response_format": {"type": "json_object"}})
