@@ -70,14 +70,15 @@ def _open(
     settings: Settings,
     cache: Path,
     embed: BaseEmbedding | None = None,
+    embedder: str = "hash-256",
     **kwargs: object,
 ) -> DenseIndex:
     """The dense index of ``dataset`` in ``cache``, embedded by ``embed`` (a `HashEmbedding` if
-    none is given)."""
+    none is given) named ``embedder``."""
     return DenseIndex.open(
         dataset,
         embed_model=HashEmbedding() if embed is None else embed,
-        embedder="hash-256",
+        embedder=embedder,
         cache_dir=cache,
         settings=settings,
         progress=False,
@@ -387,14 +388,9 @@ def test_scifact_slice_with_minilm(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
     settings = Settings(_env_file=None, store={"data_dir": tmp_path / "data"})
     dataset = load_beir(SHARED_DATA / "scifact", limit=30, corpus_limit=500)
-    with DenseIndex.open(
-        dataset,
-        embed_model=build_embed_model(settings),
-        embedder=describe_embeddings(settings),
-        cache_dir=tmp_path / "cache",
-        settings=settings,
-        progress=False,
-    ) as index:
+    embed = build_embed_model(settings)
+    embedder = describe_embeddings(settings)
+    with _open(dataset, settings, tmp_path / "cache", embed, embedder) as index:
         retrievers = {"dense": index.retriever(), "hybrid": index.retriever(mode="hybrid")}
         report = evaluate_retrieval(dataset, retrievers, progress=False)
     metrics = report.retrieval["dense"].metrics
