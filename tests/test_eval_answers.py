@@ -188,9 +188,7 @@ def test_the_local_models_answers_key_on_the_llamacpp_build(
     from citeflow.providers.cpu_build import installed_runtime
     from citeflow.providers.llm import describe_llm
 
-    local = settings.model_copy(
-        update={"llm": settings.llm.model_copy(update={"provider": "local"})}
-    )
+    local = settings.updated(llm={"provider": "local"})
     with ExitStack() as stack:
         context = EvalContext(local, tmp_path, stack, embedder_name="hash")
         dataset = load_beir(MINI)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 from llama_index.core.llms import ChatMessage
@@ -47,12 +48,15 @@ class ScriptedGrader:
         return [] if len(self.queries) <= self.reject else list(nodes)
 
 
-def _workflow(kb: KnowledgeBase, llm: ScriptedLLM, **kw: object) -> CitationQueryWorkflow:
-    retrieval = kw.pop("retrieval", RetrievalSettings.defaults(relevance_threshold=0.2))
+def _workflow(
+    kb: KnowledgeBase, llm: ScriptedLLM, retrieval: dict[str, Any] | None = None, **kw: object
+) -> CitationQueryWorkflow:
+    """The workflow over ``kb``'s top 3 chunks, score-graded at 0.2, with ``retrieval``'s
+    settings changed."""
     return CitationQueryWorkflow(
         retriever=kb.retriever(top_k=3),
         llm=llm,
-        retrieval=retrieval,  # type: ignore[arg-type]
+        retrieval=RetrievalSettings.defaults(**{"relevance_threshold": 0.2, **(retrieval or {})}),
         **kw,  # type: ignore[arg-type]
     )
 
@@ -128,10 +132,8 @@ async def test_document_footnotes_are_not_citations(kb: KnowledgeBase) -> None:
 async def test_retry_rewrites_query_and_searches_again(kb: KnowledgeBase) -> None:
     grader = ScriptedGrader(reject=1)
     llm = ScriptedLLM(["Viaweb online store software Yahoo", "Viaweb made store software [1]."])
-    retrieval = RetrievalSettings.defaults(max_rounds=2, relevance_threshold=0.2)
-    handler = _workflow(kb, llm, grader=grader, retrieval=retrieval).run(
-        query="Which startup did he found?"
-    )
+    workflow = _workflow(kb, llm, {"max_rounds": 2}, grader=grader)
+    handler = workflow.run(query="Which startup did he found?")
     stages = [e.stage async for e in handler.stream_events() if isinstance(e, StatusEvent)]
     result = await handler
     assert "retrying" in stages
@@ -146,8 +148,7 @@ async def test_retry_rewrites_query_and_searches_again(kb: KnowledgeBase) -> Non
 async def test_all_rounds_fail_answers_from_best_hits(kb: KnowledgeBase) -> None:
     grader = ScriptedGrader(reject=10)
     llm = ScriptedLLM(["ducks ponds", "Ducks live near ponds [1]."])
-    retrieval = RetrievalSettings.defaults(max_rounds=2, relevance_threshold=0.2)
-    workflow = _workflow(kb, llm, grader=grader, retrieval=retrieval)
+    workflow = _workflow(kb, llm, {"max_rounds": 2}, grader=grader)
     result = await workflow.run(query="Where do ducks live?")
     assert result.rounds == 2
     assert not result.grounded
@@ -156,8 +157,8 @@ async def test_all_rounds_fail_answers_from_best_hits(kb: KnowledgeBase) -> None
 
 async def test_all_rounds_fail_can_refuse(kb: KnowledgeBase) -> None:
     llm = ScriptedLLM(["unused keywords"])
-    retrieval = RetrievalSettings.defaults(max_rounds=1, on_no_relevant="refuse")
-    workflow = _workflow(kb, llm, grader=ScriptedGrader(reject=10), retrieval=retrieval)
+    refuse = {"max_rounds": 1, "on_no_relevant": "refuse"}
+    workflow = _workflow(kb, llm, refuse, grader=ScriptedGrader(reject=10))
     result = await workflow.run(query="What is the airspeed of a swallow?")
     assert result.response == NOT_COVERED_ANSWER
     assert result.source_nodes == [] and result.cited == []
