@@ -68,13 +68,17 @@ def _source_of(result: CitedResponse, word: str) -> int:
     raise AssertionError(f"no source mentions {word!r}")
 
 
-async def _streamed_run(workflow: CitationQueryWorkflow, query: str) -> CitedResponse:
-    """A run's result, checked to be the answer text it streamed (its `AnswerDeltaEvent`s)."""
+async def _streamed_run(
+    workflow: CitationQueryWorkflow, query: str
+) -> tuple[CitedResponse, list[str], list[str]]:
+    """A run's result, checked to be the answer text it streamed; the stages it went through (its
+    `StatusEvent`s); and the pieces of the answer (its `AnswerDeltaEvent`s)."""
     handler = workflow.run(query=query)
-    deltas = [ev.text async for ev in handler.stream_events() if isinstance(ev, AnswerDeltaEvent)]
+    events = [event async for event in handler.stream_events()]
     result = await handler
+    deltas = [event.text for event in events if isinstance(event, AnswerDeltaEvent)]
     assert isinstance(result, CitedResponse) and "".join(deltas) == result.response
-    return result
+    return result, [event.stage for event in events if isinstance(event, StatusEvent)], deltas
 
 
 async def test_answer_cites_existing_sources(kb: KnowledgeBase) -> None:
@@ -97,17 +101,8 @@ async def test_answer_cites_existing_sources(kb: KnowledgeBase) -> None:
 
 async def test_stream_events_match_final_answer(kb: KnowledgeBase) -> None:
     raw = "Yahoo bought Viaweb in 1998 [9]. Ducks live near ponds [1].\nThat is all."
-    llm = ScriptedLLM([raw])
-    handler = _workflow(kb, llm).run(query="Who bought Viaweb, and where do ducks live?")
-    stages: list[str] = []
-    deltas: list[str] = []
-    async for event in handler.stream_events():
-        if isinstance(event, StatusEvent):
-            stages.append(event.stage)
-        elif isinstance(event, AnswerDeltaEvent):
-            deltas.append(event.text)
-    result = await handler
-    assert "".join(deltas) == result.response
+    question = "Who bought Viaweb, and where do ducks live?"
+    result, stages, deltas = await _streamed_run(_workflow(kb, ScriptedLLM([raw])), question)
     assert len(deltas) >= 3
     assert stages[0] == "searching" and stages[-1] == "done"
     assert {"grading", "citing", "writing"} <= set(stages)
@@ -133,9 +128,7 @@ async def test_retry_rewrites_query_and_searches_again(kb: KnowledgeBase) -> Non
     grader = ScriptedGrader(reject=1)
     llm = ScriptedLLM(["Viaweb online store software Yahoo", "Viaweb made store software [1]."])
     workflow = _workflow(kb, llm, {"max_rounds": 2}, grader=grader)
-    handler = workflow.run(query="Which startup did he found?")
-    stages = [e.stage async for e in handler.stream_events() if isinstance(e, StatusEvent)]
-    result = await handler
+    result, stages, _ = await _streamed_run(workflow, "Which startup did he found?")
     assert "retrying" in stages
     assert stages.count("searching") == 2
     assert grader.queries == ["Which startup did he found?", "Viaweb online store software Yahoo"]
@@ -270,7 +263,7 @@ async def test_hosted_judge_verifies_citations_over_http(kb: KnowledgeBase) -> N
                 return Reply(text=answer)
 
             server.script(reply)
-            result = await _streamed_run(workflow, "Who bought Viaweb?")
+            result, _, _ = await _streamed_run(workflow, "Who bought Viaweb?")
             assert bool(result.citations) is cited
             assert bool(cited_numbers(result.response)) is cited
             assert bool(result.unsupported) is not cited
@@ -290,7 +283,8 @@ async def test_bad_model_output_still_gives_a_clean_answer(kb: KnowledgeBase) ->
         ("Yahoo bought Viaweb [99].", None),
         ('{"sentences": [{"sources": [1], "text": "Yahoo bought', None),
     ):
-        result = await _streamed_run(_workflow(kb, ScriptedLLM([reply])), "Who bought Viaweb?")
+        workflow = _workflow(kb, ScriptedLLM([reply]))
+        result, _, _ = await _streamed_run(workflow, "Who bought Viaweb?")
         assert result.response
         assert "[99]" not in result.response
         if expected is not None:
@@ -302,7 +296,7 @@ async def test_a_model_going_round_in_a_loop_is_stopped(kb: KnowledgeBase) -> No
     workflow stops reading the model: what it would have written next is never read."""
     loop = "It became Yahoo Store [1]. "
     raw = "Yahoo bought Viaweb in 1998 [1]. " + loop * 8 + "Ducks live near ponds [1]."
-    result = await _streamed_run(_workflow(kb, ScriptedLLM([raw])), "Who bought Viaweb?")
+    result, _, _ = await _streamed_run(_workflow(kb, ScriptedLLM([raw])), "Who bought Viaweb?")
     assert result.response.count("It became Yahoo Store") == 1
     assert "Ducks" not in result.raw_response
     assert result.raw_response.count("It became Yahoo Store") < 8
