@@ -357,28 +357,6 @@ def _workflow(kb: KnowledgeBase, llm: LLM) -> CitationQueryWorkflow:
     return CitationQueryWorkflow(retriever=kb.retriever(top_k=3), llm=llm, retrieval=retrieval)
 
 
-def _scored(variant: Variant, authored: list[AuthoredSentence], final: str) -> PerfectScore:
-    """The score of one workflow answer, checked for what holds whatever the variant: every
-    authored sentence found, every written marker counted once, every wrong one given a fate."""
-    assert authored, f"{variant}: the author found no gold evidence in the sources"
-    score = score_answer(authored, final)
-    assert score.sentences == len(authored) and score.unaligned == 0
-    assert score.correct_written + score.wrong_written == sum(len(s.written) for s in authored)
-    assert score.wrong_kept + score.wrong_fixed + score.wrong_removed == score.wrong_written
-    assert 0 <= score.correct_kept <= score.correct_written
-    return score
-
-
-def _check_total(variant: Variant, total: PerfectScore) -> None:
-    """The right authors wrote only correct markers, the wrong one only wrong ones."""
-    if variant != "wrong":
-        assert total.correct_written > 0 and total.wrong_written == 0
-        assert total.kept_rate is not None
-    else:
-        assert total.wrong_written > 0 and total.correct_written == 0
-        assert total.fixed_or_removed_rate is not None
-
-
 @pytest.mark.parametrize("over_http", [False, True])
 @pytest.mark.parametrize("variant", ["verbatim", "paraphrase", "wrong"])
 async def test_the_workflow_answering_with_the_author_is_scored_from_its_real_answers(
@@ -406,5 +384,20 @@ async def test_the_workflow_answering_with_the_author_is_scored_from_its_real_an
             authored = in_process.authored_for(gold.question)
         # the streamed reply reached citeflow whole and unchanged (stream_text over astream_chat)
         assert result.raw_response == render_reply(authored)
-        scores.append(_scored(variant, authored, str(result)))
-    _check_total(variant, PerfectScore.total(scores))
+        # every authored sentence found, every written marker counted once, every wrong one given
+        # a fate, whatever the variant
+        assert authored, f"{variant}: the author found no gold evidence in the sources"
+        score = score_answer(authored, str(result))
+        assert score.sentences == len(authored) and score.unaligned == 0
+        assert score.correct_written + score.wrong_written == sum(len(s.written) for s in authored)
+        assert score.wrong_kept + score.wrong_fixed + score.wrong_removed == score.wrong_written
+        assert 0 <= score.correct_kept <= score.correct_written
+        scores.append(score)
+    # the right authors wrote only correct markers, the wrong one only wrong ones
+    total = PerfectScore.total(scores)
+    if variant != "wrong":
+        assert total.correct_written > 0 and total.wrong_written == 0
+        assert total.kept_rate is not None
+    else:
+        assert total.wrong_written > 0 and total.correct_written == 0
+        assert total.fixed_or_removed_rate is not None
