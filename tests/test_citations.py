@@ -8,7 +8,7 @@ import itertools
 import pytest
 from llama_index.core.schema import NodeRelationship, NodeWithScore, RelatedNodeInfo, TextNode
 
-from citeflow.citations.answer import check_text
+from citeflow.citations.answer import RepairedAnswer, check_text
 from citeflow.citations.repair import (
     Citation,
     CitationPolicy,
@@ -567,8 +567,6 @@ def test_markers_opening_a_sentence_move_to_its_end() -> None:
 async def test_the_contract_over_a_whole_answer_streamed_in_any_chunks() -> None:
     """Every sentence stating something from the sources carries a marker to one that supports
     it; the sentence nothing supports keeps none and is reported; chunking changes nothing."""
-    from citeflow.citations.answer import RepairedAnswer
-
     raw = (
         "Yahoo bought Viaweb in 1998 [3]. The author wrote awful short stories. "
         "Ducks are waterfowl [9]. Penguins compose symphonies on the moon [2]. Why? Because."

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from citeflow.errors import InvalidRequestError
-from citeflow.evaluation.answers import question_of
+from citeflow.evaluation.answers import answer_cache, question_of
 from citeflow.evaluation.cli import build_parser, run
 from citeflow.evaluation.dataset import load_beir
 from citeflow.evaluation.scoring import (
@@ -123,15 +123,20 @@ def _copying_model() -> ScriptedLLM:
     return ScriptedLLM([reply])
 
 
+def _eval_answers(settings: Settings, tmp_path: Path, llm: ScriptedLLM, *options: str) -> int:
+    """``citeflow eval --retrievers none -q`` of the mini dataset with ``options``, its cache and
+    its report (``report.json``) in ``tmp_path``, ``llm`` answering."""
+    argv = [str(MINI), "--retrievers", "none", "-q", "--cache-dir", str(tmp_path / "cache")]
+    args = build_parser().parse_args([*argv, "--out", str(tmp_path / "report.json"), *options])
+    return run(args, settings=settings, embed_model=HashEmbedding(), llm=llm)
+
+
 def test_eval_answers_records_rechecks_and_prints_the_figures(
     settings: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "report.json"
-    argv = [str(MINI), "--retrievers", "none", "--answers", "3", "-q"]
-    argv += ["--cache-dir", str(tmp_path / "cache"), "--out", str(out)]
     llm = _copying_model()
-    args = build_parser().parse_args(argv)
-    assert run(args, settings=settings, embed_model=HashEmbedding(), llm=llm) == 0
+    assert _eval_answers(settings, tmp_path, llm, "--answers", "3") == 0
     printed = capsys.readouterr().out
     assert "beir_mini: model's own markers" in printed and "beir_mini: citeflow" in printed
     section = json.loads(out.read_text())["answers"]
@@ -155,7 +160,7 @@ def test_eval_answers_records_rechecks_and_prints_the_figures(
     )
     # a re-run answers from the recordings: the model is not asked again
     asked = len(llm.prompts)
-    assert run(args, settings=settings, embed_model=HashEmbedding(), llm=llm) == 0
+    assert _eval_answers(settings, tmp_path, llm, "--answers", "3") == 0
     assert len(llm.prompts) == asked
     assert json.loads(out.read_text())["answers"]["answered_now"] == 0
 
@@ -163,17 +168,13 @@ def test_eval_answers_records_rechecks_and_prints_the_figures(
 def test_skip_answers_a_later_slice_of_the_questions(
     settings: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = [str(MINI), "--retrievers", "none", "--skip", "1", "--answers", "2", "-q"]
-    argv += ["--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "report.json")]
     llm = _copying_model()
-    args = build_parser().parse_args(argv)
-    assert run(args, settings=settings, embed_model=HashEmbedding(), llm=llm) == 0
+    assert _eval_answers(settings, tmp_path, llm, "--skip", "1", "--answers", "2") == 0
     assert "questions 2-3" in capsys.readouterr().out
     asked = [load_beir(MINI).queries[q] for q in list(load_beir(MINI).queries)[1:3]]
     assert len(llm.prompts) == 2 and all(q in p for q, p in zip(asked, llm.prompts, strict=True))
-    too_far = build_parser().parse_args([*argv[:3], "--skip", "99", "--answers", "1", "-q"])
     with pytest.raises(InvalidRequestError, match="--skip 99 leaves no question"):
-        run(too_far, settings=settings, embed_model=HashEmbedding(), llm=llm)
+        _eval_answers(settings, tmp_path, llm, "--skip", "99", "--answers", "1")
 
 
 def test_the_local_models_answers_key_on_the_llamacpp_build(
@@ -183,7 +184,6 @@ def test_the_local_models_answers_key_on_the_llamacpp_build(
     apart. A given LLM (here a scripted one) keys on its name alone."""
     from contextlib import ExitStack
 
-    from citeflow.evaluation.answers import answer_cache
     from citeflow.evaluation.runner import EvalContext
     from citeflow.providers.cpu_build import installed_runtime
     from citeflow.providers.llm import describe_llm
