@@ -170,6 +170,13 @@ def _check(
     return out.text, out.citations, out.unsupported
 
 
+async def _check_answer(
+    sources: list[str], text: str, question: str | None = None, **policy: float | bool
+) -> RepairedAnswer:
+    """A whole answer through the citation check, as the workflow checks it while streaming."""
+    return await check_text(CitationPolicy().with_(**policy).checker(sources, question), text)
+
+
 SOURCES = [
     "Viaweb was a company that made software for building online stores. Yahoo bought it in 1998.",
     "The author wrote short stories before college. The stories were awful.",
@@ -185,16 +192,11 @@ async def test_a_repeated_sentence_is_left_out_and_a_second_repeat_ends_the_answ
         "The author wrote short stories [2].",
         "Ducks live near ponds [3].",
     )
-    once = await check_text(
-        CitationPolicy().checker(SOURCES),
-        f"{viaweb} {stories} Yahoo bought Viaweb in 1998. {ducks}",
-    )
+    once = await _check_answer(SOURCES, f"{viaweb} {stories} Yahoo bought Viaweb in 1998. {ducks}")
     assert once.text == f"{viaweb} {stories} {ducks}"
     assert once.repeats == 1 and not once.looping
     assert len(once.citations) == 3
-    loop = await check_text(
-        CitationPolicy().checker(SOURCES), f"{viaweb} {stories} {stories} {viaweb} {ducks}"
-    )
+    loop = await _check_answer(SOURCES, f"{viaweb} {stories} {stories} {viaweb} {ducks}")
     assert loop.text == f"{viaweb} {stories}"
     assert loop.looping
 
@@ -261,9 +263,9 @@ async def test_a_marker_moved_among_equals_goes_to_the_evidence_the_answer_cites
         "Salvia has nearly 1000 species of shrubs.",
     ]
     evidence = "Salvia has nearly 1000 species [3]. Arachis has about 70 species [2]. "
-    answer = await check_text(CitationPolicy().checker(sources, q), evidence + "It is Salvia [2].")
+    answer = await _check_answer(sources, evidence + "It is Salvia [2].", q)
     assert answer.text == f"{evidence}It is Salvia [3]."
-    alone = await check_text(CitationPolicy().checker(sources, q), "It is Salvia [2].")
+    alone = await _check_answer(sources, "It is Salvia [2].", q)
     assert alone.text == "It is Salvia [1]."
 
 
@@ -320,11 +322,10 @@ def test_repair(sentence: str, expected: str, cited: list[tuple[int, str]]) -> N
         assert c.quote and SOURCES[c.number - 1][c.quote_start : c.quote_end] == c.quote
 
 
-def test_a_name_with_initials_gets_one_marker_after_the_name() -> None:
+async def test_a_name_with_initials_gets_one_marker_after_the_name() -> None:
     sources = ["Poleconomy was invented by Bruce E. Hatherley and first published in 1980."]
-    checker = CitationPolicy().with_(**LOOSE).checker(sources, None)
     answer = "Poleconomy was invented by Bruce E. Hatherley in 1980."
-    checked = asyncio.run(check_text(checker, answer))
+    checked = await _check_answer(sources, answer, **LOOSE)
     assert checked.text == "Poleconomy was invented by Bruce E. Hatherley in 1980 [1]."
 
 
@@ -335,23 +336,21 @@ async def test_a_name_s_exclamation_mark_or_v_gets_no_marker_inside_the_name() -
         "Rostker v. Goldberg, 453 U.S. 57 (1981), held that the practice of requiring only men "
         "to register for the draft was constitutional.",
     ]
-    checker = CitationPolicy().with_(**LOOSE).checker(sources, None)
     answer = (
         "Hey Pa! There's a Goat on the Roof was first published in 1966 [1]. Rostker v. "
         "Goldberg held that requiring only men to register for the draft was constitutional."
     )
-    checked = await check_text(checker, answer)
+    checked = await _check_answer(sources, answer, **LOOSE)
     assert checked.text == (
         "Hey Pa! There's a Goat on the Roof was first published in 1966 [1]. Rostker v. "
         "Goldberg held that requiring only men to register for the draft was constitutional [2]."
     )
 
 
-def test_a_ranking_gets_one_marker_after_its_number() -> None:
+async def test_a_ranking_gets_one_marker_after_its_number() -> None:
     sources = ["Manuel Orantes reached a career-high singles ranking of World No. 2 in 1973."]
-    checker = CitationPolicy().with_(**LOOSE).checker(sources, None)
     answer = "Orantes reached a career-high singles ranking of World No. 2 [1]."
-    checked = asyncio.run(check_text(checker, answer))
+    checked = await _check_answer(sources, answer, **LOOSE)
     assert checked.text == answer
 
 
@@ -598,13 +597,11 @@ async def test_a_copy_of_the_prompt_s_worked_example_is_left_out() -> None:
     says it too, that sentence is dropped, not shown or reported as an unsupported claim."""
     copied = "That happens in the evening [1]. The sky is red in the evening and blue in the "
     copied += "morning. [2]"
-    answer = await check_text(
-        CitationPolicy().checker(SOURCES), f"Yahoo bought Viaweb [1]. {copied}"
-    )
+    answer = await _check_answer(SOURCES, f"Yahoo bought Viaweb [1]. {copied}")
     assert answer.text == "Yahoo bought Viaweb [1]."
     assert answer.unsupported == []
     sky = ["The sky is red in the evening here.", *SOURCES]
-    kept = await check_text(CitationPolicy().checker(sky), "The sky is red in the evening [2].")
+    kept = await _check_answer(sky, "The sky is red in the evening [2].")
     assert kept.text == "The sky is red in the evening [1]."
 
 
@@ -627,11 +624,10 @@ async def test_a_decision_is_cited_to_the_evidence_its_answer_cited() -> None:
     the sentences before it."""
     evidence = "Treated patients recovered sooner [2]. "
     for written, cited in (("Yes [2].", 2), ("Yes [3].", 2), ("Yes [1].", 1)):
-        checker = CitationPolicy().checker(STATIN_SOURCES, STATIN_QUESTION)
-        answer = await check_text(checker, evidence + written)
+        answer = await _check_answer(STATIN_SOURCES, evidence + written, STATIN_QUESTION)
         assert answer.text == f"{evidence}Yes [{cited}]."
     # no earlier citation: the best-ranked source that supports the claim, as before
-    alone = await check_text(CitationPolicy().checker(STATIN_SOURCES, STATIN_QUESTION), "Yes [2].")
+    alone = await _check_answer(STATIN_SOURCES, "Yes [2].", STATIN_QUESTION)
     assert alone.text == "Yes [1]."
 
 
