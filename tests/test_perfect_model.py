@@ -8,7 +8,7 @@ from dataclasses import fields
 from pathlib import Path
 
 import pytest
-from llama_index.core.llms import LLM, ChatMessage
+from llama_index.core.llms import ChatMessage
 from llama_index.core.schema import Document, TextNode
 
 from citeflow.citations.sources import Source, format_sources
@@ -345,32 +345,24 @@ GOLDS = [
 ]
 
 
-def _kb(settings: Settings, store: Store) -> KnowledgeBase:
-    kb = KnowledgeBase(settings, store=store, embed_model=HashEmbedding(), collection="kb")
-    kb.add_documents([Document(id_=k, text=v, metadata={"title": k}) for k, v in DOCS.items()])
-    return kb
-
-
-def _workflow(kb: KnowledgeBase, llm: LLM) -> CitationQueryWorkflow:
-    """The workflow over ``kb``: top 3 chunks, score-graded at 0.2."""
-    retrieval = RetrievalSettings.defaults(relevance_threshold=0.2)
-    return CitationQueryWorkflow(retriever=kb.retriever(top_k=3), llm=llm, retrieval=retrieval)
-
-
 @pytest.mark.parametrize("over_http", [False, True])
 @pytest.mark.parametrize("variant", ["verbatim", "paraphrase", "wrong"])
 async def test_the_workflow_answering_with_the_author_is_scored_from_its_real_answers(
     settings: Settings, store: Store, upstream: FakeOpenAIServer, variant: Variant, over_http: bool
 ) -> None:
-    """Each gold question through the real workflow, its LLM the author: in process, or behind
-    the fake OpenAI server (the author writing for the prompt the server received)."""
+    """Each gold question through the real workflow (top 3 chunks, score-graded at 0.2) over
+    `DOCS`, its LLM the author: in process, or behind the fake OpenAI server (the author writing
+    for the prompt the server received)."""
     from citeflow.providers.llm import build_llm
 
+    kb = KnowledgeBase(settings, store=store, embed_model=HashEmbedding(), collection="kb")
+    kb.add_documents([Document(id_=k, text=v, metadata={"title": k}) for k, v in DOCS.items()])
     author = PerfectAuthor(GOLDS, variant)
     upstream.script(lambda request: author.reply(request.json["messages"]))
     in_process = PerfectModelLLM(author)
     llm = build_llm(llm_settings(upstream), max_retries=0) if over_http else in_process
-    workflow = _workflow(_kb(settings, store), llm)
+    retrieval = RetrievalSettings.defaults(relevance_threshold=0.2)
+    workflow = CitationQueryWorkflow(retriever=kb.retriever(top_k=3), llm=llm, retrieval=retrieval)
     scores = []
     for gold in GOLDS:
         result: object = await workflow.run(query=gold.question)
