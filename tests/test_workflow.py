@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from typing import Any
+from unittest.mock import create_autospec
 
 import pytest
 from llama_index.core.llms import ChatMessage
@@ -338,19 +339,13 @@ async def test_the_step_cache_answers_the_same_and_builds_the_steps_once(
 
     from citeflow.speedups import StepCache
 
-    built: list[type] = []
-    original = Workflow._get_steps
-
-    def counting(self: Workflow) -> dict[str, object]:
-        built.append(type(self))
-        return original(self)
-
-    monkeypatch.setattr(Workflow, "_get_steps", counting)
+    steps = create_autospec(Workflow._get_steps, side_effect=Workflow._get_steps)
+    monkeypatch.setattr(Workflow, "_get_steps", steps)
     answer = "Yahoo bought Viaweb in 1998 [1]."
     plain = kb.workflow(llm=ScriptedLLM([answer]))
     first = await plain.run(query="Who bought Viaweb?")
-    plain_builds = len(built)
-    built.clear()
+    plain_builds = steps.call_count
+    steps.reset_mock()
 
     cached_kb = KnowledgeBase(
         kb.settings.updated(server={"step_cache": True}),
@@ -366,4 +361,4 @@ async def test_the_step_cache_answers_the_same_and_builds_the_steps_once(
     assert str(first) == str(second) == str(again)
     assert first.cited == second.cited
     assert plain_builds > 2  # the runtime asks on every step
-    assert len(built) == 1  # the cached workflow built them once, for both runs
+    assert steps.call_count == 1  # the cached workflow built them once, for both runs
