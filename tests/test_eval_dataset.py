@@ -12,17 +12,13 @@ from citeflow.evaluation.dataset import DatasetError, Evidence, load_beir
 from tests.conftest import MINI
 
 
-def _lines(path: Path) -> list[str]:
-    return path.read_text().splitlines()
-
-
 def _write(path: Path, lines: list[str]) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
 def _set_line(path: Path, index: int, text: str) -> None:
     """Line ``index`` (from 0) of ``path`` becomes ``text`` (one past the last: is added)."""
-    lines = _lines(path)
+    lines = path.read_text().splitlines()
     lines[index : index + 1] = [text]
     _write(path, lines)
 
@@ -133,7 +129,7 @@ def test_missing_split_lists_the_available_ones(mini_copy: Path) -> None:
 
 
 def test_invalid_json_line(mini_copy: Path) -> None:
-    _set_line(mini_copy / "corpus.jsonl", 2, _lines(mini_copy / "corpus.jsonl")[2][:-5])
+    _set_line(mini_copy / "corpus.jsonl", 2, '{"_id": "d3", "text": "cut off')
     err = _error(mini_copy)
     assert str(err).startswith("corpus.jsonl line 3: invalid JSON (")
     assert (err.file, err.line) == ("corpus.jsonl", 3)
