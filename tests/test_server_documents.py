@@ -7,6 +7,7 @@ import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -18,15 +19,14 @@ from citeflow.api.errors import BadRequestError
 from citeflow.api.uploads import receive_files
 from citeflow.citations.markers import cited_numbers
 from citeflow.knowledge_base import KnowledgeBase
-from citeflow.server import create_app
 from citeflow.store import DocumentRecord
 from citeflow.testing.llm import ScriptedLLM
 from tests.server_helpers import (
-    LiveServer,
     asgi_client,
     assert_error,
     assert_needs_key,
     chat_request,
+    live_server,
     make_engine,
 )
 
@@ -384,8 +384,8 @@ async def test_a_client_gone_mid_upload_leaves_nothing(tmp_path: Path) -> None:
 async def test_uvicorn_answers_413_to_the_headers_alone(engine: Engine, temp_dir: Path) -> None:
     """Against a real server: the 413 comes back while the client has sent no body at all,
     and the connection is closed (the body will not be read)."""
-    with LiveServer(create_app(engine)) as server:
-        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    with live_server(engine) as url:
+        reader, writer = await asyncio.open_connection("127.0.0.1", urlsplit(url).port)
         writer.write(
             b"POST /v1/collections/animals/documents HTTP/1.1\r\nHost: x\r\n"
             + f"Content-Type: {MULTIPART['content-type']}\r\n".encode()
