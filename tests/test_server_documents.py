@@ -198,7 +198,7 @@ async def test_missing_file_part_and_unknown_collection(client: httpx.AsyncClien
 
 
 async def test_documents_need_the_key(kb: KnowledgeBase) -> None:
-    async with asgi_client(make_engine(kb, ScriptedLLM(), keys=["k"])) as c:
+    async with asgi_client(make_engine(kb, keys=["k"])) as c:
         await assert_needs_key(c, "GET", "/v1/collections/kb/documents", "k")
         upload = await c.post(ANIMALS, files=_files(("o.txt", OWLS)))
         assert upload.status_code == 401
