@@ -108,7 +108,7 @@ async def test_delete_removes_chunks_and_the_upload(
 
 
 async def test_documents_of_an_existing_collection_and_their_files(
-    client: httpx.AsyncClient, kb: KnowledgeBase
+    client: httpx.AsyncClient,
 ) -> None:
     listed = (await client.get("/v1/collections/kb/documents")).json()
     assert {d["doc_id"] for d in listed["data"]} == {"viaweb", "stories", "ducks"}

@@ -34,8 +34,7 @@ async def _source_url(client: httpx.AsyncClient) -> str:
     answer = await client.post("/v1/chat/completions", json=CHAT, headers=KEY)
     assert answer.status_code == 200, answer.text
     (source,) = answer.json()["sources"]
-    url: str = source["source"]["url"]
-    return url
+    return str(source["source"]["url"])
 
 
 @pytest.fixture
@@ -59,9 +58,7 @@ async def test_signed_link_opens_the_file_without_the_key(client: httpx.AsyncCli
     assert (await client.get(url, headers=KEY)).content == OWLS
 
 
-async def test_unsigned_tampered_and_foreign_links_are_refused(
-    client: httpx.AsyncClient, kb: KnowledgeBase
-) -> None:
+async def test_unsigned_tampered_and_foreign_links_are_refused(client: httpx.AsyncClient) -> None:
     url = await _source_url(client)
     parts = urlsplit(url)
     query = {k: v[0] for k, v in parse_qs(parts.query).items()}
