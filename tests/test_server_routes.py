@@ -296,14 +296,10 @@ async def test_an_unknown_route_is_an_openai_error(client: httpx.AsyncClient) ->
 # --- malformed JSON that json.loads accepts ------------------------------------------------------
 def _raw(content_json: str, **extra: str) -> bytes:
     """A chat request whose user content is ``content_json`` (a JSON string literal, as sent)."""
+    head = '{"model": "citeflow-kb", "messages": [{"role": "user", "content": '
     fields = "".join(f', "{k}": {v}' for k, v in extra.items())
-    return (
-        '{"model": "citeflow-kb", "messages": [{"role": "user", "content": '
-        + content_json
-        + "}]"
-        + fields
-        + "}"
-    ).encode("utf-8", "surrogatepass")  # a surrogate in the text: its raw (invalid) UTF-8 bytes
+    # a surrogate in the text: its raw (invalid) UTF-8 bytes
+    return (head + content_json + "}]" + fields + "}").encode("utf-8", "surrogatepass")
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])

@@ -62,13 +62,8 @@ class SlowLLM(ScriptedLLM):
 
 
 @pytest.fixture
-def llm() -> ScriptedLLM:
-    return ScriptedLLM(["unused"])
-
-
-@pytest.fixture
-async def client(kb: KnowledgeBase, llm: ScriptedLLM) -> AsyncIterator[httpx.AsyncClient]:
-    async with asgi_client(make_engine(kb, llm)) as c:
+async def client(kb: KnowledgeBase) -> AsyncIterator[httpx.AsyncClient]:
+    async with asgi_client(make_engine(kb)) as c:
         yield c
 
 
@@ -191,7 +186,7 @@ async def test_several_collections_merged_and_deduplicated(
 async def test_a_query_is_embedded_once_for_all_collections(kb: KnowledgeBase) -> None:
     add_collection(kb, "birds", {"geese": "Geese live near lakes."})
     embed = CountingEmbedding()
-    async with asgi_client(make_engine(kb, ScriptedLLM(["unused"]), embed_model=embed)) as c:
+    async with asgi_client(make_engine(kb, embed_model=embed)) as c:
         response = await c.post(
             "/search",
             json={"queries": ["ducks", "geese lakes"], "collection_names": ["kb", "birds"]},
@@ -335,9 +330,9 @@ async def test_out_of_time_the_rewrite_leaves_the_last_message(kb: KnowledgeBase
 
 
 # --- auth ----------------------------------------------------------------------------------------
-async def test_bearer_key_required(kb: KnowledgeBase, llm: ScriptedLLM) -> None:
+async def test_bearer_key_required(kb: KnowledgeBase) -> None:
     body = {"queries": ["Who bought Viaweb?"]}
-    async with asgi_client(make_engine(kb, llm, keys=["the-key"])) as c:
+    async with asgi_client(make_engine(kb, keys=["the-key"])) as c:
         for path in ("/search", "/v1/search"):
             ok = await assert_needs_key(c, "POST", path, "the-key", json=body)
             # with keys, links are signed, as in chat completions' sources
@@ -424,8 +419,8 @@ async def test_too_many_queries_and_collections(client: httpx.AsyncClient) -> No
     assert_error(named, 400, "invalid_request_error", "at most 20", param="collection_names")
 
 
-async def test_sizes_over_the_limits_are_413(kb: KnowledgeBase, llm: ScriptedLLM) -> None:
-    async with asgi_client(make_engine(kb, llm, max_message_chars=100, max_body_bytes=5000)) as c:
+async def test_sizes_over_the_limits_are_413(kb: KnowledgeBase) -> None:
+    async with asgi_client(make_engine(kb, max_message_chars=100, max_body_bytes=5000)) as c:
         long = await c.post("/search", json={"queries": ["ducks", "x" * 101]})
         assert_error(long, 413, "invalid_request_error", "101 characters", param="queries[1]")
         said = await c.post("/search", json={"messages": [{"role": "user", "content": "y" * 101}]})
@@ -434,8 +429,8 @@ async def test_sizes_over_the_limits_are_413(kb: KnowledgeBase, llm: ScriptedLLM
         assert_error(big, 413, "invalid_request_error", "5000 bytes")
 
 
-async def test_a_missing_default_knowledge_base_is_404(kb: KnowledgeBase, llm: ScriptedLLM) -> None:
-    async with asgi_client(make_engine(kb, llm, store={"collection": "handbook"})) as c:
+async def test_a_missing_default_knowledge_base_is_404(kb: KnowledgeBase) -> None:
+    async with asgi_client(make_engine(kb, store={"collection": "handbook"})) as c:
         response = await c.post("/search", json={"queries": ["ducks"]})
     assert_error(
         response, 404, "not_found_error", "'handbook'", "collection_names", "GET /v1/models"
@@ -456,10 +451,10 @@ async def test_unknown_fields_are_ignored_and_get_is_405(client: httpx.AsyncClie
     assert wrong.headers["allow"] == "POST"
 
 
-async def test_the_schema_documents_the_route(kb: KnowledgeBase, llm: ScriptedLLM) -> None:
+async def test_the_schema_documents_the_route(kb: KnowledgeBase) -> None:
     from citeflow.server import create_app
 
-    schema = create_app(make_engine(kb, llm)).openapi()
+    schema = create_app(make_engine(kb)).openapi()
     operation = schema["paths"]["/search"]["post"]
     ref = operation["requestBody"]["content"]["application/json"]["schema"]["$ref"]
     assert ref.endswith("/SearchRequest")
