@@ -76,6 +76,7 @@ from tests.conftest import FACTS, open_kb, stored_points
 from tests.fakes.full_disk import FillingDisk, FullDiskClient, disk_full_error
 from tests.fakes.killed import kill_9_after
 from tests.server_helpers import (
+    add_collection,
     asgi_client,
     chat_request,
     content_of,
@@ -221,14 +222,9 @@ def test_a_full_disk_during_ingest_is_one_line_and_loses_nothing(
 def full_disk_kb(settings: Settings) -> Iterator[tuple[KnowledgeBase, FullDiskClient]]:
     """The test knowledge base, on an in-memory store whose disk can fill up."""
     disk = FullDiskClient(location=":memory:")
-    base = KnowledgeBase(
-        settings,
-        store=Store(ClientEngine(disk, location=":memory:")),
-        embed_model=HashEmbedding(),
-    )
-    base.add_documents(
-        [Document(id_=k, text=v, metadata={"file_name": f"{k}.txt"}) for k, v in FACTS.items()]
-    )
+    store = Store(ClientEngine(disk, location=":memory:"))
+    base = KnowledgeBase(settings, store=store, embed_model=HashEmbedding())
+    add_collection(base, base.collection, FACTS)
     yield base, disk
     base.close()
 
