@@ -83,10 +83,9 @@ async def test_upload_list_ask_and_fetch_the_original(
     (source,) = answer["sources"]
     owls = next(d for d in listed["data"] if d["file_name"] == "owls.txt")
     assert source["source"]["id"] == owls["doc_id"]
-    assert (
-        source["source"]["url"] == f"http://testserver/v1/documents/animals/{owls['doc_id']}/file"
-    )
-    original = await client.get(source["source"]["url"])
+    url = source["source"]["url"]
+    assert url == f"http://testserver/v1/documents/animals/{owls['doc_id']}/file"
+    original = await client.get(url)
     assert original.status_code == 200 and original.content == OWLS
 
 

@@ -107,11 +107,9 @@ async def test_metrics_need_the_key_and_can_be_turned_off(kb: KnowledgeBase) -> 
 async def test_rate_limits_are_counted_by_reason(kb: KnowledgeBase) -> None:
     engine = keyed_engine(kb, chats_per_minute=1, auth_max_failures=1)
     async with asgi_client(engine) as client:
-        assert (
-            await client.post("/v1/chat/completions", json=chat_request(), headers=GOOD)
-        ).is_success
-        limited = await client.post("/v1/chat/completions", json=chat_request(), headers=GOOD)
-        assert limited.status_code == 429
+        for status in (200, 429):  # the second chat is one past the rate
+            chat = await client.post("/v1/chat/completions", json=chat_request(), headers=GOOD)
+            assert chat.status_code == status
         for _ in range(3):
             await client.get("/v1/models", headers={"Authorization": "Bearer wrong"})
         found = samples((await client.get("/metrics", headers=GOOD)).text)
