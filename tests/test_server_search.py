@@ -240,20 +240,9 @@ async def test_k_bounds_each_list(kb: KnowledgeBase, client: httpx.AsyncClient) 
 async def test_metadata_has_the_page_and_nothing_private(
     kb: KnowledgeBase, client: httpx.AsyncClient
 ) -> None:
-    manual = KnowledgeBase(kb.settings, store=kb.store, embed_model=kb.embed_model, collection="kb")
-    manual.add_documents(
-        [
-            Document(
-                id_="manual",
-                text="The owl manual: barn owls hunt mice at night.",
-                metadata={
-                    "file_name": "owls.pdf",
-                    "file_path": "/srv/secret/owls.pdf",
-                    "page_label": "3",
-                },
-            )
-        ]
-    )
+    text = "The owl manual: barn owls hunt mice at night."
+    metadata = {"file_name": "owls.pdf", "file_path": "/srv/secret/owls.pdf", "page_label": "3"}
+    kb.add_documents([Document(id_="manual", text=text, metadata=metadata)])
     response = await client.post("/search", json={"queries": ["barn owls hunt mice"]})
     body = response.json()
     meta = body["metadatas"][0][0]
