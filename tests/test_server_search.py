@@ -44,6 +44,12 @@ METADATA_KEYS = {
 
 VIAWEB = "Yahoo bought Viaweb in 1998"
 DUCKS = "They live near ponds"
+#: a chat whose last question needs no rewrite to find Viaweb (one is made: the rewrite's LLM)
+HISTORY = [
+    {"role": "user", "content": "Tell me about ducks."},
+    {"role": "assistant", "content": "Ducks are birds."},
+    {"role": "user", "content": "Who bought Viaweb?"},
+]
 
 
 class SlowLLM(ScriptedLLM):
@@ -276,14 +282,9 @@ async def test_a_retry_reformulates_when_nothing_is_relevant(kb: KnowledgeBase) 
 
 
 async def test_an_llm_failure_is_a_502_not_a_500(kb: KnowledgeBase) -> None:
-    messages = [
-        {"role": "user", "content": "Tell me about Viaweb."},
-        {"role": "assistant", "content": "It made store software."},
-        {"role": "user", "content": "Who bought it?"},
-    ]
     for failure in (UpstreamError("HTTP 500: overloaded"), RuntimeError("connection reset")):
         async with asgi_client(make_engine(kb, ScriptedLLM([failure]))) as c:
-            response = await c.post("/search", json={"messages": messages})
+            response = await c.post("/search", json={"messages": HISTORY})
         assert_error(response, 502, "upstream_error", "provider failed")
         assert "overloaded" not in response.text and "reset" not in response.text
 
@@ -304,14 +305,9 @@ async def test_out_of_time_the_retry_is_cut_short(kb: KnowledgeBase) -> None:
 
 async def test_out_of_time_the_rewrite_leaves_the_last_message(kb: KnowledgeBase) -> None:
     llm = SlowLLM(["Who bought Viaweb in 1998"], pause=5.0)
-    messages = [
-        {"role": "user", "content": "Tell me about ducks."},
-        {"role": "assistant", "content": "Ducks are birds."},
-        {"role": "user", "content": "Who bought Viaweb?"},
-    ]
     async with asgi_client(make_engine(kb, llm, search_timeout=0.3)) as c:
         started = time.monotonic()
-        response = await c.post("/search", json={"messages": messages})
+        response = await c.post("/search", json={"messages": HISTORY})
         elapsed = time.monotonic() - started
     texts = _results(response, 1)["documents"][0]
     assert llm.calls == 1 and elapsed < 2.0, elapsed
