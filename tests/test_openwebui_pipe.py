@@ -70,10 +70,6 @@ class Recorder:
     def of_type(self, kind: str) -> list[dict[str, Any]]:
         return [e["data"] for e in self.events if e["type"] == kind]
 
-    @property
-    def text(self) -> str:
-        return "".join(item for kind, item in self.log if kind == "text")
-
 
 async def consume(result: Any, recorder: Recorder) -> str:
     """Drain what ``pipe`` returned as Open WebUI does; the text lands in ``recorder`` too."""
@@ -86,7 +82,7 @@ async def consume(result: Any, recorder: Recorder) -> str:
             piece = piece["choices"][0]["delta"]["content"]
         assert isinstance(piece, str)
         recorder.log.append(("text", piece))
-    return recorder.text
+    return "".join(item for kind, item in recorder.log if kind == "text")
 
 
 def body(

@@ -40,6 +40,7 @@ FUZZ = settings(
 )
 KEY = "fuzz-key"
 BOUNDARY = "fuzzboundary"
+MULTIPART = f"multipart/form-data; boundary={BOUNDARY}"
 #: Seconds one request may take before the fuzz test calls it hung.
 REQUEST_TIMEOUT = 20.0
 
@@ -204,18 +205,11 @@ doc_ids = texts.map(_quote) | st.sampled_from(["ducks", "x"])
 
 
 def _multipart(parts: list[tuple[bytes, bytes, bytes]], end: bool) -> bytes:
-    out = b""
-    for field, filename, data in parts:
-        out += (
-            f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="'.encode()
-            + field
-            + b'"; filename="'
-            + filename
-            + b'"\r\nContent-Type: text/plain\r\n\r\n'
-            + data
-            + b"\r\n"
-        )
-    return out + (f"--{BOUNDARY}--\r\n".encode() if end else b"")
+    """A multipart body of ``parts`` (field name, file name, content), closed when ``end``."""
+    head = b'--%s\r\nContent-Disposition: form-data; name="%s"; filename="%s"\r\n'
+    part = head + b"Content-Type: text/plain\r\n\r\n%s\r\n"
+    body = b"".join(part % (BOUNDARY.encode(), *fields) for fields in parts)
+    return body + (f"--{BOUNDARY}--\r\n".encode() if end else b"")
 
 
 file_names = st.one_of(
@@ -268,16 +262,8 @@ def document_requests(draw: st.DrawFn) -> Request:
     route = draw(st.sampled_from(["upload", "upload", "upload", "list", "delete", "file", "model"]))
     name = draw(st.sampled_from(["kb", "animals"]) | names)
     if route == "upload":
-        content_type = draw(
-            st.sampled_from(
-                [
-                    f"multipart/form-data; boundary={BOUNDARY}",
-                    f"multipart/form-data; boundary={BOUNDARY}",
-                    "multipart/form-data",
-                    "text/plain",
-                ]
-            )
-        )
+        kinds = [MULTIPART, MULTIPART, "multipart/form-data", "text/plain"]
+        content_type = draw(st.sampled_from(kinds))
         path = f"/v1/collections/{name}/documents"
         return "POST", path, {"content-type": content_type}, draw(uploads)
     if route == "list":
@@ -313,7 +299,7 @@ def well_formed_upload_requests(draw: st.DrawFn) -> Request:
         )
     )
     name = draw(st.sampled_from(["kb", "animals", "notes"]))
-    headers = {"content-type": f"multipart/form-data; boundary={BOUNDARY}"}
+    headers = {"content-type": MULTIPART}
     return "POST", f"/v1/collections/{name}/documents", headers, _multipart(files, True)
 
 

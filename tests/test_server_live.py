@@ -110,8 +110,7 @@ async def test_client_disconnect_cancels_the_run(kb: KnowledgeBase) -> None:
                 if '"content":"Yahoo' in line:
                     break
         # the response is closed: the server must stop iterating the LLM promptly
-        elapsed = await wait_until(llm.closed_early.is_set, within=1.0)
-        assert elapsed < 1.0
+        await wait_until(llm.closed_early.is_set, within=1.0)
         pieces = llm.pieces
         await asyncio.sleep(0.3)
         assert llm.pieces == pieces  # no longer iterated
