@@ -15,9 +15,11 @@ from tests.server_helpers import asgi_client, assert_needs_key, chat_request, ma
 ANSWER = "Yahoo bought Viaweb in 1998 [1]. Ducks live near ponds [2]."
 KEY = "a-long-secret-key"
 GOOD = {"Authorization": f"Bearer {KEY}"}
+#: the samples of an exposition: (name, sorted labels) -> value
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
-def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+def samples(text: str) -> Samples:
     """Every sample of an exposition: (name, sorted labels) -> value."""
     found = {}
     for family in text_string_to_metric_families(text):
@@ -26,9 +28,7 @@ def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return found
 
 
-def value(
-    found: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str
-) -> float:
+def value(found: Samples, name: str, **labels: str) -> float:
     return found.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
