@@ -31,16 +31,11 @@ from tests.server_helpers import (
 
 
 def _tools(count: int = 36) -> list[dict[str, Any]]:
+    """``count`` function tools, as Open WebUI sends its built-in ones."""
+    parameters = {"type": "object", "properties": {"q": {"type": "string"}}}
+    function = {"description": "An Open WebUI built-in tool.", "parameters": parameters}
     return [
-        {
-            "type": "function",
-            "function": {
-                "name": f"tool_{i}",
-                "description": "An Open WebUI built-in tool.",
-                "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
-            },
-        }
-        for i in range(count)
+        {"type": "function", "function": {"name": f"tool_{i}", **function}} for i in range(count)
     ]
 
 
