@@ -161,14 +161,9 @@ async def test_a_single_message_needs_no_llm(kb: KnowledgeBase) -> None:
 async def test_several_collections_merged_and_deduplicated(
     kb: KnowledgeBase, client: httpx.AsyncClient
 ) -> None:
-    add_collection(
-        kb,
-        "birds",
-        {
-            "ducks-copy": FACTS["ducks"],  # the same chunk text as in "kb"
-            "geese": "Geese are waterfowl birds too. Geese live near lakes and ponds.",
-        },
-    )
+    geese = "Geese are waterfowl birds too. Geese live near lakes and ponds."
+    # ducks-copy: the same chunk text as in "kb"
+    add_collection(kb, "birds", {"ducks-copy": FACTS["ducks"], "geese": geese})
     query = {"queries": ["Which waterfowl birds live near ponds?"]}
     both = await client.post("/search", json={**query, "collection_names": ["kb", "birds"]})
     body = _results(both, 1)
@@ -227,14 +222,8 @@ async def test_an_empty_knowledge_base_gives_no_results_not_an_error(
 
 # --- k -------------------------------------------------------------------------------------------
 async def test_k_bounds_each_list(kb: KnowledgeBase, client: httpx.AsyncClient) -> None:
-    add_collection(
-        kb,
-        "ponds",
-        {
-            f"pond-{i}": f"Pond {i} has ducks, frogs and reeds; pond {i} is number {i}."
-            for i in range(8)
-        },
-    )
+    pond = "Pond {0} has ducks, frogs and reeds; pond {0} is number {0}."
+    add_collection(kb, "ponds", {f"pond-{i}": pond.format(i) for i in range(8)})
     query = {"queries": ["ducks frogs reeds pond", "pond ducks"], "collection_names": ["ponds"]}
     for k, expected in ((1, 1), (3, 3), (None, 5), (50, 8)):
         body = {**query, **({"k": k} if k is not None else {})}
