@@ -414,13 +414,11 @@ async def test_a_document_cut_short_is_listed_incomplete_with_its_repair(
     ingestor = Ingestor(
         engine.store, dying, collection="kb", chunk_size=64, window=2, pool=2, progress=False
     )
+    document = Document(id_="geese", text="Geese fly south in V shapes. " * 60)
     with pytest.raises(RuntimeError, match="embedder died"):
-        ingestor.ingest_documents(
-            [Document(id_="geese", text="Geese fly south in V shapes. " * 60)]
-        )
-    listed = {
-        d["doc_id"]: d for d in (await client.get("/v1/collections/kb/documents")).json()["data"]
-    }
+        ingestor.ingest_documents([document])
+    data = (await client.get("/v1/collections/kb/documents")).json()["data"]
+    listed = {d["doc_id"]: d for d in data}
     geese = listed.pop("geese")
     assert geese["complete"] is False and geese["chunks"] == 4 and geese["expected_chunks"] > 4
     assert geese["problem"] == (

@@ -154,8 +154,7 @@ async def test_a_stream_holds_its_slot_until_it_ends_or_its_client_leaves(
     kb: KnowledgeBase,
 ) -> None:
     llm = PacedLLM([LONG_ANSWER], delay=0.02)
-    engine = make_engine(kb, llm, max_concurrent_chats=1)
-    app = create_app(engine)
+    app = create_app(make_engine(kb, llm, max_concurrent_chats=1))
     limits: ChatLimits = app.state.limits
     with live_server(app) as url:
         async with httpx.AsyncClient(base_url=url, timeout=10) as client:
