@@ -44,16 +44,10 @@ def test_asking_for_a_missing_implementation_is_a_config_error(
 
 
 def test_uvicorn_config_carries_the_choices_and_the_address() -> None:
-    options = ServerSettings.defaults(
-        host="127.0.0.1", port=8123, uvicorn_loop="asyncio", uvicorn_http="h11"
-    )
+    host, port, loop, http = "127.0.0.1", 8123, "asyncio", "h11"
+    options = ServerSettings.defaults(host=host, port=port, uvicorn_loop=loop, uvicorn_http=http)
     config = server.uvicorn_config(object(), options)
-    assert (config.host, config.port, config.loop, config.http) == (
-        "127.0.0.1",
-        8123,
-        "asyncio",
-        "h11",
-    )
+    assert (config.host, config.port, config.loop, config.http) == (host, port, loop, http)
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="uvloop is not installed on Windows")

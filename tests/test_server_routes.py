@@ -174,10 +174,8 @@ async def test_multi_turn_history_reaches_the_workflow(kb: KnowledgeBase) -> Non
 
 
 async def test_markdown_source_list_per_request(client: httpx.AsyncClient) -> None:
-    body = (
-        await client.post("/v1/chat/completions", json=_chat(citeflow={"source_list": True}))
-    ).json()
-    content = body["choices"][0]["message"]["content"]
+    asked = await client.post("/v1/chat/completions", json=_chat(citeflow={"source_list": True}))
+    content = asked.json()["choices"][0]["message"]["content"]
     assert "\n\n**Sources**\n\n1. viaweb.txt: “Yahoo bought Viaweb in 1998" in content
     response = await client.post(
         "/v1/chat/completions",

@@ -234,17 +234,14 @@ class QueryAwareEmbedding(HashEmbedding):
 
 async def test_the_vectorizer_embeds_its_one_record_as_a_query(kb: KnowledgeBase) -> None:
     embed = QueryAwareEmbedding()
+    query = {"input_type": "query"}
     async with asgi_client(make_engine(kb, embed_model=embed)) as client:
-        query = await client.post(
-            URL, params={"input_type": "query"}, json=records(["Where do ducks live?"])
-        )
+        asked = await client.post(URL, params=query, json=records(["Where do ducks live?"]))
         document = await client.post(URL, json=records(["Where do ducks live?"]))
-        several = await client.post(
-            URL, params={"input_type": "query"}, json=records(["a duck", "", "a pond"])
-        )
-    assert vectors_of(query) == [embed.get_query_embedding("Where do ducks live?")]
+        several = await client.post(URL, params=query, json=records(["a duck", "", "a pond"]))
+    assert vectors_of(asked) == [embed.get_query_embedding("Where do ducks live?")]
     assert vectors_of(document) == [embed.get_text_embedding("Where do ducks live?")]
-    assert vectors_of(query) != vectors_of(document)
+    assert vectors_of(asked) != vectors_of(document)
     assert vectors_of(several) == [
         embed.get_query_embedding("a duck"),
         None,
