@@ -56,32 +56,24 @@ def test_assemble_writes_file_and_sidecar(tmp_path: Path) -> None:
     assert sorted(p.name for p in dest.parent.iterdir()) == ["model.gguf", "model.gguf.sha256"]
 
 
-def test_assemble_checksum_mismatch_leaves_no_file(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("wrong", "match"), [("sha256", "checksum mismatch"), ("size", "size mismatch")]
+)
+def test_assemble_mismatch_leaves_no_file(tmp_path: Path, wrong: str, match: str) -> None:
+    """A wrong size is refused before anything is written, a wrong digest after the parts are
+    joined; either way nothing is left behind, not even a temporary file."""
     parts, whole = make_parts(tmp_path)
     dest = tmp_path / "models" / "model.gguf"
+    digest = "0" * 64 if wrong == "sha256" else sha(whole)
+    size = len(whole) + 1 if wrong == "size" else len(whole)
 
-    with pytest.raises(ModelError) as caught:
-        models.assemble(
-            parts, dest, expected_sha256="0" * 64, expected_size=len(whole), progress=False
-        )
+    with pytest.raises(ModelError, match=match) as caught:
+        models.assemble(parts, dest, expected_sha256=digest, expected_size=size, progress=False)
 
     message = str(caught.value)
-    assert "checksum mismatch" in message
     assert "reinstall with" in message and "--no-deps" in message
     assert "\n" not in message
-    assert not dest.exists()
-    assert list(dest.parent.iterdir()) == []  # no temporary file left behind
-
-
-def test_assemble_size_mismatch_fails_before_writing(tmp_path: Path) -> None:
-    parts, whole = make_parts(tmp_path)
-    dest = tmp_path / "models" / "model.gguf"
-
-    with pytest.raises(ModelError, match="size mismatch"):
-        models.assemble(
-            parts, dest, expected_sha256=sha(whole), expected_size=len(whole) + 1, progress=False
-        )
-    assert not dest.exists()
+    assert list(dest.parent.glob("*")) == []  # no file, no temporary file
 
 
 def test_existing_dest_is_verified_cheaply(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
