@@ -390,9 +390,12 @@ async def test_unreachable_server_is_a_connection_error() -> None:
 
 # --- configuration errors ------------------------------------------------------------------------
 
-#: an Azure endpoint, and with it a key
+#: an Azure endpoint, and with it a key; an Azure chat model, and an Azure embedder
 AZURE_AT = {"azure_endpoint": "https://x.openai.azure.com"}
 AZURE_KEYED = {**AZURE_AT, "azure_api_key": "k"}
+AZURE_CHAT = {"llm_provider": "azure", "llm_model": "chat"}
+AZURE_EMBED = {"embed_provider": "azure", "azure_embed_deployment": "e"}
+APIM_ONLY = {"azure_headers": {"Ocp-Apim-Subscription-Key": "only-apim"}}
 CONFIG_ERRORS: list[tuple[str, dict[str, Any], str]] = [
     ("llm", {"llm_provider": "openai"}, "CITEFLOW_OPENAI_API_KEY"),
     ("embed", {"embed_provider": "openai"}, "CITEFLOW_OPENAI_API_KEY"),
@@ -401,29 +404,12 @@ CONFIG_ERRORS: list[tuple[str, dict[str, Any], str]] = [
         {"llm_provider": "openai", "openai_base_url": "localhost:11434/v1"},
         "CITEFLOW_OPENAI_BASE_URL",
     ),
-    (
-        "llm",
-        {"llm_provider": "azure", "llm_model": "chat", "azure_api_key": "k"},
-        "CITEFLOW_AZURE_ENDPOINT",
-    ),
-    (
-        "embed",
-        {"embed_provider": "azure", "azure_embed_deployment": "e", "azure_api_key": "k"},
-        "CITEFLOW_AZURE_ENDPOINT",
-    ),
+    ("llm", {**AZURE_CHAT, "azure_api_key": "k"}, "CITEFLOW_AZURE_ENDPOINT"),
+    ("embed", {**AZURE_EMBED, "azure_api_key": "k"}, "CITEFLOW_AZURE_ENDPOINT"),
     ("llm", {"llm_provider": "azure", **AZURE_KEYED}, "CITEFLOW_LLM_MODEL"),
     ("embed", {"embed_provider": "azure", **AZURE_KEYED}, "CITEFLOW_AZURE_EMBED_DEPLOYMENT"),
-    ("llm", {"llm_provider": "azure", "llm_model": "chat", **AZURE_AT}, "CITEFLOW_AZURE_API_KEY"),
-    (
-        "embed",
-        {
-            "embed_provider": "azure",
-            "azure_embed_deployment": "e",
-            "azure_headers": {"Ocp-Apim-Subscription-Key": "only-apim"},
-            **AZURE_AT,
-        },
-        "CITEFLOW_AZURE_API_KEY",
-    ),
+    ("llm", {**AZURE_CHAT, **AZURE_AT}, "CITEFLOW_AZURE_API_KEY"),
+    ("embed", {**AZURE_EMBED, **APIM_ONLY, **AZURE_AT}, "CITEFLOW_AZURE_API_KEY"),
     ("embed", {"embed_provider": "local", "embed_model": "no/such/dir"}, "CITEFLOW_EMBED_MODEL"),
 ]
 
