@@ -23,7 +23,7 @@ from citeflow.settings import RetrievalSettings, Settings
 from citeflow.store import DENSE_VECTOR, SPARSE_VECTOR, Layout, Store
 from citeflow.store.client import ClientEngine
 from citeflow.testing.embedding import HashEmbedding
-from tests.store_helpers import make_retriever
+from tests.store_helpers import ENGINES, make_retriever, open_store
 
 #: a dense side that can barely tell texts apart: 2 hashed buckets
 BLURRY = HashEmbedding(dim=2)
@@ -248,10 +248,9 @@ FEEDBACK_POINTS = {
 }
 
 
-def feedback_store(server: bool, directory: Path) -> tuple[Store, dict[str, str]]:
-    """The three points in the embedded engine (in ``directory``), or with ``server`` through
-    qdrant-client's API (its ``:memory:`` mode, standing in for a Qdrant server)."""
-    store = Store.open_path(":memory:" if server else directory / "store")
+def feedback_store(engine: str, directory: Path) -> tuple[Store, dict[str, str]]:
+    """The three points in a store on ``engine`` (`open_store`)."""
+    store = open_store(engine, directory)
     ids = {name: str(uuid.uuid4()) for name in FEEDBACK_POINTS}
     nodes: list[BaseNode] = [
         TextNode(id_=ids[name], text=text, embedding=vector)
@@ -268,9 +267,9 @@ def feedback_retriever(store: Store, mode: str = "hybrid", **options: object) ->
     )
 
 
-@pytest.mark.parametrize("server", [False, True], ids=["embedded", "server-path"])
-async def test_feedback_finds_chunks_near_the_top_hits(server: bool, tmp_path: Path) -> None:
-    store, ids = feedback_store(server, tmp_path)
+@pytest.mark.parametrize("engine", ENGINES)
+async def test_feedback_finds_chunks_near_the_top_hits(engine: str, tmp_path: Path) -> None:
+    store, ids = feedback_store(engine, tmp_path)
     names = {v: k for k, v in ids.items()}
     off = await feedback_retriever(store, feedback_chunks=0).asearch("alpha")
     assert [names[h.node.node_id] for h in off.hits] == ["alpha", "decoy"]
@@ -291,7 +290,7 @@ async def test_feedback_finds_chunks_near_the_top_hits(server: bool, tmp_path: P
 async def test_feedback_needs_both_sides_and_hybrid_mode(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    store, ids = feedback_store(False, tmp_path)
+    store, ids = feedback_store("embedded", tmp_path)
     searches: list[bool] = []
     search = store.search
 
@@ -316,9 +315,9 @@ async def test_feedback_needs_both_sides_and_hybrid_mode(
     store.close()
 
 
-@pytest.mark.parametrize("server", [False, True], ids=["embedded", "server-path"])
-def test_store_vectors_by_id(server: bool, tmp_path: Path) -> None:
-    store, ids = feedback_store(server, tmp_path)
+@pytest.mark.parametrize("engine", ENGINES)
+def test_store_vectors_by_id(engine: str, tmp_path: Path) -> None:
+    store, ids = feedback_store(engine, tmp_path)
     found = store.vectors("c", [ids["close"], str(uuid.uuid4())])
     assert list(found) == [ids["close"]]  # an unknown id is left out
     expected = FEEDBACK_POINTS["close"][1]

@@ -6,6 +6,7 @@ import shutil
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import pytest
 from llama_index.core.schema import Document, MetadataMode
@@ -17,27 +18,16 @@ from citeflow.settings import Settings
 from citeflow.store import Store
 from citeflow.testing.embedding import HashEmbedding, RecordingEmbedding
 from tests.conftest import SHARED_DATA, open_kb, stored_points
+from tests.store_helpers import ENGINES, open_store, small_ingestor
 
 
 def _payloads(kb: KnowledgeBase) -> list[dict[str, object]]:
     return [r.payload for r in stored_points(kb.store, kb.collection)]
 
 
-def _small(
-    store: Store, embed: HashEmbedding | None = None, *, overlap_writes: bool | None = None
-) -> Ingestor:
+def _small(store: Store, embed: HashEmbedding | None = None, **options: Any) -> Ingestor:
     """An ingestor into collection "c" of small chunks, in windows and pools of two."""
-    return Ingestor(
-        store,
-        embed or HashEmbedding(dim=32),
-        collection="c",
-        chunk_size=64,
-        chunk_overlap=8,
-        window=2,
-        pool=2,
-        progress=False,
-        overlap_writes=overlap_writes,
-    )
+    return small_ingestor(store, embed, window=2, pool=2, **options)
 
 
 @pytest.fixture
@@ -100,10 +90,7 @@ def test_a_change_of_chunk_size_cuts_every_document_again(
     digest = file_hash(folder / "a.md")
     assert at_default.version(digest) == digest  # what stores written before it counted hold
     assert before["a.md"] == disk_kb.ingestor().version(digest) != digest
-    finer = Ingestor(
-        disk_kb.store, disk_kb.embed_model, collection=disk_kb.collection, chunk_size=64,
-        chunk_overlap=8, progress=False,
-    )  # fmt: skip
+    finer = small_ingestor(disk_kb.store, disk_kb.embed_model, disk_kb.collection)
     report = finer.ingest_paths([folder])
     assert report.replaced == 2 and report.unchanged == 0 and report.chunks > first.chunks
     assert disk_kb.count() == report.chunks  # the chunks of the old size are gone
@@ -171,10 +158,7 @@ def test_pools_are_embedded_in_length_order_and_every_chunk_keeps_its_own_vector
     """Small pools and windows: several length-sorted pools, written in series or by the writer
     thread; every stored chunk has the vector of its own text."""
     embed = RecordingEmbedding(dim=32, embed_batch_size=2)
-    ingestor = Ingestor(
-        store, embed, collection="w", chunk_size=64, chunk_overlap=8, window=2, pool=6,
-        progress=False, overlap_writes=overlap,
-    )  # fmt: skip
+    ingestor = small_ingestor(store, embed, "w", window=2, pool=6, overlap_writes=overlap)
     report = ingestor.ingest_paths([folder])
     assert report.chunks > 12 and store.count("w") == report.chunks
     assert sum(len(b) for b in embed.batches) == report.chunks
@@ -239,12 +223,12 @@ def _doc_ids(store: Store, collection: str, ids: set[str]) -> set[str]:
     return {str(n.metadata["doc_id"]) for n in store.nodes(collection, sorted(ids)).values()}
 
 
-@pytest.mark.parametrize("engine", ["embedded", "server-api"])
+@pytest.mark.parametrize("engine", ENGINES)
 def test_chunks_of_a_write_cut_short_are_kept_out_of_searches(tmp_path: Path, engine: str) -> None:
     """A document whose write died midway is in the store in part: no search finds those chunks
     (on the embedded engine and through a Qdrant server's API), until the document is written
     whole."""
-    store = Store.open_path(tmp_path / "q" if engine == "embedded" else ":memory:")
+    store = open_store(engine, tmp_path)
     docs = [Document(id_="ducks", text=DUCKS), Document(id_="geese", text=GEESE)]
     _small(store).ingest_documents(docs[:1])
     dying = RecordingEmbedding(dim=32, embed_batch_size=2, fail_on_batch=3)
@@ -334,9 +318,9 @@ def test_ingest_documents_from_python_skips_unchanged_and_replaces_changed(store
     assert store.count("py") == 3  # the old chunk of d1 is gone
 
 
-@pytest.mark.parametrize("engine", ["embedded", "server-api"])
+@pytest.mark.parametrize("engine", ENGINES)
 def test_content_hashes_name_the_stored_documents_only(tmp_path: Path, engine: str) -> None:
-    store = Store.open_path(tmp_path / "q" if engine == "embedded" else ":memory:")
+    store = open_store(engine, tmp_path)
     ingestor = Ingestor(store, HashEmbedding(dim=16), collection="h", progress=False)
     ingestor.ingest_documents([Document(id_=f"d{i}", text=f"text {i} of ducks") for i in range(6)])
     store.delete_document("h", "d3")

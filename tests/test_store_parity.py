@@ -34,9 +34,8 @@ from citeflow.ingestion.pipeline import Ingestor
 from citeflow.store import Candidate, Store
 from citeflow.testing.embedding import HashEmbedding
 from tests.conftest import stored_points
-from tests.store_helpers import make_retriever
+from tests.store_helpers import ENGINES, make_retriever, open_store, small_ingestor
 
-ENGINES = ("embedded", "server-api")
 DENSE_ABS = 1e-4
 SPARSE_REL = 1e-3
 TIE = 1e-5
@@ -44,10 +43,6 @@ WORDS = (
     "ducks geese swans owls herons ponds rivers lakes marsh nests eggs winter spring migrate "
     "feathers wings flocks south north reeds insects fish snails seeds grass mud banks islands"
 ).split()
-
-
-def open_store(engine: str, tmp_path: Path) -> Store:
-    return Store.open_path(tmp_path / "embedded" if engine == "embedded" else ":memory:")
 
 
 @pytest.fixture
@@ -261,10 +256,7 @@ def test_ingest_reingest_replace_delete_alike(tmp_path: Path) -> None:
     states: dict[str, list[tuple[object, ...]]] = {}
     for engine in ENGINES:
         store = open_store(engine, tmp_path)
-        ingestor = Ingestor(
-            store, HashEmbedding(dim=32), collection="kb", chunk_size=64, chunk_overlap=8,
-            progress=False,
-        )  # fmt: skip
+        ingestor = small_ingestor(store, collection="kb")
         seen = []
         first = ingestor.ingest_paths([folder])
         assert first.documents_added == 3
