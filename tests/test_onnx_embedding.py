@@ -31,13 +31,8 @@ def write_model_dir(path: Path, *, pooling: dict[str, bool], tokenizer: bool = T
     """The configuration files of a sentence-transformers directory (no weights)."""
     (path / "1_Pooling").mkdir(parents=True)
     modules = [
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {
-            "idx": 1,
-            "name": "1",
-            "path": "1_Pooling",
-            "type": "sentence_transformers.models.Pooling",
-        },
+        {"idx": i, "name": str(i), "path": path, "type": f"sentence_transformers.models.{kind}"}
+        for i, (path, kind) in enumerate([("", "Transformer"), ("1_Pooling", "Pooling")])
     ]
     (path / "modules.json").write_text(json.dumps(modules))
     (path / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
