@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -56,17 +57,10 @@ PROMPT = 10.0
 
 @pytest.fixture(autouse=True)
 def _no_sdk_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The OpenAI SDK and llama-index read these; a developer's values must not leak in."""
-    for name in (
-        "OPENAI_API_KEY",
-        "OPENAI_BASE_URL",
-        "OPENAI_API_BASE",
-        "OPENAI_API_VERSION",
-        "AZURE_OPENAI_API_KEY",
-        "AZURE_OPENAI_AD_TOKEN",
-        "AZURE_OPENAI_ENDPOINT",
-    ):
-        monkeypatch.delenv(name, raising=False)
+    """The OpenAI SDK and llama-index read ``OPENAI_*`` and ``AZURE_OPENAI_*`` variables (the
+    key, base URL, API version, Azure endpoint and token); a developer's must not leak in."""
+    for name in [n for n in os.environ if n.startswith(("OPENAI_", "AZURE_OPENAI_"))]:
+        monkeypatch.delenv(name)
 
 
 @pytest.fixture
