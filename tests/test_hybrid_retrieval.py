@@ -56,11 +56,9 @@ def retriever(kb: KnowledgeBase, mode: str, **options: object) -> Retriever:
 def write_single_vector_collection(store: Store, name: str, embed: HashEmbedding) -> list[TextNode]:
     """OFFICE in a collection of the old layout (one unnamed dense vector, no BM25)."""
     nodes = [
-        TextNode(id_=f"00000000-0000-0000-0000-00000000000{i}", text=text)
+        TextNode(id_=str(uuid.UUID(int=i)), text=text, embedding=embed.get_text_embedding(text))
         for i, text in enumerate(OFFICE.values())
     ]
-    for node in nodes:
-        node.embedding = embed.get_text_embedding(node.get_content())
     QdrantVectorStore(collection_name=name, client=qdrant_client(store)).add(nodes)
     return nodes
 
