@@ -29,7 +29,7 @@ from llama_index.core.schema import (
     TextNode,
 )
 
-from citeflow.bm25 import BM25Encoder
+from citeflow.bm25 import BM25Encoder, SparseVector
 from citeflow.ingestion.pipeline import Ingestor
 from citeflow.store import Candidate, Store
 from citeflow.testing.embedding import HashEmbedding
@@ -54,32 +54,30 @@ def stores(tmp_path: Path) -> Iterator[dict[str, Store]]:
         store.close()
 
 
-def corpus(n: int = 300, dim: int = 64) -> tuple[list[TextNode], list[str]]:
-    """``n`` chunks: seeded vectors (clustered, so rankings have near-ties) and texts."""
+def corpus(n: int = 300, dim: int = 64) -> tuple[list[TextNode], list[SparseVector]]:
+    """``n`` chunks: seeded vectors (clustered, so rankings have near-ties) and texts; and the
+    texts' BM25 vectors."""
     rng = np.random.default_rng(7)
     centres = rng.standard_normal((12, dim))
-    nodes, texts = [], []
+    nodes = []
     for i in range(n):
         words = " ".join(rng.choice(WORDS, int(rng.integers(6, 30))))
-        text = f"note {i}: {words}"
         vector = centres[i % 12] + 0.3 * rng.standard_normal(dim)
         node = TextNode(
             id_=f"00000000-0000-0000-0000-{i:012d}",
-            text=text,
+            text=f"note {i}: {words}",
             metadata={"doc_id": f"doc-{i // 5}", "file_name": f"f{i // 5}.txt"},
         )
         node.embedding = [float(x) for x in vector]
         nodes.append(node)
-        texts.append(text)
-    return nodes, texts
+    return nodes, BM25Encoder().encode_documents([node.text for node in nodes])
 
 
-def write_corpus(stores: dict[str, Store]) -> tuple[list[TextNode], list[str]]:
-    nodes, texts = corpus()
-    sparse = BM25Encoder().encode_documents(texts)
+def write_corpus(stores: dict[str, Store]) -> list[TextNode]:
+    nodes, sparse = corpus()
     for store in stores.values():
         store.add("c", list[BaseNode](nodes), sparse)
-    return nodes, texts
+    return nodes
 
 
 def assert_same_ranking(
@@ -98,13 +96,13 @@ def assert_same_ranking(
 
 
 def test_searches_rank_and_score_alike(stores: dict[str, Store]) -> None:
-    nodes, texts = write_corpus(stores)
+    nodes = write_corpus(stores)
     encoder = BM25Encoder()
     rng = np.random.default_rng(11)
     for q in range(20):
         source = nodes[int(rng.integers(0, len(nodes)))]
         dense = [x + 0.2 * float(rng.standard_normal()) for x in source.get_embedding()]
-        sparse = encoder.encode_query(" ".join(texts[q * 7].split()[2:5]))
+        sparse = encoder.encode_query(" ".join(nodes[q * 7].text.split()[2:5]))
         hits = {
             engine: store.search(
                 "c", dense=dense, sparse=sparse, limit=10, sparse_limit=10, sparse_vectors=True
@@ -124,11 +122,10 @@ def test_searches_rank_and_score_alike(stores: dict[str, Store]) -> None:
 def test_bm25_scores_count_only_the_chunks_that_exist(stores: dict[str, Store]) -> None:
     """After an index build, deleted and replaced chunks no longer count in BM25's IDF: the
     embedded engine's own statistics keep them until its segment is vacuumed."""
-    nodes, texts = corpus(1500)
+    nodes, sparse = corpus(1500)
     for i, node in enumerate(nodes):
         node.relationships[NodeRelationship.SOURCE] = RelatedNodeInfo(node_id=f"doc-{i // 5}")
     encoder = BM25Encoder()
-    sparse = encoder.encode_documents(texts)
     for store in stores.values():
         store.add("c", list[BaseNode](nodes), sparse)
         store.optimize("c")
@@ -280,8 +277,7 @@ def test_ingest_reingest_replace_delete_alike(tmp_path: Path) -> None:
 def test_incomplete_chunks_are_hidden_alike_until_marked_complete(
     stores: dict[str, Store],
 ) -> None:
-    nodes, texts = corpus(20)
-    sparse = BM25Encoder().encode_documents(texts)
+    nodes, sparse = corpus(20)
     query = nodes[3].get_embedding()
     for store in stores.values():
         store.add("c", list[BaseNode](nodes[:10]), sparse[:10])
@@ -297,7 +293,7 @@ def test_incomplete_chunks_are_hidden_alike_until_marked_complete(
 
 
 def test_points_nodes_vectors_and_collections_alike(stores: dict[str, Store]) -> None:
-    nodes, _ = write_corpus(stores)
+    nodes = write_corpus(stores)
     ids = [nodes[i].node_id for i in (0, 17, 123)] + ["00000000-0000-0000-0000-999999999999"]
     edge, server = stores["embedded"], stores["server-api"]
     assert edge.count("c") == server.count("c") == len(nodes)
