@@ -74,8 +74,7 @@ async def doc_ids(r: Retriever, query: str, top_k: int = 3) -> list[str]:
 
 
 async def test_new_collections_have_the_hybrid_layout(kb: KnowledgeBase, store: Store) -> None:
-    layout = store.layout(kb.collection)
-    assert (layout.dense, layout.sparse) == (DENSE_VECTOR, SPARSE_VECTOR)
+    assert store.layout(kb.collection) == Layout(DENSE_VECTOR, SPARSE_VECTOR)
     info = qdrant_client(store).get_collection(kb.collection)
     assert info.config.params.sparse_vectors is not None
     assert info.config.params.sparse_vectors[SPARSE_VECTOR].modifier == "idf"
