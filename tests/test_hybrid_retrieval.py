@@ -180,17 +180,10 @@ async def test_reindex_resumes_from_the_staging_collection(kb: KnowledgeBase, st
     client.create_collection(
         "office.reindex", vectors_config=client.get_collection("office").config.params.vectors
     )
-    points, _ = client.scroll("office", limit=100, with_payload=True, with_vectors=True)
+    points, _ = client.scroll("office", limit=100, with_payload=True, with_vectors=[DENSE_VECTOR])
     client.upsert(
         "office.reindex",
-        points=[
-            rest.PointStruct(
-                id=p.id,
-                vector={DENSE_VECTOR: p.vector[DENSE_VECTOR]},  # type: ignore[index]
-                payload=p.payload,
-            )
-            for p in points
-        ],
+        points=[rest.PointStruct(id=p.id, vector=p.vector, payload=p.payload) for p in points],
     )
     store.drop("office")
     assert store.add_keyword_index("office", BM25Encoder()) == len(OFFICE)
