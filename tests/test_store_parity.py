@@ -191,7 +191,7 @@ def test_live_counts_are_asked_for_only_while_deleted_chunks_linger(tmp_path: Pa
 
 
 async def test_hybrid_retrieval_gives_the_same_chunks_and_relevance(
-    tmp_path: Path,
+    stores: dict[str, Store],
 ) -> None:
     """Through citeflow's retriever (fusion, feedback, relevance): same order, same scores."""
     embed = HashEmbedding(dim=64)
@@ -201,8 +201,7 @@ async def test_hybrid_retrieval_gives_the_same_chunks_and_relevance(
         for i in range(60)
     ]
     results = {}
-    for engine in ENGINES:
-        store = open_store(engine, tmp_path)
+    for engine, store in stores.items():
         Ingestor(store, embed, collection="c", progress=False).ingest_documents(docs)
         retriever = make_retriever(store, embed, "c", 5, "hybrid")
         found = []
@@ -210,7 +209,6 @@ async def test_hybrid_retrieval_gives_the_same_chunks_and_relevance(
             hits = await retriever.aretrieve(query)
             found.append([Candidate(n.node.node_id, n.score or 0.0) for n in hits])
         results[engine] = found
-        store.close()
     for edge, server in zip(results["embedded"], results["server-api"], strict=True):
         assert len(edge) == len(server) == 5
         assert_same_ranking(edge, server, abs_=DENSE_ABS)
@@ -248,11 +246,10 @@ def _state(store: Store) -> tuple[object, ...]:
     )
 
 
-def test_ingest_reingest_replace_delete_alike(tmp_path: Path) -> None:
+def test_ingest_reingest_replace_delete_alike(stores: dict[str, Store], tmp_path: Path) -> None:
     folder = _folder(tmp_path)
     states: dict[str, list[tuple[object, ...]]] = {}
-    for engine in ENGINES:
-        store = open_store(engine, tmp_path)
+    for engine, store in stores.items():
         ingestor = small_ingestor(store, collection="kb")
         seen = []
         first = ingestor.ingest_paths([folder])
@@ -269,7 +266,6 @@ def test_ingest_reingest_replace_delete_alike(tmp_path: Path) -> None:
         hashes = store.content_hashes("kb", [d.doc_id for d in store.documents("kb").values()])
         seen.append((hashes,))
         states[engine] = seen
-        store.close()
         (folder / "geese.txt").write_text("Geese migrate south in V-shaped flocks. " * 25)
     assert states["embedded"] == states["server-api"]
 
