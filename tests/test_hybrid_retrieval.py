@@ -23,7 +23,7 @@ from citeflow.settings import RetrievalSettings, Settings
 from citeflow.store import DENSE_VECTOR, SPARSE_VECTOR, Layout, Store
 from citeflow.store.client import ClientEngine
 from citeflow.testing.embedding import HashEmbedding
-from tests.store_helpers import ENGINES, make_retriever, open_store
+from tests.store_helpers import make_retriever, open_store
 
 #: a dense side that can barely tell texts apart: 2 hashed buckets
 BLURRY = HashEmbedding(dim=2)
@@ -238,9 +238,8 @@ FEEDBACK_POINTS = {
 }
 
 
-def feedback_store(engine: str, directory: Path) -> tuple[Store, dict[str, str]]:
-    """The three points in a store on ``engine`` (`open_store`)."""
-    store = open_store(engine, directory)
+def feedback_points(store: Store) -> dict[str, str]:
+    """The three points written into ``store``: their ids by name."""
     ids = {name: str(uuid.uuid4()) for name in FEEDBACK_POINTS}
     nodes: list[BaseNode] = [
         TextNode(id_=ids[name], text=text, embedding=vector)
@@ -248,7 +247,7 @@ def feedback_store(engine: str, directory: Path) -> tuple[Store, dict[str, str]]
     ]
     texts = [text for text, _ in FEEDBACK_POINTS.values()]
     store.add("c", nodes, BM25Encoder().encode_documents(texts))
-    return store, ids
+    return ids
 
 
 def feedback_retriever(store: Store, mode: str = "hybrid", **options: object) -> Retriever:
@@ -257,15 +256,13 @@ def feedback_retriever(store: Store, mode: str = "hybrid", **options: object) ->
     )
 
 
-@pytest.mark.parametrize("engine", ENGINES)
-async def test_feedback_finds_chunks_near_the_top_hits(engine: str, tmp_path: Path) -> None:
-    store, ids = feedback_store(engine, tmp_path)
-    names = {v: k for k, v in ids.items()}
-    off = await feedback_retriever(store, feedback_chunks=0).asearch("alpha")
+async def test_feedback_finds_chunks_near_the_top_hits(either_store: Store) -> None:
+    names = {v: k for k, v in feedback_points(either_store).items()}
+    off = await feedback_retriever(either_store, feedback_chunks=0).asearch("alpha")
     assert [names[h.node.node_id] for h in off.hits] == ["alpha", "decoy"]
 
     # the query moved towards "alpha" (the fused top 1): "close" overtakes "decoy"
-    on = feedback_retriever(store, feedback_chunks=1, feedback_weight=1.0)
+    on = feedback_retriever(either_store, feedback_chunks=1, feedback_weight=1.0)
     ranking = await on.asearch("alpha")
     assert [names[h.node.node_id] for h in ranking.hits] == ["alpha", "close"]
     # relevance stays the cosine with the query itself, not with the moved one
@@ -274,13 +271,13 @@ async def test_feedback_finds_chunks_near_the_top_hits(engine: str, tmp_path: Pa
         assert ranking.relevance[hit.node.node_id] == pytest.approx(cosine(QUERY, vector), abs=1e-4)
     scored = await on.aretrieve("alpha")
     assert scored[1].score == pytest.approx(cosine(QUERY, FEEDBACK_POINTS["close"][1]), abs=1e-4)
-    store.close()
 
 
 async def test_feedback_needs_both_sides_and_hybrid_mode(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    store, ids = feedback_store("embedded", tmp_path)
+    store = open_store("embedded", tmp_path)
+    ids = feedback_points(store)
     searches: list[bool] = []
     search = store.search
 
@@ -305,16 +302,14 @@ async def test_feedback_needs_both_sides_and_hybrid_mode(
     store.close()
 
 
-@pytest.mark.parametrize("engine", ENGINES)
-def test_store_vectors_by_id(engine: str, tmp_path: Path) -> None:
-    store, ids = feedback_store(engine, tmp_path)
-    found = store.vectors("c", [ids["close"], str(uuid.uuid4())])
+def test_store_vectors_by_id(either_store: Store) -> None:
+    ids = feedback_points(either_store)
+    found = either_store.vectors("c", [ids["close"], str(uuid.uuid4())])
     assert list(found) == [ids["close"]]  # an unknown id is left out
     expected = FEEDBACK_POINTS["close"][1]
     norm = math.sqrt(sum(x * x for x in expected))
     assert list(found[ids["close"]]) == pytest.approx([x / norm for x in expected], abs=1e-6)
-    assert store.vectors("c", []) == {}
-    store.close()
+    assert either_store.vectors("c", []) == {}
 
 
 def test_feedback_is_on_by_default() -> None:

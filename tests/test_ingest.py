@@ -18,7 +18,7 @@ from citeflow.settings import Settings
 from citeflow.store import Store
 from citeflow.testing.embedding import HashEmbedding, RecordingEmbedding
 from tests.conftest import SHARED_DATA, open_kb, stored_points
-from tests.store_helpers import ENGINES, open_store, small_ingestor
+from tests.store_helpers import small_ingestor
 
 
 def _payloads(kb: KnowledgeBase) -> list[dict[str, object]]:
@@ -223,26 +223,23 @@ def _doc_ids(store: Store, collection: str, ids: set[str]) -> set[str]:
     return {str(n.metadata["doc_id"]) for n in store.nodes(collection, sorted(ids)).values()}
 
 
-@pytest.mark.parametrize("engine", ENGINES)
-def test_chunks_of_a_write_cut_short_are_kept_out_of_searches(tmp_path: Path, engine: str) -> None:
+def test_chunks_of_a_write_cut_short_are_kept_out_of_searches(either_store: Store) -> None:
     """A document whose write died midway is in the store in part: no search finds those chunks
     (on the embedded engine and through a Qdrant server's API), until the document is written
     whole."""
-    store = open_store(engine, tmp_path)
     docs = [Document(id_="ducks", text=DUCKS), Document(id_="geese", text=GEESE)]
-    _small(store).ingest_documents(docs[:1])
+    _small(either_store).ingest_documents(docs[:1])
     dying = RecordingEmbedding(dim=32, embed_batch_size=2, fail_on_batch=3)
     with pytest.raises(RuntimeError, match="embedder died"):
-        _small(store, dying).ingest_documents(docs[1:])
-    assert store.count("c") == 1 + 3 * 2  # ducks, and three batches of geese
+        _small(either_store, dying).ingest_documents(docs[1:])
+    assert either_store.count("c") == 1 + 3 * 2  # ducks, and three batches of geese
     geese = "Geese migrate south in V-shaped flocks"
-    assert _doc_ids(store, "c", _search_ids(store, "c", geese)) == {"ducks"}
-    assert not store.documents("c")["geese"].complete
+    assert _doc_ids(either_store, "c", _search_ids(either_store, "c", geese)) == {"ducks"}
+    assert not either_store.documents("c")["geese"].complete
 
-    _small(store).ingest_documents(docs[1:])
-    assert _doc_ids(store, "c", _search_ids(store, "c", geese)) == {"ducks", "geese"}
-    assert store.documents("c")["geese"].complete
-    store.close()
+    _small(either_store).ingest_documents(docs[1:])
+    assert _doc_ids(either_store, "c", _search_ids(either_store, "c", geese)) == {"ducks", "geese"}
+    assert either_store.documents("c")["geese"].complete
 
 
 def test_a_replacement_cut_short_keeps_the_old_version_in_answers(folder: Path) -> None:
@@ -318,18 +315,15 @@ def test_ingest_documents_from_python_skips_unchanged_and_replaces_changed(store
     assert store.count("py") == 3  # the old chunk of d1 is gone
 
 
-@pytest.mark.parametrize("engine", ENGINES)
-def test_content_hashes_name_the_stored_documents_only(tmp_path: Path, engine: str) -> None:
-    store = open_store(engine, tmp_path)
-    ingestor = Ingestor(store, HashEmbedding(dim=16), collection="h", progress=False)
+def test_content_hashes_name_the_stored_documents_only(either_store: Store) -> None:
+    ingestor = Ingestor(either_store, HashEmbedding(dim=16), collection="h", progress=False)
     ingestor.ingest_documents([Document(id_=f"d{i}", text=f"text {i} of ducks") for i in range(6)])
-    store.delete_document("h", "d3")
+    either_store.delete_document("h", "d3")
     ingestor.ingest_documents([Document(id_="d4", text="a new text of geese")])
     asked = ["d0", "d3", "d4", "missing"]
-    found = store.content_hashes("h", asked)
+    found = either_store.content_hashes("h", asked)
     assert set(found) == {"d0", "d4"}
-    assert found["d4"] == store.documents("h")["d4"].content_hash != ""
-    store.close()
+    assert found["d4"] == either_store.documents("h")["d4"].content_hash != ""
 
 
 def test_the_one_chunk_shortcut_gives_what_the_splitter_gives() -> None:
