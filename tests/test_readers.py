@@ -28,9 +28,8 @@ def _text(documents: list[Document]) -> str:
 
 
 def _read_one(path: Path) -> Document:
-    documents = read_file(path)
-    assert len(documents) == 1
-    return documents[0]
+    [document] = read_file(path)
+    return document
 
 
 # --- Real documents ---------------------------------------------------------------------------
