@@ -204,11 +204,10 @@ async def test_hybrid_retrieval_gives_the_same_chunks_and_relevance(
     for engine, store in stores.items():
         Ingestor(store, embed, collection="c", progress=False).ingest_documents(docs)
         retriever = make_retriever(store, embed, "c", 5, "hybrid")
-        found = []
-        for query in ("ducks on ponds", "geese migrate south", "owls nests eggs", "fish"):
-            hits = await retriever.aretrieve(query)
-            found.append([Candidate(n.node.node_id, n.score or 0.0) for n in hits])
-        results[engine] = found
+        results[engine] = [
+            [Candidate(n.node.node_id, n.score or 0.0) for n in await retriever.aretrieve(query)]
+            for query in ("ducks on ponds", "geese migrate south", "owls nests eggs", "fish")
+        ]
     for edge, server in zip(results["embedded"], results["server-api"], strict=True):
         assert len(edge) == len(server) == 5
         assert_same_ranking(edge, server, abs_=DENSE_ABS)
