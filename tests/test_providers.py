@@ -247,11 +247,9 @@ async def test_first_token_logprobs_for_the_citation_judge(server: FakeOpenAISer
         assert body["max_tokens"] == 1 and body["temperature"] == 0.0
         assert body["logprobs"] is True and body["top_logprobs"] == 2
         assert not server.last_request.stream
-        judge = LLMJudge(llm)
         server.script(Reply(text="No", top_logprobs=verdict))
-        assert await judge.support("Viaweb was founded in 1995.", "Viaweb ...") == pytest.approx(
-            0.2 / 0.9
-        )
+        support = await LLMJudge(llm).support("Viaweb was founded in 1995.", "Viaweb ...")
+        assert support == pytest.approx(0.2 / 0.9)
         server.script("Yes")  # no logprobs in the reply
         assert await llm.afirst_token_logprobs(USER) == {}
     assert server.last_request.is_azure
