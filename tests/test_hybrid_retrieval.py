@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.base.embeddings.base import similarity as cosine
 from llama_index.core.schema import BaseNode, Document, MetadataMode, TextNode
 from llama_index.vector_stores.qdrant import QdrantVectorStore
@@ -213,18 +212,12 @@ def test_search_returns_candidates_and_nodes_loads_only_the_chosen(store: Store)
 
 
 # --- pseudo-relevance feedback -----------------------------------------------------------------
-class FixedEmbedding(BaseEmbedding):
-    """Every query embeds to the same vector."""
+class FixedEmbedding(HashEmbedding):
+    """Every query (and text) embeds to the same vector."""
 
     vector: list[float]
 
-    def _get_query_embedding(self, query: str) -> list[float]:
-        return list(self.vector)
-
-    async def _aget_query_embedding(self, query: str) -> list[float]:
-        return list(self.vector)
-
-    def _get_text_embedding(self, text: str) -> list[float]:
+    def _vector(self, text: str) -> list[float]:
         return list(self.vector)
 
 
