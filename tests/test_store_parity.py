@@ -226,15 +226,6 @@ def test_scores_mean_the_same(stores: dict[str, Store]) -> None:
         assert [round(c.score, 5) for c in hits] == [1.0, 0.0, -1.0]
 
 
-def _folder(tmp_path: Path) -> Path:
-    folder = tmp_path / "docs"
-    folder.mkdir()
-    (folder / "ducks.md").write_text("# Ducks\n\nDucks live near ponds and rivers. " * 20)
-    (folder / "geese.txt").write_text("Geese migrate south in V-shaped flocks. " * 25)
-    (folder / "owls.txt").write_text("Owls hunt at night and nest in old barns. " * 15)
-    return folder
-
-
 def _state(store: Store) -> tuple[object, ...]:
     points = stored_points(store, "kb")
     return (
@@ -246,7 +237,11 @@ def _state(store: Store) -> tuple[object, ...]:
 
 
 def test_ingest_reingest_replace_delete_alike(stores: dict[str, Store], tmp_path: Path) -> None:
-    folder = _folder(tmp_path)
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "ducks.md").write_text("# Ducks\n\nDucks live near ponds and rivers. " * 20)
+    (folder / "geese.txt").write_text("Geese migrate south in V-shaped flocks. " * 25)
+    (folder / "owls.txt").write_text("Owls hunt at night and nest in old barns. " * 15)
     states: dict[str, list[tuple[object, ...]]] = {}
     for engine, store in stores.items():
         ingestor = small_ingestor(store, collection="kb")
