@@ -42,6 +42,7 @@ One file of about 470 lines on purpose: each cell re-runs this script as its wor
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -54,6 +55,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -322,7 +324,8 @@ def _run(src: Path, kind: str, *values: object, limit: MemoryLimit | None = None
         )
         anon = 0
         while child.poll() is None:
-            anon = max(anon, _rss_anon_kb(child.pid))
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):  # it just exited
+                anon = max(anon, proc_status_kb(child.pid, "RssAnon").get("RssAnon", 0))
             time.sleep(0.05)
         out.seek(0)
         err.seek(0)
@@ -337,13 +340,6 @@ def _run(src: Path, kind: str, *values: object, limit: MemoryLimit | None = None
 
 class WorkerKilled(RuntimeError):
     """A worker was killed by the memory cgroup's limit."""
-
-
-def _rss_anon_kb(pid: int) -> int:
-    try:
-        return proc_status_kb(pid, "RssAnon").get("RssAnon", 0)
-    except (FileNotFoundError, ProcessLookupError):
-        return 0
 
 
 def _disk_mb(path: Path) -> float:
@@ -402,18 +398,17 @@ def main() -> int:
                     rows.append({"store": name, "n": n, "skipped": True})
                     continue
                 path = base / f"{name}-{n}"
+                run = partial(_run, sources[name], limit=limit)
                 print(f"{name} {n:,}: ingesting", file=sys.stderr, flush=True)
                 started = time.perf_counter()
                 row: dict[str, Any] = {"store": name, "n": n}
                 try:
-                    row |= _run(sources[name], "ingest", path, n, limit=limit)
+                    row |= run("ingest", path, n)
                     row["disk_mb"] = _disk_mb(path)
                     if name == "new":  # before serving, which adds chunks
-                        row |= _run(
-                            sources[name], "recall", path, n, args.recall_queries, limit=limit
-                        )
+                        row |= run("recall", path, n, args.recall_queries)
                     print(f"{name} {n:,}: serving", file=sys.stderr, flush=True)
-                    row |= _run(sources[name], "serve", path, n, args.queries, limit=limit)
+                    row |= run("serve", path, n, args.queries)
                 except WorkerKilled as killed:
                     row["killed"] = str(killed)
                 row["cell_s"] = time.perf_counter() - started
