@@ -55,9 +55,5 @@ def essay_kb(
 
 def proc_status_kb(pid: int | str, *keys: str) -> dict[str, int]:
     """The ``keys`` of ``/proc/<pid>/status`` that it shows (``VmHWM``: peak RSS), in kB."""
-    out = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in keys:
-            out[key] = int(value.split()[0])
-    return out
+    fields = (line.partition(":") for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+    return {key: int(value.split()[0]) for key, _, value in fields if key in keys}
