@@ -208,16 +208,12 @@ class Bench:
 
         With ``offtopic``, round 2 for those claims searched in the unrelated corpus instead.
         """
-        rejected = [(c, g) for c, g in row.outcomes if not g.kept]
         retriever = self.retriever
         if offtopic:
             retriever = self.off_retriever
-            rejected = []
-            for claim in offtopic:
-                if not await grader.grade(claim.text, claim.off_hits):
-                    sources = self.sources(self.fallback(claim.off_hits), claim.text)
-                    off = Claim(claim.text, claim.relevant, claim.off_hits)
-                    rejected.append((off, Graded([], sources, 0.0)))
+            off = [Claim(claim.text, claim.relevant, claim.off_hits) for claim in offtopic]
+            row = await self.row("off-topic", grader, off)
+        rejected = [(c, g) for c, g in row.outcomes if not g.kept]
         if not rejected:
             return None
         found_new = kept2 = rel_before = rel_after = 0
