@@ -154,14 +154,12 @@ class Row:
         }
 
 
+@dataclass
 class Bench:
-    def __init__(
-        self, settings: Settings, retriever: Retriever, off_retriever: Retriever, llm: ReplyCache
-    ) -> None:
-        self.settings = settings
-        self.retriever = retriever
-        self.off_retriever = off_retriever
-        self.llm = llm
+    settings: Settings
+    retriever: Retriever
+    off_retriever: Retriever
+    llm: ReplyCache
 
     def fallback(self, hits: Sequence[NodeWithScore]) -> list[NodeWithScore]:
         """The workflow's fallback: the ``fallback_chunks`` hits of highest relevance (one per
