@@ -31,7 +31,7 @@ and ``--no-retry`` the retries (then nothing needs the model).
 
     .venv/bin/python bench/grading_value.py [--llm-sample 25] [--cache-dir DIR]
 
-Just over 400 lines: one experiment (graders, then retries on the same hits), read top to bottom.
+About 400 lines: one experiment (graders, then retries on the same hits), read top to bottom.
 """
 
 from __future__ import annotations
