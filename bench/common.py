@@ -7,9 +7,8 @@ peak memory.
 
 from __future__ import annotations
 
-import json
 import statistics
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,13 +23,6 @@ ROOT = Path(__file__).resolve().parents[1]
 #: BEIR SciFact (corpus, queries, qrels), beside the checkout
 SCIFACT = ROOT.parent / "shared" / "data" / "scifact"
 ESSAY = ROOT / "data" / "paul_graham_essay.txt"
-
-
-def scifact_abstracts() -> Iterator[dict[str, Any]]:
-    """SciFact's corpus rows (``_id``, ``title``, ``text``), in file order."""
-    with (SCIFACT / "corpus.jsonl").open() as fh:
-        for line in fh:
-            yield json.loads(line)
 
 
 def p50_p95_ms(times: Sequence[float]) -> tuple[float, float]:

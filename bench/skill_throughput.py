@@ -38,18 +38,19 @@ from itertools import islice
 import httpx
 
 from citeflow.api.engine import Engine
+from citeflow.evaluation.dataset import load_beir
 from citeflow.providers.embeddings import build_embed_model, describe_embeddings
 from citeflow.query.batching import batch_queries
 from citeflow.server import create_app, use_one_blas_thread
 from citeflow.settings import Settings
 from citeflow.store import Store
 from citeflow.testing.llm import ScriptedLLM
-from common import scifact_abstracts
+from common import SCIFACT
 
 
 def load(count: int, chars: int) -> list[str]:
     """The first ``count`` abstracts with text, cut to about ``chars`` characters (0: whole)."""
-    texts = (row["text"].strip() for row in scifact_abstracts())
+    texts = (doc.text.strip() for doc in load_beir(SCIFACT, evidence=False).corpus.values())
     cut = (t[:chars].rsplit(" ", 1)[0] if chars and len(t) > chars else t for t in texts if t)
     return list(islice(cut, count))
 
