@@ -176,8 +176,8 @@ def worker_ingest(path: str, n: int) -> dict[str, Any]:
     }
 
 
-def _queries(n: int, count: int) -> list[tuple[Any, str, int]]:
-    """(vector, words, source index) per query: a stored chunk's vector moved a little, and
+def _queries(n: int, count: int) -> list[tuple[Any, str]]:
+    """(vector, words) per query: a stored chunk's vector moved a little, and
     four of its words."""
     words, centres = _vocabulary(), _centres()
     rng = np.random.default_rng([SEED, 4])
@@ -189,7 +189,7 @@ def _queries(n: int, count: int) -> list[tuple[Any, str, int]]:
         vector = vector + 0.02 * rng.standard_normal(DIM).astype(np.float32)
         text = batch_texts(batch, size, words)[offset].split()
         picked = " ".join(text[j] for j in rng.integers(0, len(text), 4))
-        found.append((vector / np.linalg.norm(vector), picked, int(index)))
+        found.append((vector / np.linalg.norm(vector), picked))
     return found
 
 
@@ -199,7 +199,7 @@ def worker_serve(path: str, n: int, count: int) -> dict[str, Any]:
     from citeflow.store import Store
 
     encoder = BM25Encoder()
-    queries = [(v.tolist(), encoder.encode_query(t)) for v, t, _ in _queries(n, count + 1)]
+    queries = [(v.tolist(), encoder.encode_query(t)) for v, t in _queries(n, count + 1)]
 
     def hybrid(store: Any, dense: list[float], sparse: Any) -> None:
         hits = store.search(COLLECTION, dense=dense, sparse=sparse, limit=10, sparse_limit=10)
@@ -258,7 +258,7 @@ def worker_recall(path: str, n: int, count: int) -> dict[str, Any]:
 
     centres = _centres()
     queries = _queries(n, count)
-    matrix = np.stack([v for v, _, _ in queries]).astype(np.float32)
+    matrix = np.stack([v for v, _ in queries]).astype(np.float32)
     best_scores = np.full((count, 10), -np.inf, dtype=np.float32)
     best_ids = np.zeros((count, 10), dtype=np.int64)
     for batch, size in batches(n):
@@ -271,7 +271,7 @@ def worker_recall(path: str, n: int, count: int) -> dict[str, Any]:
         best_ids = np.take_along_axis(merged_ids, keep, axis=1)
     store = Store.open_path(path)
     found = 0
-    for q, (vector, _, _) in enumerate(queries):
+    for q, (vector, _) in enumerate(queries):
         hits = store.search(COLLECTION, dense=vector.tolist(), limit=10)
         exact = {point_id(int(i)) for i in best_ids[q]}
         found += len(exact & {c.id for c in hits.dense})
