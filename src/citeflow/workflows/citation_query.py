@@ -32,7 +32,9 @@ from citeflow.events import (
     Stage,
     StatusEvent,
 )
+from citeflow.names import check_collection_name
 from citeflow.prompts import NOT_COVERED_ANSWER
+from citeflow.providers.embeddings import build_embed_model
 from citeflow.providers.llm import build_llm
 from citeflow.query.grading import Grader, ScoreGrader, build_grader, fallback_hits, keep_best
 from citeflow.query.retrieval import Retriever
@@ -98,10 +100,15 @@ class CitationQueryWorkflow(Workflow):
         Raises:
             InvalidCollectionNameError: ``collection`` breaks the rule of `citeflow.names`.
         """
-        from citeflow.knowledge_base import KnowledgeBase
-
-        kb = KnowledgeBase.open(collection, settings=settings, store=store, embed_model=embed_model)
-        return cls.from_retriever(kb.retriever(), settings, llm, **kwargs)
+        if collection is not None:
+            check_collection_name(collection)
+        retriever = Retriever.from_settings(
+            settings,
+            store or Store.open(settings.store),
+            embed_model or build_embed_model(settings),
+            collection=collection,
+        )
+        return cls.from_retriever(retriever, settings, llm, **kwargs)
 
     @classmethod
     def from_retriever(
