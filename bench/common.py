@@ -7,9 +7,8 @@ peak memory.
 
 from __future__ import annotations
 
-import json
 import statistics
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,13 +23,6 @@ ROOT = Path(__file__).resolve().parents[1]
 #: BEIR SciFact (corpus, queries, qrels), beside the checkout
 SCIFACT = ROOT.parent / "shared" / "data" / "scifact"
 ESSAY = ROOT / "data" / "paul_graham_essay.txt"
-
-
-def scifact_abstracts() -> Iterator[dict[str, Any]]:
-    """SciFact's corpus rows (``_id``, ``title``, ``text``), in file order."""
-    with (SCIFACT / "corpus.jsonl").open() as fh:
-        for line in fh:
-            yield json.loads(line)
 
 
 def p50_p95_ms(times: Sequence[float]) -> tuple[float, float]:
@@ -55,9 +47,5 @@ def essay_kb(
 
 def proc_status_kb(pid: int | str, *keys: str) -> dict[str, int]:
     """The ``keys`` of ``/proc/<pid>/status`` that it shows (``VmHWM``: peak RSS), in kB."""
-    out = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in keys:
-            out[key] = int(value.split()[0])
-    return out
+    fields = (line.partition(":") for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+    return {key: int(value.split()[0]) for key, _, value in fields if key in keys}

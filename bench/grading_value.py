@@ -31,7 +31,7 @@ and ``--no-retry`` the retries (then nothing needs the model).
 
     .venv/bin/python bench/grading_value.py [--llm-sample 25] [--cache-dir DIR]
 
-Just over 400 lines: one experiment (graders, then retries on the same hits), read top to bottom.
+About 400 lines: one experiment (graders, then retries on the same hits), read top to bottom.
 """
 
 from __future__ import annotations
@@ -39,11 +39,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
-import json
 import statistics
 import time
 import warnings
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -52,9 +52,10 @@ from llama_index.core.llms import LLM, ChatMessage, ChatResponse
 from llama_index.core.schema import NodeWithScore
 
 from citeflow.citations.sources import make_sources
-from citeflow.evaluation.answer_cache import write_json
+from citeflow.evaluation.answer_cache import read_json_object, write_json
 from citeflow.evaluation.dataset import load_beir
-from citeflow.evaluation.dense import DenseIndex, default_cache_dir, doc_id_of
+from citeflow.evaluation.dense import default_cache_dir, doc_id_of
+from citeflow.evaluation.runner import EvalContext, corpus_index
 from citeflow.query.grading import Grader, KeepAllGrader, LLMGrader, ScoreGrader, keep_best
 from citeflow.query.retrieval import Retriever
 from citeflow.query.rewriting import reformulate
@@ -74,9 +75,7 @@ class ReplyCache:
     def __init__(self, path: Path, settings: Settings) -> None:
         self.path = path
         self.settings = settings
-        self.data: dict[str, dict[str, Any]] = {}
-        if path.is_file():
-            self.data = json.loads(path.read_text(encoding="utf-8"))
+        self.data: dict[str, dict[str, Any]] = read_json_object(path)
         self._llm: LLM | None = None
         self.last_seconds = 0.0
         self.misses = 0
@@ -155,14 +154,12 @@ class Row:
         }
 
 
+@dataclass
 class Bench:
-    def __init__(
-        self, settings: Settings, retriever: Retriever, off_retriever: Retriever, llm: ReplyCache
-    ) -> None:
-        self.settings = settings
-        self.retriever = retriever
-        self.off_retriever = off_retriever
-        self.llm = llm
+    settings: Settings
+    retriever: Retriever
+    off_retriever: Retriever
+    llm: ReplyCache
 
     def fallback(self, hits: Sequence[NodeWithScore]) -> list[NodeWithScore]:
         """The workflow's fallback: the ``fallback_chunks`` hits of highest relevance (one per
@@ -209,16 +206,12 @@ class Bench:
 
         With ``offtopic``, round 2 for those claims searched in the unrelated corpus instead.
         """
-        rejected = [(c, g) for c, g in row.outcomes if not g.kept]
         retriever = self.retriever
         if offtopic:
             retriever = self.off_retriever
-            rejected = []
-            for claim in offtopic:
-                if not await grader.grade(claim.text, claim.off_hits):
-                    sources = self.sources(self.fallback(claim.off_hits), claim.text)
-                    off = Claim(claim.text, claim.relevant, claim.off_hits)
-                    rejected.append((off, Graded([], sources, 0.0)))
+            off = [Claim(claim.text, claim.relevant, claim.off_hits) for claim in offtopic]
+            row = await self.row("off-topic", grader, off)
+        rejected = [(c, g) for c, g in row.outcomes if not g.kept]
         if not rejected:
             return None
         found_new = kept2 = rel_before = rel_after = 0
@@ -285,18 +278,11 @@ def score_name(t: float) -> str:
     return f"score >= {t:.2f}"
 
 
-async def run(args: argparse.Namespace) -> None:
+async def run(args: argparse.Namespace, stack: ExitStack) -> None:
     settings = Settings(_env_file=None)
     dataset = load_beir(args.dataset, split="test", limit=args.limit, evidence=False)
-    from citeflow.providers.embeddings import build_embed_model, describe_embeddings
-
-    index = DenseIndex.open(
-        dataset,
-        embed_model=build_embed_model(settings),
-        embedder=describe_embeddings(settings),
-        cache_dir=args.cache_dir,
-        settings=settings,
-    )
+    context = EvalContext(settings=settings, cache_dir=args.cache_dir, stack=stack)
+    index = corpus_index(dataset, context)
     if not index.info.reused:
         print(f"note: the index was built or finished now ({index.info.embedded_chunks} chunks)")
     retriever = index.retriever(mode="hybrid").retriever
@@ -375,7 +361,6 @@ async def run(args: argparse.Namespace) -> None:
         )
     if llm.misses:
         print(f"({llm.misses} new LLM calls, cached in {args.llm_cache})")
-    index.close()
 
 
 def main() -> None:
@@ -402,7 +387,8 @@ def main() -> None:
     args = parser.parse_args()
     args.llm_cache.parent.mkdir(parents=True, exist_ok=True)
     warnings.filterwarnings("ignore")
-    asyncio.run(run(args))
+    with ExitStack() as stack:  # closes the corpus index
+        asyncio.run(run(args, stack))
 
 
 if __name__ == "__main__":

@@ -30,16 +30,17 @@ from itertools import islice
 
 from llama_index.core.schema import Document, MetadataMode
 
+from citeflow.evaluation.dataset import load_beir
 from citeflow.ingestion.pipeline import Ingestor
 from citeflow.providers.embeddings import build_embed_model
 from citeflow.settings import Settings
 from citeflow.store import Store
-from common import scifact_abstracts
+from common import SCIFACT
 
 
 def load(limit: int | None) -> list[Document]:
-    rows = islice(scifact_abstracts(), limit or None)
-    return [Document(id_=r["_id"], text=r["text"], metadata={"title": r["title"]}) for r in rows]
+    abstracts = islice(load_beir(SCIFACT, evidence=False).corpus.values(), limit or None)
+    return [Document(id_=a.id, text=a.text, metadata={"title": a.title}) for a in abstracts]
 
 
 def main() -> None:

@@ -481,8 +481,7 @@ def start_profiler(path: str, pid: int, native: bool = False) -> subprocess.Pope
     format follows ``path``'s suffix: ``.svg`` a flame graph, ``.json`` speedscope, anything else
     py-spy's raw format."""
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    suffix = Path(path).suffix
-    form = {".svg": "flamegraph", ".json": "speedscope"}.get(suffix, "raw")
+    form = {".svg": "flamegraph", ".json": "speedscope"}.get(Path(path).suffix, "raw")
     mode = ("--native", "--rate", "100") if native else ("--nonblocking", "--gil", "--rate", "250")
     command = [py_spy, "record", "--pid", str(pid), *mode, "--format", form, "--output", path]
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -17,27 +17,20 @@ joins.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 from citeflow.citations import text
 from citeflow.evaluation.dataset import load_beir
 
 
-def documents(folder: str) -> Iterator[str]:
-    for doc in load_beir(folder, evidence=False).corpus.values():
-        yield doc.text
-
-
 def removed_ends(corpus: list[str], rule: str) -> tuple[int, list[str]]:
     """The number of sentences with the rule, and each end the rule removes, in context."""
     name = "SHORT_WORD" if rule == "short" else "_after_name"
-    kept = getattr(text, name)
     # the rule off: no word is that short, or none comes after a name
-    setattr(text, name, 0 if rule == "short" else lambda text, end: False)
-    text.sentence_spans.cache_clear()
-    without = [text.sentence_spans(doc) for doc in corpus]
-    setattr(text, name, kept)
+    with mock.patch.object(text, name, 0 if rule == "short" else lambda text, end: False):
+        text.sentence_spans.cache_clear()
+        without = [text.sentence_spans(doc) for doc in corpus]
     text.sentence_spans.cache_clear()
     with_rule = [text.sentence_spans(doc) for doc in corpus]
     removed = []
@@ -58,7 +51,8 @@ def main() -> None:
     parser.add_argument("--show", type=int, default=20, help="ends printed per corpus")
     args = parser.parse_args()
     for folder in args.datasets:
-        sentences, removed = removed_ends(list(documents(folder)), args.rule)
+        corpus = load_beir(folder, evidence=False).corpus.values()
+        sentences, removed = removed_ends([doc.text for doc in corpus], args.rule)
         print(f"{Path(folder).name}: {sentences} sentences; the rule removes {len(removed)} ends")
         for context in removed[: args.show]:
             print(f"    {context!r}")

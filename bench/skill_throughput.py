@@ -33,32 +33,26 @@ import json
 import statistics
 import time
 import warnings
+from itertools import islice
 
 import httpx
 
 from citeflow.api.engine import Engine
+from citeflow.evaluation.dataset import load_beir
 from citeflow.providers.embeddings import build_embed_model, describe_embeddings
 from citeflow.query.batching import batch_queries
 from citeflow.server import create_app, use_one_blas_thread
 from citeflow.settings import Settings
 from citeflow.store import Store
 from citeflow.testing.llm import ScriptedLLM
-from common import scifact_abstracts
+from common import SCIFACT
 
 
 def load(count: int, chars: int) -> list[str]:
     """The first ``count`` abstracts with text, cut to about ``chars`` characters (0: whole)."""
-    texts: list[str] = []
-    for row in scifact_abstracts():
-        text = row["text"].strip()
-        if not text:
-            continue
-        if chars and len(text) > chars:
-            text = text[:chars].rsplit(" ", 1)[0]
-        texts.append(text)
-        if len(texts) >= count:
-            break
-    return texts
+    texts = (doc.text.strip() for doc in load_beir(SCIFACT, evidence=False).corpus.values())
+    cut = (t[:chars].rsplit(" ", 1)[0] if chars and len(t) > chars else t for t in texts if t)
+    return list(islice(cut, count))
 
 
 def body(texts: list[str]) -> bytes:
@@ -91,7 +85,7 @@ async def run(args: argparse.Namespace) -> None:
     async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:
         loop_cpu: list[float] = []
 
-        async def skill(batch: list[str]) -> tuple[float, float, bytes]:
+        async def skill(batch: list[str]) -> tuple[float, float, list[list[float]]]:
             content = body(batch)
             started, cpu, own = time.perf_counter(), time.process_time(), time.thread_time()
             response = await client.post(
@@ -102,7 +96,7 @@ async def run(args: argparse.Namespace) -> None:
             seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
             loop_cpu.append(time.thread_time() - own)
             response.raise_for_status()
-            return seconds, cpu, response.content
+            return seconds, cpu, [v["data"]["vector"] for v in response.json()["values"]]
 
         def timed_raw(batch: list[str]) -> tuple[float, float, list[list[float]]]:
             started, cpu = time.perf_counter(), time.process_time()
@@ -120,8 +114,7 @@ async def run(args: argparse.Namespace) -> None:
                 sides.append("raw sorted")
             for side in sides:
                 if side == "skill":
-                    seconds, cpu, content = await skill(batch)
-                    answer = [v["data"]["vector"] for v in json.loads(content)["values"]]
+                    seconds, cpu, answer = await skill(batch)
                 elif side == "raw":
                     seconds, cpu, expected = timed_raw(batch)
                 else:

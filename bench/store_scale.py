@@ -42,6 +42,7 @@ One file of about 470 lines on purpose: each cell re-runs this script as its wor
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -54,6 +55,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -174,8 +176,8 @@ def worker_ingest(path: str, n: int) -> dict[str, Any]:
     }
 
 
-def _queries(n: int, count: int) -> list[tuple[Any, str, int]]:
-    """(vector, words, source index) per query: a stored chunk's vector moved a little, and
+def _queries(n: int, count: int) -> list[tuple[Any, str]]:
+    """(vector, words) per query: a stored chunk's vector moved a little, and
     four of its words."""
     words, centres = _vocabulary(), _centres()
     rng = np.random.default_rng([SEED, 4])
@@ -187,7 +189,7 @@ def _queries(n: int, count: int) -> list[tuple[Any, str, int]]:
         vector = vector + 0.02 * rng.standard_normal(DIM).astype(np.float32)
         text = batch_texts(batch, size, words)[offset].split()
         picked = " ".join(text[j] for j in rng.integers(0, len(text), 4))
-        found.append((vector / np.linalg.norm(vector), picked, int(index)))
+        found.append((vector / np.linalg.norm(vector), picked))
     return found
 
 
@@ -197,7 +199,7 @@ def worker_serve(path: str, n: int, count: int) -> dict[str, Any]:
     from citeflow.store import Store
 
     encoder = BM25Encoder()
-    queries = [(v.tolist(), encoder.encode_query(t)) for v, t, _ in _queries(n, count + 1)]
+    queries = [(v.tolist(), encoder.encode_query(t)) for v, t in _queries(n, count + 1)]
 
     def hybrid(store: Any, dense: list[float], sparse: Any) -> None:
         hits = store.search(COLLECTION, dense=dense, sparse=sparse, limit=10, sparse_limit=10)
@@ -256,7 +258,7 @@ def worker_recall(path: str, n: int, count: int) -> dict[str, Any]:
 
     centres = _centres()
     queries = _queries(n, count)
-    matrix = np.stack([v for v, _, _ in queries]).astype(np.float32)
+    matrix = np.stack([v for v, _ in queries]).astype(np.float32)
     best_scores = np.full((count, 10), -np.inf, dtype=np.float32)
     best_ids = np.zeros((count, 10), dtype=np.int64)
     for batch, size in batches(n):
@@ -269,7 +271,7 @@ def worker_recall(path: str, n: int, count: int) -> dict[str, Any]:
         best_ids = np.take_along_axis(merged_ids, keep, axis=1)
     store = Store.open_path(path)
     found = 0
-    for q, (vector, _, _) in enumerate(queries):
+    for q, (vector, _) in enumerate(queries):
         hits = store.search(COLLECTION, dense=vector.tolist(), limit=10)
         exact = {point_id(int(i)) for i in best_ids[q]}
         found += len(exact & {c.id for c in hits.dense})
@@ -322,7 +324,8 @@ def _run(src: Path, kind: str, *values: object, limit: MemoryLimit | None = None
         )
         anon = 0
         while child.poll() is None:
-            anon = max(anon, _rss_anon_kb(child.pid))
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):  # it just exited
+                anon = max(anon, proc_status_kb(child.pid, "RssAnon").get("RssAnon", 0))
             time.sleep(0.05)
         out.seek(0)
         err.seek(0)
@@ -337,13 +340,6 @@ def _run(src: Path, kind: str, *values: object, limit: MemoryLimit | None = None
 
 class WorkerKilled(RuntimeError):
     """A worker was killed by the memory cgroup's limit."""
-
-
-def _rss_anon_kb(pid: int) -> int:
-    try:
-        return proc_status_kb(pid, "RssAnon").get("RssAnon", 0)
-    except (FileNotFoundError, ProcessLookupError):
-        return 0
 
 
 def _disk_mb(path: Path) -> float:
@@ -402,18 +398,17 @@ def main() -> int:
                     rows.append({"store": name, "n": n, "skipped": True})
                     continue
                 path = base / f"{name}-{n}"
+                run = partial(_run, sources[name], limit=limit)
                 print(f"{name} {n:,}: ingesting", file=sys.stderr, flush=True)
                 started = time.perf_counter()
                 row: dict[str, Any] = {"store": name, "n": n}
                 try:
-                    row |= _run(sources[name], "ingest", path, n, limit=limit)
+                    row |= run("ingest", path, n)
                     row["disk_mb"] = _disk_mb(path)
                     if name == "new":  # before serving, which adds chunks
-                        row |= _run(
-                            sources[name], "recall", path, n, args.recall_queries, limit=limit
-                        )
+                        row |= run("recall", path, n, args.recall_queries)
                     print(f"{name} {n:,}: serving", file=sys.stderr, flush=True)
-                    row |= _run(sources[name], "serve", path, n, args.queries, limit=limit)
+                    row |= run("serve", path, n, args.queries)
                 except WorkerKilled as killed:
                     row["killed"] = str(killed)
                 row["cell_s"] = time.perf_counter() - started

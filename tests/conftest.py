@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from citeflow.store import Store
 from citeflow.store.engine import Record
 from citeflow.testing.embedding import HashEmbedding
 from citeflow.testing.openai_server import FakeOpenAIServer
+from tests.store_helpers import ENGINES, open_store
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -72,6 +74,13 @@ def store() -> Iterator[Store]:
     s = Store.open_path(":memory:")
     yield s
     s.close()
+
+
+@pytest.fixture(params=ENGINES)
+def either_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """An empty store on each engine in turn (`tests.store_helpers.open_store`), closed after."""
+    with closing(open_store(request.param, tmp_path)) as opened:
+        yield opened
 
 
 @pytest.fixture

@@ -167,7 +167,7 @@ def asgi_client(
 
 def make_engine(
     kb: KnowledgeBase,
-    llm: ScriptedLLM,
+    llm: ScriptedLLM | None = None,
     *,
     embed_model: BaseEmbedding | None = None,
     keys: Sequence[str] = (),
@@ -175,16 +175,17 @@ def make_engine(
     store: dict[str, Any] | None = None,
     **server: Any,
 ) -> Engine:
-    """An engine over the test knowledge base (collection ``kb``) with a fake LLM; ``keys``: the
-    API keys it takes (none: an open server); ``retrieval``, ``store`` and ``server``: fields of
-    `RetrievalSettings`, `StoreSettings` and `ServerSettings` changed."""
+    """An engine over the test knowledge base (collection ``kb``) with a fake LLM (by default one
+    that answers "OK"); ``keys``: the API keys it takes (none: an open server); ``retrieval``,
+    ``store`` and ``server``: fields of `RetrievalSettings`, `StoreSettings` and `ServerSettings`
+    changed."""
     if keys:
         server["api_keys"] = [SecretStr(key) for key in keys]
     return Engine(
         kb.settings.updated(server=server, retrieval=retrieval or {}, store=store or {}),
         store=kb.store,
         embed_model=embed_model or kb.embed_model,
-        llm=llm,
+        llm=llm or ScriptedLLM(),
     )
 
 
@@ -255,20 +256,16 @@ def events_of(items: Sequence[Any], kind: str) -> list[dict[str, Any]]:
     ]
 
 
-class LiveServer:
-    """``app`` served by uvicorn on 127.0.0.1 (a free port) in a background thread."""
-
-    def __init__(self, app: FastAPI) -> None:
-        self.config = uvicorn.Config(app, log_level="warning", lifespan="off")
-
-    def __enter__(self) -> LiveServer:
-        self.served = serve_in_thread(self.config)
-        self.port = self.served.port
-        self.base_url = f"http://127.0.0.1:{self.port}"
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.served.stop(timeout=10)
+@contextmanager
+def live_server(app: Engine | FastAPI) -> Iterator[str]:
+    """``app`` (or the app over an engine) served by uvicorn on 127.0.0.1 (a free port) in a
+    background thread for the ``with`` block: its base URL."""
+    app = create_app(app) if isinstance(app, Engine) else app
+    served = serve_in_thread(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    try:
+        yield f"http://127.0.0.1:{served.port}"
+    finally:
+        served.stop(timeout=10)
 
 
 async def wait_until(predicate: Any, within: float = 2.0) -> float:

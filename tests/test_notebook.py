@@ -25,19 +25,13 @@ def test_walkthrough_notebook_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         kernel_name="python3",
         resources={"metadata": {"path": str(NOTEBOOK.parent)}},
     ).execute()
-    outputs = [
-        "".join(o.get("text", "") for o in cell.get("outputs", []))
-        for cell in nb.cells
-        if cell.cell_type == "code"
-    ]
-    text = "\n".join(outputs)
+    outputs = [cell.get("outputs", []) for cell in nb.cells]
+    text = "\n".join("".join(o.get("text", "") for o in cell) for cell in outputs)
     assert "paul_graham_essay.txt" in text
     assert "1 unchanged" in text  # the second ingest skipped the unchanged file
     assert "cited:" in text and "[1]" in text
     assert "[searching]" in text and "[done]" in text
     assert "search query:" in text
     assert "hybrid" in text and "nDCG@10" in text  # the evaluation table
-    images = [
-        o for cell in nb.cells for o in cell.get("outputs", []) if "image/png" in o.get("data", {})
-    ]
+    images = [o for cell in outputs for o in cell if "image/png" in o.get("data", {})]
     assert images, "the evaluation plot was not drawn"

@@ -11,8 +11,6 @@ import pytest
 
 from citeflow.errors import ModelError
 from citeflow.providers.onnx_embedding import OnnxEmbedding, export_onnx, onnx_supported
-from citeflow.query.batching import query_batch_function
-from citeflow.testing.embedding import HashEmbedding
 from tests.settings_helpers import settings_of
 
 LONG = " ".join(
@@ -31,13 +29,8 @@ def write_model_dir(path: Path, *, pooling: dict[str, bool], tokenizer: bool = T
     """The configuration files of a sentence-transformers directory (no weights)."""
     (path / "1_Pooling").mkdir(parents=True)
     modules = [
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {
-            "idx": 1,
-            "name": "1",
-            "path": "1_Pooling",
-            "type": "sentence_transformers.models.Pooling",
-        },
+        {"idx": i, "name": str(i), "path": path, "type": f"sentence_transformers.models.{kind}"}
+        for i, (path, kind) in enumerate([("", "Transformer"), ("1_Pooling", "Pooling")])
     ]
     (path / "modules.json").write_text(json.dumps(modules))
     (path / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
@@ -60,19 +53,6 @@ def test_only_mean_pooled_models_with_a_fast_tokenizer_are_supported(tmp_path: P
     assert [onnx_supported(path) for path in checked] == [True, False, False, False]
     with pytest.raises(ModelError, match="CITEFLOW_EMBED_BACKEND=torch"):
         OnnxEmbedding(model_dir=cls, cache_dir=tmp_path / "cache")
-
-
-def test_the_query_batcher_uses_one_run_for_many_queries() -> None:
-    runs: list[list[str]] = []
-
-    class OneRun(HashEmbedding):
-        def embed_query_batch(self, queries: list[str]) -> list[list[float]]:
-            runs.append(list(queries))
-            return [self._vector(q) for q in queries]
-
-    model = OneRun()
-    assert query_batch_function(model)(["a", "b"]) == [model._vector("a"), model._vector("b")]
-    assert runs == [["a", "b"]]
 
 
 # --- the real MiniLM ------------------------------------------------------------------------------

@@ -15,15 +15,14 @@ from typing import Any
 import pytest
 
 from citeflow.knowledge_base import KnowledgeBase
-from citeflow.server import create_app
 from tests.e2e.procs import free_port
 from tests.server_helpers import (
     ANSWER,
     QUESTION,
-    LiveServer,
     PacedLLM,
     add_collection,
     chat_request,
+    live_server,
     make_engine,
     wait_until,
 )
@@ -71,10 +70,6 @@ class Recorder:
     def of_type(self, kind: str) -> list[dict[str, Any]]:
         return [e["data"] for e in self.events if e["type"] == kind]
 
-    @property
-    def text(self) -> str:
-        return "".join(item for kind, item in self.log if kind == "text")
-
 
 async def consume(result: Any, recorder: Recorder) -> str:
     """Drain what ``pipe`` returned as Open WebUI does; the text lands in ``recorder`` too."""
@@ -87,7 +82,7 @@ async def consume(result: Any, recorder: Recorder) -> str:
             piece = piece["choices"][0]["delta"]["content"]
         assert isinstance(piece, str)
         recorder.log.append(("text", piece))
-    return recorder.text
+    return "".join(item for kind, item in recorder.log if kind == "text")
 
 
 def body(
@@ -116,10 +111,10 @@ def assert_ends_done(recorder: Recorder) -> None:
 
 
 @pytest.fixture
-def server(kb: KnowledgeBase) -> Iterator[LiveServer]:
+def server(kb: KnowledgeBase) -> Iterator[str]:
     add_collection(kb, "notes", {"n1": "A note about geese."})
-    with LiveServer(create_app(make_engine(kb, PacedLLM([_reply])))) as live:
-        yield live
+    with live_server(make_engine(kb, PacedLLM([_reply]))) as url:
+        yield url
 
 
 # --- the file ------------------------------------------------------------------------------------
@@ -161,23 +156,21 @@ def test_valves_defaults() -> None:
 
 
 # --- against citeflow ----------------------------------------------------------------------------
-async def test_pipes_lists_one_model_per_collection(server: LiveServer) -> None:
-    models = await make_pipe(server.base_url).pipes()
+async def test_pipes_lists_one_model_per_collection(server: str) -> None:
+    models = await make_pipe(server).pipes()
     assert sorted(m["id"] for m in models) == ["citeflow-kb", "citeflow-notes"]
     assert {m["name"] for m in models} == {"citeflow kb", "citeflow notes"}
     # a bare host:port means citeflow's /v1
-    pipe = make_pipe(server.base_url)
-    pipe.valves.CITEFLOW_BASE_URL = server.base_url + "/"
+    pipe = make_pipe(server)
+    pipe.valves.CITEFLOW_BASE_URL = server + "/"
     assert len(await pipe.pipes()) == 2
 
 
-async def test_streamed_answer_with_sources_in_citation_order(server: LiveServer) -> None:
-    pipe = make_pipe(server.base_url)
-    result = await pipe.pipe(body(), __user__={"id": "u1"}, __event_emitter__=(rec := Recorder()))
-    assert isinstance(result, AsyncGenerator)
-    text = await consume(result, rec)
+async def test_streamed_answer_with_sources_in_citation_order(server: str) -> None:
+    text, rec = await ask(make_pipe(server), body())
     assert text == ANSWER
-    assert sum(kind == "text" for kind, _ in rec.log) == 2  # streamed: one piece per sentence
+    # streamed (not one string): one piece per sentence
+    assert sum(kind == "text" for kind, _ in rec.log) == 2
     sources = rec.of_type("source")
     assert [s["metadata"][0]["source"] for s in sources] == ["viaweb#1", "ducks#2"]
     assert [s["metadata"][0]["name"] for s in sources] == ["viaweb.txt", "ducks.txt"]
@@ -194,16 +187,16 @@ async def test_streamed_answer_with_sources_in_citation_order(server: LiveServer
     assert_ends_done(rec)
 
 
-async def test_source_list_valve_appends_the_list(server: LiveServer) -> None:
-    pipe = make_pipe(server.base_url)
+async def test_source_list_valve_appends_the_list(server: str) -> None:
+    pipe = make_pipe(server)
     pipe.valves.SOURCE_LIST = True
     text, _ = await ask(pipe, body())
     assert text.startswith(ANSWER)
     assert "**Sources**" in text and "1. viaweb.txt" in text and "2. ducks.txt" in text
 
 
-async def test_task_request_returns_the_llm_json(server: LiveServer) -> None:
-    pipe = make_pipe(server.base_url)
+async def test_task_request_returns_the_llm_json(server: str) -> None:
+    pipe = make_pipe(server)
     # as Open WebUI sends it: not streamed, task metadata
     result = await pipe.pipe(
         body(TASK, stream=False),
@@ -220,16 +213,16 @@ async def test_task_request_returns_the_llm_json(server: LiveServer) -> None:
     assert rec.events == []
 
 
-async def test_non_streamed_question_returns_text_and_sources(server: LiveServer) -> None:
-    text, rec = await ask(make_pipe(server.base_url), body(stream=False))
+async def test_non_streamed_question_returns_text_and_sources(server: str) -> None:
+    text, rec = await ask(make_pipe(server), body(stream=False))
     assert text == ANSWER
     assert [s["metadata"][0]["source"] for s in rec.of_type("source")] == ["viaweb#1", "ducks#2"]
 
 
 async def test_wrong_or_missing_key_is_a_clear_message(kb: KnowledgeBase) -> None:
     engine = make_engine(kb, PacedLLM([_reply]), keys=["right-key"])
-    with LiveServer(create_app(engine)) as live:
-        pipe = make_pipe(live.base_url, key="wrong-key")
+    with live_server(engine) as url:
+        pipe = make_pipe(url, key="wrong-key")
         text, rec = await ask(pipe, body())
         assert text.startswith("**citeflow error:** citeflow rejected the API key")
         assert "invalid API key" in text and "is not one of the server's" in text
@@ -237,9 +230,9 @@ async def test_wrong_or_missing_key_is_a_clear_message(kb: KnowledgeBase) -> Non
         assert rec.of_type("status")[-1]["description"] == "citeflow: invalid API key"
         [entry] = await pipe.pipes()
         assert entry["id"] == mod.ERROR_MODEL_ID and "invalid API key" in entry["name"]
-        text, _ = await ask(make_pipe(live.base_url), body(stream=False))
+        text, _ = await ask(make_pipe(url), body(stream=False))
         assert "set CITEFLOW_API_KEY" in text
-        good = make_pipe(live.base_url, key="right-key")
+        good = make_pipe(url, key="right-key")
         assert [m["id"] for m in await good.pipes()] == ["citeflow-kb"]
         text, _ = await ask(good, body())
         assert text == ANSWER
@@ -273,28 +266,28 @@ async def test_a_base_url_that_is_not_a_url_is_a_clear_message() -> None:
         assert "CITEFLOW_BASE_URL 'localhost:8000/v1' is not an http(s) URL" in text
 
 
-async def test_unknown_model_and_wrong_path(server: LiveServer) -> None:
-    pipe = make_pipe(server.base_url)
+async def test_unknown_model_and_wrong_path(server: str) -> None:
+    pipe = make_pipe(server)
     text, rec = await ask(pipe, body(model="citeflow-nope"))
     assert "citeflow has no knowledge base for the model 'citeflow-nope'" in text
     assert "citeflow-kb" in text  # the server's message lists what exists
     assert_ends_done(rec)
-    pipe.valves.CITEFLOW_BASE_URL = server.base_url + "/api"
+    pipe.valves.CITEFLOW_BASE_URL = server + "/api"
     [entry] = await pipe.pipes()
     assert entry["id"] == mod.ERROR_MODEL_ID
     text, _ = await ask(pipe, body())
     assert "404" in text and "should end with /v1" in text
 
 
-async def test_error_model_entry_when_citeflow_is_back(server: LiveServer) -> None:
-    text, _ = await ask(make_pipe(server.base_url), body(model=mod.ERROR_MODEL_ID))
+async def test_error_model_entry_when_citeflow_is_back(server: str) -> None:
+    text, _ = await ask(make_pipe(server), body(model=mod.ERROR_MODEL_ID))
     assert "reachable now" in text and "citeflow-kb" in text
 
 
 async def test_failure_mid_stream_ends_with_a_message(kb: KnowledgeBase) -> None:
     llm = PacedLLM([" ".join([ANSWER] * 10)], delay=0.01, fail_after=8)
-    with LiveServer(create_app(make_engine(kb, llm))) as live:
-        text, rec = await ask(make_pipe(live.base_url), body())
+    with live_server(make_engine(kb, llm)) as url:
+        text, rec = await ask(make_pipe(url), body())
     answer, _, error = text.partition("\n\n**citeflow error:** ")
     assert answer.startswith("Yahoo bought Viaweb")
     assert error.startswith("citeflow stopped with an error: the LLM provider failed")
@@ -305,8 +298,8 @@ async def test_failure_mid_stream_ends_with_a_message(kb: KnowledgeBase) -> None
 
 async def test_closing_the_answer_early_cancels_the_run(kb: KnowledgeBase) -> None:
     llm = PacedLLM([" ".join([ANSWER] * 20)], delay=0.05)  # ~10 s if never cancelled
-    with LiveServer(create_app(make_engine(kb, llm))) as live:
-        result = await make_pipe(live.base_url).pipe(body(), __event_emitter__=Recorder())
+    with live_server(make_engine(kb, llm)) as url:
+        result = await make_pipe(url).pipe(body(), __event_emitter__=Recorder())
         first = await anext(result)
         assert first.startswith("Yahoo bought Viaweb")
         await result.aclose()  # what a stopped generation does
@@ -315,12 +308,12 @@ async def test_closing_the_answer_early_cancels_the_run(kb: KnowledgeBase) -> No
 
 
 async def test_emitter_failures_and_missing_emitter_do_not_cost_the_answer(
-    server: LiveServer,
+    server: str,
 ) -> None:
     async def broken(event: dict[str, Any]) -> None:
         raise RuntimeError("socket closed")
 
-    pipe = make_pipe(server.base_url)
+    pipe = make_pipe(server)
     for emitter in (broken, None):
         result = await pipe.pipe(body(), __event_emitter__=emitter)
         assert await consume(result, Recorder()) == ANSWER
@@ -328,10 +321,8 @@ async def test_emitter_failures_and_missing_emitter_do_not_cost_the_answer(
 
 async def test_text_that_looks_like_an_sse_line_is_wrapped(kb: KnowledgeBase) -> None:
     # Open WebUI passes a yielded string starting with "data:" through as a raw SSE line
-    with LiveServer(
-        create_app(make_engine(kb, PacedLLM(["data: none [1]."], chunk_words=9)))
-    ) as live:
-        result = await make_pipe(live.base_url).pipe(body())
+    with live_server(make_engine(kb, PacedLLM(["data: none [1]."], chunk_words=9))) as url:
+        result = await make_pipe(url).pipe(body())
         pieces: Sequence[Any] = [p async for p in result]
     assert pieces[0]["choices"][0]["delta"]["content"].startswith("data:")
     assert json.dumps(pieces[0])  # serialisable as Open WebUI does

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -56,17 +57,10 @@ PROMPT = 10.0
 
 @pytest.fixture(autouse=True)
 def _no_sdk_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The OpenAI SDK and llama-index read these; a developer's values must not leak in."""
-    for name in (
-        "OPENAI_API_KEY",
-        "OPENAI_BASE_URL",
-        "OPENAI_API_BASE",
-        "OPENAI_API_VERSION",
-        "AZURE_OPENAI_API_KEY",
-        "AZURE_OPENAI_AD_TOKEN",
-        "AZURE_OPENAI_ENDPOINT",
-    ):
-        monkeypatch.delenv(name, raising=False)
+    """The OpenAI SDK and llama-index read ``OPENAI_*`` and ``AZURE_OPENAI_*`` variables (the
+    key, base URL, API version, Azure endpoint and token); a developer's must not leak in."""
+    for name in [n for n in os.environ if n.startswith(("OPENAI_", "AZURE_OPENAI_"))]:
+        monkeypatch.delenv(name)
 
 
 @pytest.fixture
@@ -253,11 +247,9 @@ async def test_first_token_logprobs_for_the_citation_judge(server: FakeOpenAISer
         assert body["max_tokens"] == 1 and body["temperature"] == 0.0
         assert body["logprobs"] is True and body["top_logprobs"] == 2
         assert not server.last_request.stream
-        judge = LLMJudge(llm)
         server.script(Reply(text="No", top_logprobs=verdict))
-        assert await judge.support("Viaweb was founded in 1995.", "Viaweb ...") == pytest.approx(
-            0.2 / 0.9
-        )
+        support = await LLMJudge(llm).support("Viaweb was founded in 1995.", "Viaweb ...")
+        assert support == pytest.approx(0.2 / 0.9)
         server.script("Yes")  # no logprobs in the reply
         assert await llm.afirst_token_logprobs(USER) == {}
     assert server.last_request.is_azure
@@ -390,9 +382,12 @@ async def test_unreachable_server_is_a_connection_error() -> None:
 
 # --- configuration errors ------------------------------------------------------------------------
 
-#: an Azure endpoint, and with it a key
+#: an Azure endpoint, and with it a key; an Azure chat model, and an Azure embedder
 AZURE_AT = {"azure_endpoint": "https://x.openai.azure.com"}
 AZURE_KEYED = {**AZURE_AT, "azure_api_key": "k"}
+AZURE_CHAT = {"llm_provider": "azure", "llm_model": "chat"}
+AZURE_EMBED = {"embed_provider": "azure", "azure_embed_deployment": "e"}
+APIM_ONLY = {"azure_headers": {"Ocp-Apim-Subscription-Key": "only-apim"}}
 CONFIG_ERRORS: list[tuple[str, dict[str, Any], str]] = [
     ("llm", {"llm_provider": "openai"}, "CITEFLOW_OPENAI_API_KEY"),
     ("embed", {"embed_provider": "openai"}, "CITEFLOW_OPENAI_API_KEY"),
@@ -401,29 +396,12 @@ CONFIG_ERRORS: list[tuple[str, dict[str, Any], str]] = [
         {"llm_provider": "openai", "openai_base_url": "localhost:11434/v1"},
         "CITEFLOW_OPENAI_BASE_URL",
     ),
-    (
-        "llm",
-        {"llm_provider": "azure", "llm_model": "chat", "azure_api_key": "k"},
-        "CITEFLOW_AZURE_ENDPOINT",
-    ),
-    (
-        "embed",
-        {"embed_provider": "azure", "azure_embed_deployment": "e", "azure_api_key": "k"},
-        "CITEFLOW_AZURE_ENDPOINT",
-    ),
+    ("llm", {**AZURE_CHAT, "azure_api_key": "k"}, "CITEFLOW_AZURE_ENDPOINT"),
+    ("embed", {**AZURE_EMBED, "azure_api_key": "k"}, "CITEFLOW_AZURE_ENDPOINT"),
     ("llm", {"llm_provider": "azure", **AZURE_KEYED}, "CITEFLOW_LLM_MODEL"),
     ("embed", {"embed_provider": "azure", **AZURE_KEYED}, "CITEFLOW_AZURE_EMBED_DEPLOYMENT"),
-    ("llm", {"llm_provider": "azure", "llm_model": "chat", **AZURE_AT}, "CITEFLOW_AZURE_API_KEY"),
-    (
-        "embed",
-        {
-            "embed_provider": "azure",
-            "azure_embed_deployment": "e",
-            "azure_headers": {"Ocp-Apim-Subscription-Key": "only-apim"},
-            **AZURE_AT,
-        },
-        "CITEFLOW_AZURE_API_KEY",
-    ),
+    ("llm", {**AZURE_CHAT, **AZURE_AT}, "CITEFLOW_AZURE_API_KEY"),
+    ("embed", {**AZURE_EMBED, **APIM_ONLY, **AZURE_AT}, "CITEFLOW_AZURE_API_KEY"),
     ("embed", {"embed_provider": "local", "embed_model": "no/such/dir"}, "CITEFLOW_EMBED_MODEL"),
 ]
 

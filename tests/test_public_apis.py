@@ -13,7 +13,7 @@ benchmark figure that justifies it at its top).
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "citeflow"
@@ -45,11 +45,7 @@ def defined_names(trees: Iterable[ast.AST]) -> set[str]:
 def private_reads(tree: ast.AST, own: set[str]) -> list[tuple[int, str]]:
     """``(line, expression)`` of each read of a private attribute that is not citeflow's, in
     source order."""
-    found = sorted(_reads(tree, own), key=lambda read: read[0])
-    return [(line, text) for (line, _), text in found]
-
-
-def _reads(tree: ast.AST, own: set[str]) -> Iterator[tuple[tuple[int, int], str]]:
+    found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
             receiver, name = node.value, node.attr
@@ -64,11 +60,9 @@ def _reads(tree: ast.AST, own: set[str]) -> Iterator[tuple[tuple[int, int], str]
             receiver, name = node.args[0], node.args[1].value
         else:
             continue
-        if not _private(name):
-            continue
-        if ast.unparse(receiver) in _OWN_RECEIVERS and name in own:
-            continue
-        yield (node.lineno, node.col_offset), ast.unparse(node)
+        if _private(name) and not (ast.unparse(receiver) in _OWN_RECEIVERS and name in own):
+            found.append(((node.lineno, node.col_offset), ast.unparse(node)))
+    return [(line, text) for (line, _), text in sorted(found, key=lambda read: read[0])]
 
 
 def test_the_scan_finds_private_reads_of_other_objects() -> None:

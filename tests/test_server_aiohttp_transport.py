@@ -16,8 +16,7 @@ from citeflow.providers.aiohttp_transport import AiohttpTransport, aiohttp_clien
 from citeflow.providers.llm import build_llm
 from citeflow.providers.upstream_errors import as_upstream_error
 from citeflow.testing.openai_server import FakeOpenAIServer, Reply
-from tests.e2e.procs import free_port
-from tests.settings_helpers import settings_of
+from tests.settings_helpers import llm_settings
 
 USER = [ChatMessage(role="user", content="What did the author work on?")]
 
@@ -37,15 +36,9 @@ async def test_plain_requests_keep_status_headers_and_body(upstream: FakeOpenAIS
 
 
 @contextlib.asynccontextmanager
-async def _llm(base_url: str, **extra: Any) -> AsyncIterator[Any]:
-    settings = settings_of(
-        llm_provider="openai",
-        llm_model="chat-model",
-        openai_base_url=base_url,
-        openai_api_key="k",
-        **extra,
-    )
-    llm = build_llm(settings, max_retries=0, aiohttp=True)
+async def _llm(server: FakeOpenAIServer, **variables: Any) -> AsyncIterator[Any]:
+    """The OpenAI LLM through aiohttp, as ``citeflow serve`` builds it, on ``server``."""
+    llm = build_llm(llm_settings(server, **variables), max_retries=0, aiohttp=True)
     try:
         yield llm
     finally:
@@ -58,13 +51,15 @@ async def _collect_text(llm: Any) -> str:
 
 async def test_the_llm_uses_the_transport_and_streams(upstream: FakeOpenAIServer) -> None:
     upstream.script(["One two three."])
-    async with _llm(upstream.openai_base_url) as llm:
+    async with _llm(upstream) as llm:
         assert isinstance(llm._get_aclient()._client._transport, AiohttpTransport)
         assert await _collect_text(llm) == "One two three."
 
 
 async def test_unreachable_upstream_is_a_connection_error() -> None:
-    async with _llm(f"http://127.0.0.1:{free_port()}/v1") as llm:
+    with FakeOpenAIServer() as gone:  # stopped at once: nothing listens on its port any more
+        pass
+    async with _llm(gone) as llm:
         with pytest.raises(openai.APIConnectionError) as caught:
             await llm.achat(USER)
     assert not isinstance(caught.value, openai.APITimeoutError)
@@ -73,7 +68,7 @@ async def test_unreachable_upstream_is_a_connection_error() -> None:
 
 async def test_a_slow_upstream_is_a_timeout(upstream: FakeOpenAIServer) -> None:
     upstream.script([Reply(text="late", ttft=2.0)])
-    async with _llm(upstream.openai_base_url, llm_timeout=0.3) as llm:
+    async with _llm(upstream, llm_timeout=0.3) as llm:
         with pytest.raises((openai.APITimeoutError, httpx.TimeoutException)) as caught:
             await _collect_text(llm)
     assert "timed out" in as_upstream_error(caught.value).message

@@ -5,7 +5,6 @@ from __future__ import annotations
 import gc
 import sys
 from collections.abc import Iterator
-from contextlib import closing
 from typing import Any
 
 import httpx
@@ -15,7 +14,9 @@ from pydantic import SecretStr
 from citeflow import server
 from citeflow.api import exposure
 from citeflow.errors import ConfigError
-from citeflow.settings import ServerSettings, Settings
+from citeflow.knowledge_base import KnowledgeBase
+from citeflow.settings import ServerSettings
+from tests.server_helpers import make_engine
 
 
 def test_auto_picks_the_c_implementations_when_installed(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -43,16 +44,10 @@ def test_asking_for_a_missing_implementation_is_a_config_error(
 
 
 def test_uvicorn_config_carries_the_choices_and_the_address() -> None:
-    options = ServerSettings.defaults(
-        host="127.0.0.1", port=8123, uvicorn_loop="asyncio", uvicorn_http="h11"
-    )
+    host, port, loop, http = "127.0.0.1", 8123, "asyncio", "h11"
+    options = ServerSettings.defaults(host=host, port=port, uvicorn_loop=loop, uvicorn_http=http)
     config = server.uvicorn_config(object(), options)
-    assert (config.host, config.port, config.loop, config.http) == (
-        "127.0.0.1",
-        8123,
-        "asyncio",
-        "h11",
-    )
+    assert (config.host, config.port, config.loop, config.http) == (host, port, loop, http)
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="uvloop is not installed on Windows")
@@ -71,22 +66,16 @@ def test_tune_gc_freezes_the_heap_and_raises_the_young_threshold() -> None:
         gc.set_threshold(*thresholds)
 
 
-def test_the_app_closes_the_llm_http_client_when_it_shuts_down() -> None:
+def test_the_app_closes_the_llm_http_client_when_it_shuts_down(kb: KnowledgeBase) -> None:
     from types import SimpleNamespace
 
     from fastapi.testclient import TestClient
 
-    from citeflow.api.engine import Engine
-    from citeflow.store import Store
-
     client = httpx.AsyncClient()
-    settings = Settings(_env_file=None)
     llm: Any = SimpleNamespace(aclose=client.aclose)  # as LeanStreamingMixin.aclose
-    engine = Engine(settings, store=Store.open_path(":memory:"), embed_model=None, llm=llm)  # type: ignore[arg-type]
-    with closing(engine):
-        with TestClient(server.create_app(engine)):
-            assert not client.is_closed
-        assert client.is_closed
+    with TestClient(server.create_app(make_engine(kb, llm))):
+        assert not client.is_closed
+    assert client.is_closed
 
 
 def test_no_route_depends_on_a_plain_def() -> None:

@@ -11,7 +11,6 @@ import pytest
 from citeflow.api.exposure import docs_enabled
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.settings import Settings
-from citeflow.testing.llm import ScriptedLLM
 from tests.server_helpers import asgi_client, assert_error, assert_needs_key, make_engine
 
 DOCS = ("/openapi.json", "/docs", "/redoc")
@@ -42,15 +41,13 @@ def test_docs_are_on_by_default_only_on_loopback(host: str, setting: str, enable
 async def test_docs_are_off(
     kb: KnowledgeBase, server: dict[str, Any], headers: dict[str, str]
 ) -> None:
-    async with asgi_client(make_engine(kb, ScriptedLLM(["An answer [1]."]), **server)) as c:
+    async with asgi_client(make_engine(kb, **server)) as c:
         for path in DOCS:
             assert_error(await c.get(path, headers=headers), 404, "not_found_error")
 
 
 async def test_docs_on_with_keys_need_the_key(kb: KnowledgeBase) -> None:
-    engine = make_engine(
-        kb, ScriptedLLM(["An answer [1]."]), keys=["k1"], host="0.0.0.0", api_docs="on"
-    )
+    engine = make_engine(kb, keys=["k1"], host="0.0.0.0", api_docs="on")
     async with asgi_client(engine) as c:
         for path in DOCS:
             await assert_needs_key(c, "GET", path, "k1")
@@ -59,7 +56,7 @@ async def test_docs_on_with_keys_need_the_key(kb: KnowledgeBase) -> None:
 async def test_docs_on_loopback_without_keys_declare_the_bearer_scheme_and_the_chat_request(
     kb: KnowledgeBase,
 ) -> None:
-    async with asgi_client(make_engine(kb, ScriptedLLM(["An answer [1]."]))) as c:
+    async with asgi_client(make_engine(kb)) as c:
         schema = (await c.get("/openapi.json")).json()
         for path in ("/docs", "/redoc"):
             page = await c.get(path)

@@ -7,6 +7,7 @@ import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -18,15 +19,14 @@ from citeflow.api.errors import BadRequestError
 from citeflow.api.uploads import receive_files
 from citeflow.citations.markers import cited_numbers
 from citeflow.knowledge_base import KnowledgeBase
-from citeflow.server import create_app
 from citeflow.store import DocumentRecord
 from citeflow.testing.llm import ScriptedLLM
 from tests.server_helpers import (
-    LiveServer,
     asgi_client,
     assert_error,
     assert_needs_key,
     chat_request,
+    live_server,
     make_engine,
 )
 
@@ -83,10 +83,9 @@ async def test_upload_list_ask_and_fetch_the_original(
     (source,) = answer["sources"]
     owls = next(d for d in listed["data"] if d["file_name"] == "owls.txt")
     assert source["source"]["id"] == owls["doc_id"]
-    assert (
-        source["source"]["url"] == f"http://testserver/v1/documents/animals/{owls['doc_id']}/file"
-    )
-    original = await client.get(source["source"]["url"])
+    url = source["source"]["url"]
+    assert url == f"http://testserver/v1/documents/animals/{owls['doc_id']}/file"
+    original = await client.get(url)
     assert original.status_code == 200 and original.content == OWLS
 
 
@@ -108,7 +107,7 @@ async def test_delete_removes_chunks_and_the_upload(
 
 
 async def test_documents_of_an_existing_collection_and_their_files(
-    client: httpx.AsyncClient, kb: KnowledgeBase
+    client: httpx.AsyncClient,
 ) -> None:
     listed = (await client.get("/v1/collections/kb/documents")).json()
     assert {d["doc_id"] for d in listed["data"]} == {"viaweb", "stories", "ducks"}
@@ -198,7 +197,7 @@ async def test_missing_file_part_and_unknown_collection(client: httpx.AsyncClien
 
 
 async def test_documents_need_the_key(kb: KnowledgeBase) -> None:
-    async with asgi_client(make_engine(kb, ScriptedLLM(), keys=["k"])) as c:
+    async with asgi_client(make_engine(kb, keys=["k"])) as c:
         await assert_needs_key(c, "GET", "/v1/collections/kb/documents", "k")
         upload = await c.post(ANIMALS, files=_files(("o.txt", OWLS)))
         assert upload.status_code == 401
@@ -384,8 +383,8 @@ async def test_a_client_gone_mid_upload_leaves_nothing(tmp_path: Path) -> None:
 async def test_uvicorn_answers_413_to_the_headers_alone(engine: Engine, temp_dir: Path) -> None:
     """Against a real server: the 413 comes back while the client has sent no body at all,
     and the connection is closed (the body will not be read)."""
-    with LiveServer(create_app(engine)) as server:
-        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    with live_server(engine) as url:
+        reader, writer = await asyncio.open_connection("127.0.0.1", urlsplit(url).port)
         writer.write(
             b"POST /v1/collections/animals/documents HTTP/1.1\r\nHost: x\r\n"
             + f"Content-Type: {MULTIPART['content-type']}\r\n".encode()
@@ -415,13 +414,11 @@ async def test_a_document_cut_short_is_listed_incomplete_with_its_repair(
     ingestor = Ingestor(
         engine.store, dying, collection="kb", chunk_size=64, window=2, pool=2, progress=False
     )
+    document = Document(id_="geese", text="Geese fly south in V shapes. " * 60)
     with pytest.raises(RuntimeError, match="embedder died"):
-        ingestor.ingest_documents(
-            [Document(id_="geese", text="Geese fly south in V shapes. " * 60)]
-        )
-    listed = {
-        d["doc_id"]: d for d in (await client.get("/v1/collections/kb/documents")).json()["data"]
-    }
+        ingestor.ingest_documents([document])
+    data = (await client.get("/v1/collections/kb/documents")).json()["data"]
+    listed = {d["doc_id"]: d for d in data}
     geese = listed.pop("geese")
     assert geese["complete"] is False and geese["chunks"] == 4 and geese["expected_chunks"] > 4
     assert geese["problem"] == (

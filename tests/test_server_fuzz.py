@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import quote
 
@@ -40,6 +40,7 @@ FUZZ = settings(
 )
 KEY = "fuzz-key"
 BOUNDARY = "fuzzboundary"
+MULTIPART = f"multipart/form-data; boundary={BOUNDARY}"
 #: Seconds one request may take before the fuzz test calls it hung.
 REQUEST_TIMEOUT = 20.0
 
@@ -204,18 +205,11 @@ doc_ids = texts.map(_quote) | st.sampled_from(["ducks", "x"])
 
 
 def _multipart(parts: list[tuple[bytes, bytes, bytes]], end: bool) -> bytes:
-    out = b""
-    for field, filename, data in parts:
-        out += (
-            f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="'.encode()
-            + field
-            + b'"; filename="'
-            + filename
-            + b'"\r\nContent-Type: text/plain\r\n\r\n'
-            + data
-            + b"\r\n"
-        )
-    return out + (f"--{BOUNDARY}--\r\n".encode() if end else b"")
+    """A multipart body of ``parts`` (field name, file name, content), closed when ``end``."""
+    head = b'--%s\r\nContent-Disposition: form-data; name="%s"; filename="%s"\r\n'
+    part = head + b"Content-Type: text/plain\r\n\r\n%s\r\n"
+    body = b"".join(part % (BOUNDARY.encode(), *fields) for fields in parts)
+    return body + (f"--{BOUNDARY}--\r\n".encode() if end else b"")
 
 
 file_names = st.one_of(
@@ -268,16 +262,8 @@ def document_requests(draw: st.DrawFn) -> Request:
     route = draw(st.sampled_from(["upload", "upload", "upload", "list", "delete", "file", "model"]))
     name = draw(st.sampled_from(["kb", "animals"]) | names)
     if route == "upload":
-        content_type = draw(
-            st.sampled_from(
-                [
-                    f"multipart/form-data; boundary={BOUNDARY}",
-                    f"multipart/form-data; boundary={BOUNDARY}",
-                    "multipart/form-data",
-                    "text/plain",
-                ]
-            )
-        )
+        kinds = [MULTIPART, MULTIPART, "multipart/form-data", "text/plain"]
+        content_type = draw(st.sampled_from(kinds))
         path = f"/v1/collections/{name}/documents"
         return "POST", path, {"content-type": content_type}, draw(uploads)
     if route == "list":
@@ -313,7 +299,7 @@ def well_formed_upload_requests(draw: st.DrawFn) -> Request:
         )
     )
     name = draw(st.sampled_from(["kb", "animals", "notes"]))
-    headers = {"content-type": f"multipart/form-data; boundary={BOUNDARY}"}
+    headers = {"content-type": MULTIPART}
     return "POST", f"/v1/collections/{name}/documents", headers, _multipart(files, True)
 
 
@@ -410,29 +396,23 @@ async def client(kb: KnowledgeBase) -> AsyncIterator[httpx.AsyncClient]:
         yield c
 
 
-async def _send(
-    client: httpx.AsyncClient,
-    method: str,
-    path: str,
-    headers: Mapping[str, str | bytes],
-    body: bytes | None,
-) -> httpx.Response:
-    request = client.request(method, path, headers=headers, content=body)
-    return await asyncio.wait_for(request, REQUEST_TIMEOUT)
-
-
-def _check(response: httpx.Response, what: str) -> None:
+async def _check(client: httpx.AsyncClient, request: Request, **extra: str | bytes) -> None:
+    """Send ``request`` with the ``extra`` headers: the response is no 5xx, and well-formed."""
+    method, path, headers, body = request
+    what = f"{method} {path} {headers} {body!r:.300}"
+    sent = client.request(method, path, headers={**headers, **extra}, content=body)
+    response = await asyncio.wait_for(sent, REQUEST_TIMEOUT)
     kind = response.headers.get("content-type", "").split(";")[0]
-    event(f"{response.request.method} {response.status_code} {kind}")  # statistics
+    event(f"{method} {response.status_code} {kind}")  # statistics
     assert response.status_code < 500, f"{what} -> {response.status_code}: {response.text[:500]}"
-    if response.request.method == "HEAD":
+    if method == "HEAD":
         assert not response.content, what
     elif kind.startswith("application/json"):
-        body = response.json()
-        assert isinstance(body, dict), what
+        answer = response.json()
+        assert isinstance(answer, dict), what
         if response.status_code >= 400:
-            assert set(body["error"]) == {"message", "type", "param", "code"}, what
-            assert isinstance(body["error"]["message"], str) and body["error"]["message"], what
+            assert set(answer["error"]) == {"message", "type", "param", "code"}, what
+            assert isinstance(answer["error"]["message"], str) and answer["error"]["message"], what
     elif kind.startswith("text/event-stream"):
         items = parse_sse(response.text)
         assert items[-1] == "[DONE]", f"{what}: the stream does not end with [DONE]"
@@ -456,9 +436,7 @@ def _check(response: httpx.Response, what: str) -> None:
 async def test_no_request_gets_a_5xx(
     client: httpx.AsyncClient, requests: st.SearchStrategy[Request], data: st.DataObject
 ) -> None:
-    method, path, headers, body = data.draw(requests, label="request")
-    response = await _send(client, method, path, headers, body)
-    _check(response, f"{method} {path} {headers} {body!r:.300}")
+    await _check(client, data.draw(requests, label="request"))
 
 
 @FUZZ
@@ -477,8 +455,5 @@ async def test_no_request_gets_a_5xx_with_keys(
     kb: KnowledgeBase, authorization: str, request: Request
 ) -> None:
     engine = make_engine(kb, ScriptedLLM([_echo]), keys=[KEY], max_upload_bytes=4000)
-    method, path, headers, body = request
-    sent: dict[str, str | bytes] = {**headers, "authorization": authorization.encode("latin-1")}
     async with asgi_client(engine, raise_errors=False) as c:
-        response = await _send(c, method, path, sent, body)
-    _check(response, f"{method} {path} {headers} {body!r:.300}")
+        await _check(c, request, authorization=authorization.encode("latin-1"))

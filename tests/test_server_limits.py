@@ -20,12 +20,12 @@ from tests.server_helpers import (
     LONG_ANSWER,
     QUESTION,
     STREAM,
-    LiveServer,
     PacedLLM,
     asgi_client,
     assert_error,
     chat_request,
     content_of,
+    live_server,
     make_engine,
     parse_sse,
     wait_until,
@@ -154,11 +154,10 @@ async def test_a_stream_holds_its_slot_until_it_ends_or_its_client_leaves(
     kb: KnowledgeBase,
 ) -> None:
     llm = PacedLLM([LONG_ANSWER], delay=0.02)
-    engine = make_engine(kb, llm, max_concurrent_chats=1)
-    app = create_app(engine)
+    app = create_app(make_engine(kb, llm, max_concurrent_chats=1))
     limits: ChatLimits = app.state.limits
-    with LiveServer(app) as live:
-        async with httpx.AsyncClient(base_url=live.base_url, timeout=10) as client:
+    with live_server(app) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=10) as client:
             async with client.stream("POST", "/v1/chat/completions", json=STREAM) as response:
                 lines = response.aiter_lines()  # kept: a dropped iterator would close the stream
                 while '"content":"Yahoo' not in await anext(lines):

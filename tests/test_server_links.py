@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
@@ -34,8 +35,7 @@ async def _source_url(client: httpx.AsyncClient) -> str:
     answer = await client.post("/v1/chat/completions", json=CHAT, headers=KEY)
     assert answer.status_code == 200, answer.text
     (source,) = answer.json()["sources"]
-    url: str = source["source"]["url"]
-    return url
+    return str(source["source"]["url"])
 
 
 @pytest.fixture
@@ -59,9 +59,7 @@ async def test_signed_link_opens_the_file_without_the_key(client: httpx.AsyncCli
     assert (await client.get(url, headers=KEY)).content == OWLS
 
 
-async def test_unsigned_tampered_and_foreign_links_are_refused(
-    client: httpx.AsyncClient, kb: KnowledgeBase
-) -> None:
+async def test_unsigned_tampered_and_foreign_links_are_refused(client: httpx.AsyncClient) -> None:
     url = await _source_url(client)
     parts = urlsplit(url)
     query = {k: v[0] for k, v in parse_qs(parts.query).items()}
@@ -109,17 +107,15 @@ async def test_public_url_and_open_servers(kb: KnowledgeBase) -> None:
 
 
 def test_links_from_settings() -> None:
-    open_server = Settings(_env_file=None)
-    assert DocumentLinks.from_settings(open_server.server).key is None  # links are not signed
-    keyed = Settings(_env_file=None, server={"api_keys": ["a", "b"]})
-    same_keys = Settings(_env_file=None, server={"api_keys": ["b", "a"]})
-    other_keys = Settings(_env_file=None, server={"api_keys": ["a"]})
-    secret = Settings(_env_file=None, server={"api_keys": ["a"], "link_secret": "s"})
-    key = DocumentLinks.from_settings(keyed.server).key
+    def key_of(**server: Any) -> bytes | None:
+        return DocumentLinks.from_settings(Settings(_env_file=None, server=server).server).key
+
+    assert key_of() is None  # an open server: links are not signed
+    key = key_of(api_keys=["a", "b"])
     assert key is not None and key not in (b"a", b"b")  # derived, not a raw API key
-    assert DocumentLinks.from_settings(same_keys.server).key == key  # stable across restarts
-    assert DocumentLinks.from_settings(other_keys.server).key != key  # rotating keys revokes links
-    assert DocumentLinks.from_settings(secret.server).key == b"s"
+    assert key_of(api_keys=["b", "a"]) == key  # stable across restarts
+    assert key_of(api_keys=["a"]) != key  # rotating keys revokes links
+    assert key_of(api_keys=["a"], link_secret="s") == b"s"
 
 
 def test_links_that_never_expire() -> None:

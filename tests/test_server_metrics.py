@@ -15,9 +15,11 @@ from tests.server_helpers import asgi_client, assert_needs_key, chat_request, ma
 ANSWER = "Yahoo bought Viaweb in 1998 [1]. Ducks live near ponds [2]."
 KEY = "a-long-secret-key"
 GOOD = {"Authorization": f"Bearer {KEY}"}
+#: the samples of an exposition: (name, sorted labels) -> value
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
-def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+def samples(text: str) -> Samples:
     """Every sample of an exposition: (name, sorted labels) -> value."""
     found = {}
     for family in text_string_to_metric_families(text):
@@ -26,9 +28,7 @@ def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return found
 
 
-def value(
-    found: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str
-) -> float:
+def value(found: Samples, name: str, **labels: str) -> float:
     return found.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
@@ -107,11 +107,9 @@ async def test_metrics_need_the_key_and_can_be_turned_off(kb: KnowledgeBase) -> 
 async def test_rate_limits_are_counted_by_reason(kb: KnowledgeBase) -> None:
     engine = keyed_engine(kb, chats_per_minute=1, auth_max_failures=1)
     async with asgi_client(engine) as client:
-        assert (
-            await client.post("/v1/chat/completions", json=chat_request(), headers=GOOD)
-        ).is_success
-        limited = await client.post("/v1/chat/completions", json=chat_request(), headers=GOOD)
-        assert limited.status_code == 429
+        for status in (200, 429):  # the second chat is one past the rate
+            chat = await client.post("/v1/chat/completions", json=chat_request(), headers=GOOD)
+            assert chat.status_code == status
         for _ in range(3):
             await client.get("/v1/models", headers={"Authorization": "Bearer wrong"})
         found = samples((await client.get("/metrics", headers=GOOD)).text)

@@ -31,16 +31,11 @@ from tests.server_helpers import (
 
 
 def _tools(count: int = 36) -> list[dict[str, Any]]:
+    """``count`` function tools, as Open WebUI sends its built-in ones."""
+    parameters = {"type": "object", "properties": {"q": {"type": "string"}}}
+    function = {"description": "An Open WebUI built-in tool.", "parameters": parameters}
     return [
-        {
-            "type": "function",
-            "function": {
-                "name": f"tool_{i}",
-                "description": "An Open WebUI built-in tool.",
-                "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
-            },
-        }
-        for i in range(count)
+        {"type": "function", "function": {"name": f"tool_{i}", **function}} for i in range(count)
     ]
 
 
@@ -179,10 +174,8 @@ async def test_multi_turn_history_reaches_the_workflow(kb: KnowledgeBase) -> Non
 
 
 async def test_markdown_source_list_per_request(client: httpx.AsyncClient) -> None:
-    body = (
-        await client.post("/v1/chat/completions", json=_chat(citeflow={"source_list": True}))
-    ).json()
-    content = body["choices"][0]["message"]["content"]
+    asked = await client.post("/v1/chat/completions", json=_chat(citeflow={"source_list": True}))
+    content = asked.json()["choices"][0]["message"]["content"]
     assert "\n\n**Sources**\n\n1. viaweb.txt: “Yahoo bought Viaweb in 1998" in content
     response = await client.post(
         "/v1/chat/completions",
@@ -296,14 +289,10 @@ async def test_an_unknown_route_is_an_openai_error(client: httpx.AsyncClient) ->
 # --- malformed JSON that json.loads accepts ------------------------------------------------------
 def _raw(content_json: str, **extra: str) -> bytes:
     """A chat request whose user content is ``content_json`` (a JSON string literal, as sent)."""
+    head = '{"model": "citeflow-kb", "messages": [{"role": "user", "content": '
     fields = "".join(f', "{k}": {v}' for k, v in extra.items())
-    return (
-        '{"model": "citeflow-kb", "messages": [{"role": "user", "content": '
-        + content_json
-        + "}]"
-        + fields
-        + "}"
-    ).encode("utf-8", "surrogatepass")  # a surrogate in the text: its raw (invalid) UTF-8 bytes
+    # a surrogate in the text: its raw (invalid) UTF-8 bytes
+    return (head + content_json + "}]" + fields + "}").encode("utf-8", "surrogatepass")
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])

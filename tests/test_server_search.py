@@ -44,6 +44,12 @@ METADATA_KEYS = {
 
 VIAWEB = "Yahoo bought Viaweb in 1998"
 DUCKS = "They live near ponds"
+#: a chat whose last question needs no rewrite to find Viaweb (one is made: the rewrite's LLM)
+HISTORY = [
+    {"role": "user", "content": "Tell me about ducks."},
+    {"role": "assistant", "content": "Ducks are birds."},
+    {"role": "user", "content": "Who bought Viaweb?"},
+]
 
 
 class SlowLLM(ScriptedLLM):
@@ -62,13 +68,8 @@ class SlowLLM(ScriptedLLM):
 
 
 @pytest.fixture
-def llm() -> ScriptedLLM:
-    return ScriptedLLM(["unused"])
-
-
-@pytest.fixture
-async def client(kb: KnowledgeBase, llm: ScriptedLLM) -> AsyncIterator[httpx.AsyncClient]:
-    async with asgi_client(make_engine(kb, llm)) as c:
+async def client(kb: KnowledgeBase) -> AsyncIterator[httpx.AsyncClient]:
+    async with asgi_client(make_engine(kb)) as c:
         yield c
 
 
@@ -160,14 +161,9 @@ async def test_a_single_message_needs_no_llm(kb: KnowledgeBase) -> None:
 async def test_several_collections_merged_and_deduplicated(
     kb: KnowledgeBase, client: httpx.AsyncClient
 ) -> None:
-    add_collection(
-        kb,
-        "birds",
-        {
-            "ducks-copy": FACTS["ducks"],  # the same chunk text as in "kb"
-            "geese": "Geese are waterfowl birds too. Geese live near lakes and ponds.",
-        },
-    )
+    geese = "Geese are waterfowl birds too. Geese live near lakes and ponds."
+    # ducks-copy: the same chunk text as in "kb"
+    add_collection(kb, "birds", {"ducks-copy": FACTS["ducks"], "geese": geese})
     query = {"queries": ["Which waterfowl birds live near ponds?"]}
     both = await client.post("/search", json={**query, "collection_names": ["kb", "birds"]})
     body = _results(both, 1)
@@ -191,7 +187,7 @@ async def test_several_collections_merged_and_deduplicated(
 async def test_a_query_is_embedded_once_for_all_collections(kb: KnowledgeBase) -> None:
     add_collection(kb, "birds", {"geese": "Geese live near lakes."})
     embed = CountingEmbedding()
-    async with asgi_client(make_engine(kb, ScriptedLLM(["unused"]), embed_model=embed)) as c:
+    async with asgi_client(make_engine(kb, embed_model=embed)) as c:
         response = await c.post(
             "/search",
             json={"queries": ["ducks", "geese lakes"], "collection_names": ["kb", "birds"]},
@@ -226,14 +222,8 @@ async def test_an_empty_knowledge_base_gives_no_results_not_an_error(
 
 # --- k -------------------------------------------------------------------------------------------
 async def test_k_bounds_each_list(kb: KnowledgeBase, client: httpx.AsyncClient) -> None:
-    add_collection(
-        kb,
-        "ponds",
-        {
-            f"pond-{i}": f"Pond {i} has ducks, frogs and reeds; pond {i} is number {i}."
-            for i in range(8)
-        },
-    )
+    pond = "Pond {0} has ducks, frogs and reeds; pond {0} is number {0}."
+    add_collection(kb, "ponds", {f"pond-{i}": pond.format(i) for i in range(8)})
     query = {"queries": ["ducks frogs reeds pond", "pond ducks"], "collection_names": ["ponds"]}
     for k, expected in ((1, 1), (3, 3), (None, 5), (50, 8)):
         body = {**query, **({"k": k} if k is not None else {})}
@@ -245,20 +235,9 @@ async def test_k_bounds_each_list(kb: KnowledgeBase, client: httpx.AsyncClient) 
 async def test_metadata_has_the_page_and_nothing_private(
     kb: KnowledgeBase, client: httpx.AsyncClient
 ) -> None:
-    manual = KnowledgeBase(kb.settings, store=kb.store, embed_model=kb.embed_model, collection="kb")
-    manual.add_documents(
-        [
-            Document(
-                id_="manual",
-                text="The owl manual: barn owls hunt mice at night.",
-                metadata={
-                    "file_name": "owls.pdf",
-                    "file_path": "/srv/secret/owls.pdf",
-                    "page_label": "3",
-                },
-            )
-        ]
-    )
+    text = "The owl manual: barn owls hunt mice at night."
+    metadata = {"file_name": "owls.pdf", "file_path": "/srv/secret/owls.pdf", "page_label": "3"}
+    kb.add_documents([Document(id_="manual", text=text, metadata=metadata)])
     response = await client.post("/search", json={"queries": ["barn owls hunt mice"]})
     body = response.json()
     meta = body["metadatas"][0][0]
@@ -292,14 +271,9 @@ async def test_a_retry_reformulates_when_nothing_is_relevant(kb: KnowledgeBase) 
 
 
 async def test_an_llm_failure_is_a_502_not_a_500(kb: KnowledgeBase) -> None:
-    messages = [
-        {"role": "user", "content": "Tell me about Viaweb."},
-        {"role": "assistant", "content": "It made store software."},
-        {"role": "user", "content": "Who bought it?"},
-    ]
     for failure in (UpstreamError("HTTP 500: overloaded"), RuntimeError("connection reset")):
         async with asgi_client(make_engine(kb, ScriptedLLM([failure]))) as c:
-            response = await c.post("/search", json={"messages": messages})
+            response = await c.post("/search", json={"messages": HISTORY})
         assert_error(response, 502, "upstream_error", "provider failed")
         assert "overloaded" not in response.text and "reset" not in response.text
 
@@ -320,14 +294,9 @@ async def test_out_of_time_the_retry_is_cut_short(kb: KnowledgeBase) -> None:
 
 async def test_out_of_time_the_rewrite_leaves_the_last_message(kb: KnowledgeBase) -> None:
     llm = SlowLLM(["Who bought Viaweb in 1998"], pause=5.0)
-    messages = [
-        {"role": "user", "content": "Tell me about ducks."},
-        {"role": "assistant", "content": "Ducks are birds."},
-        {"role": "user", "content": "Who bought Viaweb?"},
-    ]
     async with asgi_client(make_engine(kb, llm, search_timeout=0.3)) as c:
         started = time.monotonic()
-        response = await c.post("/search", json={"messages": messages})
+        response = await c.post("/search", json={"messages": HISTORY})
         elapsed = time.monotonic() - started
     texts = _results(response, 1)["documents"][0]
     assert llm.calls == 1 and elapsed < 2.0, elapsed
@@ -335,9 +304,9 @@ async def test_out_of_time_the_rewrite_leaves_the_last_message(kb: KnowledgeBase
 
 
 # --- auth ----------------------------------------------------------------------------------------
-async def test_bearer_key_required(kb: KnowledgeBase, llm: ScriptedLLM) -> None:
+async def test_bearer_key_required(kb: KnowledgeBase) -> None:
     body = {"queries": ["Who bought Viaweb?"]}
-    async with asgi_client(make_engine(kb, llm, keys=["the-key"])) as c:
+    async with asgi_client(make_engine(kb, keys=["the-key"])) as c:
         for path in ("/search", "/v1/search"):
             ok = await assert_needs_key(c, "POST", path, "the-key", json=body)
             # with keys, links are signed, as in chat completions' sources
@@ -424,8 +393,8 @@ async def test_too_many_queries_and_collections(client: httpx.AsyncClient) -> No
     assert_error(named, 400, "invalid_request_error", "at most 20", param="collection_names")
 
 
-async def test_sizes_over_the_limits_are_413(kb: KnowledgeBase, llm: ScriptedLLM) -> None:
-    async with asgi_client(make_engine(kb, llm, max_message_chars=100, max_body_bytes=5000)) as c:
+async def test_sizes_over_the_limits_are_413(kb: KnowledgeBase) -> None:
+    async with asgi_client(make_engine(kb, max_message_chars=100, max_body_bytes=5000)) as c:
         long = await c.post("/search", json={"queries": ["ducks", "x" * 101]})
         assert_error(long, 413, "invalid_request_error", "101 characters", param="queries[1]")
         said = await c.post("/search", json={"messages": [{"role": "user", "content": "y" * 101}]})
@@ -434,8 +403,8 @@ async def test_sizes_over_the_limits_are_413(kb: KnowledgeBase, llm: ScriptedLLM
         assert_error(big, 413, "invalid_request_error", "5000 bytes")
 
 
-async def test_a_missing_default_knowledge_base_is_404(kb: KnowledgeBase, llm: ScriptedLLM) -> None:
-    async with asgi_client(make_engine(kb, llm, store={"collection": "handbook"})) as c:
+async def test_a_missing_default_knowledge_base_is_404(kb: KnowledgeBase) -> None:
+    async with asgi_client(make_engine(kb, store={"collection": "handbook"})) as c:
         response = await c.post("/search", json={"queries": ["ducks"]})
     assert_error(
         response, 404, "not_found_error", "'handbook'", "collection_names", "GET /v1/models"
@@ -456,10 +425,10 @@ async def test_unknown_fields_are_ignored_and_get_is_405(client: httpx.AsyncClie
     assert wrong.headers["allow"] == "POST"
 
 
-async def test_the_schema_documents_the_route(kb: KnowledgeBase, llm: ScriptedLLM) -> None:
+async def test_the_schema_documents_the_route(kb: KnowledgeBase) -> None:
     from citeflow.server import create_app
 
-    schema = create_app(make_engine(kb, llm)).openapi()
+    schema = create_app(make_engine(kb)).openapi()
     operation = schema["paths"]["/search"]["post"]
     ref = operation["requestBody"]["content"]["application/json"]["schema"]["$ref"]
     assert ref.endswith("/SearchRequest")

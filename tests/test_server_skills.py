@@ -17,13 +17,11 @@ import pytest
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from pydantic import Field
 
-from citeflow.api.engine import Engine
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.providers.embeddings import build_embed_model
 from citeflow.providers.upstream_errors import DEFAULT_RETRY_AFTER
 from citeflow.server import create_app
 from citeflow.testing.embedding import HashEmbedding, RecordingEmbedding
-from citeflow.testing.llm import ScriptedLLM
 from citeflow.testing.openai_server import FakeOpenAIServer, fake_embedding
 from tests.server_helpers import asgi_client, assert_error, assert_needs_key, make_engine, post_raw
 from tests.settings_helpers import settings_of
@@ -42,15 +40,11 @@ def records(texts: list[Any]) -> dict[str, Any]:
     return {"values": [{"recordId": f"r{i}", "data": {"text": t}} for i, t in enumerate(texts)]}
 
 
-def engine_with(kb: KnowledgeBase, embed_model: BaseEmbedding, **options: Any) -> Engine:
-    return make_engine(kb, ScriptedLLM(), embed_model=embed_model, **options)
-
-
 @pytest.fixture
 async def local(kb: KnowledgeBase) -> AsyncIterator[Local]:
     """A client over an engine whose (in-process) embedder records its batches."""
     embed = RecordingEmbedding(embed_batch_size=4)
-    async with asgi_client(engine_with(kb, embed)) as client:
+    async with asgi_client(make_engine(kb, embed_model=embed)) as client:
         yield client, embed
 
 
@@ -74,7 +68,7 @@ async def remote(kb: KnowledgeBase, azure: FakeOpenAIServer) -> AsyncIterator[Re
         embed_batch_size=8,
     )
     embed = build_embed_model(settings, max_retries=0)
-    async with asgi_client(engine_with(kb, embed)) as client:
+    async with asgi_client(make_engine(kb, embed_model=embed)) as client:
         yield client, embed
 
 
@@ -216,15 +210,14 @@ async def test_an_unknown_input_type_is_400(local: Local) -> None:
 
 
 async def test_a_body_over_the_limit_is_413(kb: KnowledgeBase) -> None:
-    engine = engine_with(kb, HashEmbedding(), max_skill_body_bytes=1_000)
-    async with asgi_client(engine) as client:
+    async with asgi_client(make_engine(kb, max_skill_body_bytes=1_000)) as client:
         response = await client.post(URL, json=records(["x" * 600, "y" * 600]))
     message = "the request body is over the limit of 1000 bytes; lower the skill's batchSize"
     assert_error(response, 413, "invalid_request_error", message=message)
 
 
 async def test_the_key_is_required(kb: KnowledgeBase) -> None:
-    async with asgi_client(engine_with(kb, HashEmbedding(), keys=["k1"])) as client:
+    async with asgi_client(make_engine(kb, keys=["k1"])) as client:
         right = await assert_needs_key(client, "POST", URL, "k1", json=records(["x"]))
     assert len(vectors_of(right)) == 1
 
@@ -241,17 +234,14 @@ class QueryAwareEmbedding(HashEmbedding):
 
 async def test_the_vectorizer_embeds_its_one_record_as_a_query(kb: KnowledgeBase) -> None:
     embed = QueryAwareEmbedding()
-    async with asgi_client(engine_with(kb, embed)) as client:
-        query = await client.post(
-            URL, params={"input_type": "query"}, json=records(["Where do ducks live?"])
-        )
+    query = {"input_type": "query"}
+    async with asgi_client(make_engine(kb, embed_model=embed)) as client:
+        asked = await client.post(URL, params=query, json=records(["Where do ducks live?"]))
         document = await client.post(URL, json=records(["Where do ducks live?"]))
-        several = await client.post(
-            URL, params={"input_type": "query"}, json=records(["a duck", "", "a pond"])
-        )
-    assert vectors_of(query) == [embed.get_query_embedding("Where do ducks live?")]
+        several = await client.post(URL, params=query, json=records(["a duck", "", "a pond"]))
+    assert vectors_of(asked) == [embed.get_query_embedding("Where do ducks live?")]
     assert vectors_of(document) == [embed.get_text_embedding("Where do ducks live?")]
-    assert vectors_of(query) != vectors_of(document)
+    assert vectors_of(asked) != vectors_of(document)
     assert vectors_of(several) == [
         embed.get_query_embedding("a duck"),
         None,
@@ -274,7 +264,7 @@ class SlowEmbedding(HashEmbedding):
 
 async def test_an_in_process_embedder_leaves_the_event_loop_free(kb: KnowledgeBase) -> None:
     embed = SlowEmbedding(embed_batch_size=2)
-    async with asgi_client(engine_with(kb, embed)) as client:
+    async with asgi_client(make_engine(kb, embed_model=embed)) as client:
         call = asyncio.ensure_future(client.post(URL, json=records(texts_of_lengths(8))))
         await asyncio.sleep(0.05)
         started = time.perf_counter()
@@ -300,7 +290,7 @@ class ShortEmbedding(HashEmbedding):
 async def test_an_in_process_embedder_that_fails_or_loses_vectors_is_502_in_general_terms(
     kb: KnowledgeBase, broken: type[HashEmbedding]
 ) -> None:
-    async with asgi_client(engine_with(kb, broken())) as client:
+    async with asgi_client(make_engine(kb, embed_model=broken())) as client:
         response = await client.post(URL, json=records(["x", "y"]))
     assert_error(response, 502, "upstream_error")
     assert "/secret/path" not in response.text
@@ -399,7 +389,7 @@ async def test_a_text_the_provider_refuses_is_that_records_error(
 
 
 def test_the_openapi_schema_describes_the_skill(kb: KnowledgeBase) -> None:
-    schema = create_app(engine_with(kb, HashEmbedding())).openapi()
+    schema = create_app(make_engine(kb)).openapi()
     operation = schema["paths"][URL]["post"]
     components = schema["components"]["schemas"]
     body = operation["requestBody"]["content"]["application/json"]["schema"]["$ref"]

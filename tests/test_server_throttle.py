@@ -9,7 +9,6 @@ from citeflow.api.errors import AuthThrottledError
 from citeflow.api.throttle import FailedKeys
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.server import create_app
-from citeflow.testing.llm import ScriptedLLM
 from tests.server_helpers import asgi_client, assert_error, make_engine
 
 GOOD = {"Authorization": "Bearer right-key"}
@@ -77,7 +76,7 @@ def test_addresses_whose_failures_expired_are_forgotten_first() -> None:
 # --- over HTTP -----------------------------------------------------------------------------------
 @pytest.fixture
 def engine(kb: KnowledgeBase) -> Engine:
-    return make_engine(kb, ScriptedLLM(["An answer [1]."]), keys=["right-key"], auth_max_failures=3)
+    return make_engine(kb, keys=["right-key"], auth_max_failures=3)
 
 
 async def test_wrong_keys_get_429_but_the_right_key_always_passes(engine: Engine) -> None:

@@ -330,19 +330,17 @@ def test_api_keys_file_adds_its_keys(tmp_path: Path, monkeypatch: pytest.MonkeyP
     ("content", "words"),
     [
         (None, "cannot read"),
-        ("", "holds no key"),
-        ("# only a comment\n\n", "holds no key"),
+        (b"", "holds no key"),
+        (b"# only a comment\n\n", "holds no key"),
         (b"\xff\xfe\x00k", "not UTF-8"),
     ],
 )
 def test_bad_api_keys_file_is_one_clear_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content: str | bytes | None, words: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content: bytes | None, words: str
 ) -> None:
     secret = tmp_path / "keys"
-    if isinstance(content, bytes):
+    if content is not None:
         secret.write_bytes(content)
-    elif content is not None:
-        secret.write_text(content)
     monkeypatch.setenv("CITEFLOW_API_KEYS_FILE", str(secret))
     message = config_error()
     assert message.startswith("CITEFLOW_API_KEYS_FILE: ") and words in message, message

@@ -256,20 +256,17 @@ async def test_the_server_never_builds_an_index_while_serving(
 ) -> None:
     """An index build holds the process (`citeflow.store.edge`): uploads and answers through
     the API write and search the embedded store without one."""
-    from citeflow.knowledge_base import KnowledgeBase
     from citeflow.settings import Settings
-    from citeflow.testing.embedding import HashEmbedding
     from citeflow.testing.llm import ScriptedLLM
+    from tests.conftest import open_kb
     from tests.server_helpers import asgi_client, chat_request, make_engine
 
     def refuse(engine: EdgeEngine, collection: str) -> bool:
         raise AssertionError("an index build on a request path")
 
     monkeypatch.setattr(EdgeEngine, "optimize", refuse)
-    settings = Settings(store={"data_dir": tmp_path / "data"}, retrieval={"grader": "none"})
-    kb = KnowledgeBase(
-        settings, store=Store.open(settings.store), embed_model=HashEmbedding(), collection="kb"
-    )
+    store_settings = {"data_dir": tmp_path / "data", "collection": "kb"}
+    kb = open_kb(Settings(store=store_settings, retrieval={"grader": "none"}))
     engine = make_engine(kb, ScriptedLLM(["Ducks live near ponds [1]."]))
     async with asgi_client(engine) as client:
         files = [("file", ("ducks.txt", b"Ducks live near ponds and rivers.", "text/plain"))]

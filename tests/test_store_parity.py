@@ -29,14 +29,13 @@ from llama_index.core.schema import (
     TextNode,
 )
 
-from citeflow.bm25 import BM25Encoder
+from citeflow.bm25 import BM25Encoder, SparseVector
 from citeflow.ingestion.pipeline import Ingestor
 from citeflow.store import Candidate, Store
 from citeflow.testing.embedding import HashEmbedding
 from tests.conftest import stored_points
-from tests.store_helpers import make_retriever
+from tests.store_helpers import ENGINES, make_retriever, open_store, small_ingestor
 
-ENGINES = ("embedded", "server-api")
 DENSE_ABS = 1e-4
 SPARSE_REL = 1e-3
 TIE = 1e-5
@@ -44,10 +43,6 @@ WORDS = (
     "ducks geese swans owls herons ponds rivers lakes marsh nests eggs winter spring migrate "
     "feathers wings flocks south north reeds insects fish snails seeds grass mud banks islands"
 ).split()
-
-
-def open_store(engine: str, tmp_path: Path) -> Store:
-    return Store.open_path(tmp_path / "embedded" if engine == "embedded" else ":memory:")
 
 
 @pytest.fixture
@@ -59,32 +54,30 @@ def stores(tmp_path: Path) -> Iterator[dict[str, Store]]:
         store.close()
 
 
-def corpus(n: int = 300, dim: int = 64) -> tuple[list[TextNode], list[str]]:
-    """``n`` chunks: seeded vectors (clustered, so rankings have near-ties) and texts."""
+def corpus(n: int = 300, dim: int = 64) -> tuple[list[TextNode], list[SparseVector]]:
+    """``n`` chunks: seeded vectors (clustered, so rankings have near-ties) and texts; and the
+    texts' BM25 vectors."""
     rng = np.random.default_rng(7)
     centres = rng.standard_normal((12, dim))
-    nodes, texts = [], []
+    nodes = []
     for i in range(n):
         words = " ".join(rng.choice(WORDS, int(rng.integers(6, 30))))
-        text = f"note {i}: {words}"
         vector = centres[i % 12] + 0.3 * rng.standard_normal(dim)
         node = TextNode(
             id_=f"00000000-0000-0000-0000-{i:012d}",
-            text=text,
+            text=f"note {i}: {words}",
             metadata={"doc_id": f"doc-{i // 5}", "file_name": f"f{i // 5}.txt"},
         )
         node.embedding = [float(x) for x in vector]
         nodes.append(node)
-        texts.append(text)
-    return nodes, texts
+    return nodes, BM25Encoder().encode_documents([node.text for node in nodes])
 
 
-def write_corpus(stores: dict[str, Store]) -> tuple[list[TextNode], list[str]]:
-    nodes, texts = corpus()
-    sparse = BM25Encoder().encode_documents(texts)
+def write_corpus(stores: dict[str, Store]) -> list[TextNode]:
+    nodes, sparse = corpus()
     for store in stores.values():
         store.add("c", list[BaseNode](nodes), sparse)
-    return nodes, texts
+    return nodes
 
 
 def assert_same_ranking(
@@ -103,13 +96,13 @@ def assert_same_ranking(
 
 
 def test_searches_rank_and_score_alike(stores: dict[str, Store]) -> None:
-    nodes, texts = write_corpus(stores)
+    nodes = write_corpus(stores)
     encoder = BM25Encoder()
     rng = np.random.default_rng(11)
     for q in range(20):
         source = nodes[int(rng.integers(0, len(nodes)))]
         dense = [x + 0.2 * float(rng.standard_normal()) for x in source.get_embedding()]
-        sparse = encoder.encode_query(" ".join(texts[q * 7].split()[2:5]))
+        sparse = encoder.encode_query(" ".join(nodes[q * 7].text.split()[2:5]))
         hits = {
             engine: store.search(
                 "c", dense=dense, sparse=sparse, limit=10, sparse_limit=10, sparse_vectors=True
@@ -129,11 +122,10 @@ def test_searches_rank_and_score_alike(stores: dict[str, Store]) -> None:
 def test_bm25_scores_count_only_the_chunks_that_exist(stores: dict[str, Store]) -> None:
     """After an index build, deleted and replaced chunks no longer count in BM25's IDF: the
     embedded engine's own statistics keep them until its segment is vacuumed."""
-    nodes, texts = corpus(1500)
+    nodes, sparse = corpus(1500)
     for i, node in enumerate(nodes):
         node.relationships[NodeRelationship.SOURCE] = RelatedNodeInfo(node_id=f"doc-{i // 5}")
     encoder = BM25Encoder()
-    sparse = encoder.encode_documents(texts)
     for store in stores.values():
         store.add("c", list[BaseNode](nodes), sparse)
         store.optimize("c")
@@ -199,7 +191,7 @@ def test_live_counts_are_asked_for_only_while_deleted_chunks_linger(tmp_path: Pa
 
 
 async def test_hybrid_retrieval_gives_the_same_chunks_and_relevance(
-    tmp_path: Path,
+    stores: dict[str, Store],
 ) -> None:
     """Through citeflow's retriever (fusion, feedback, relevance): same order, same scores."""
     embed = HashEmbedding(dim=64)
@@ -209,16 +201,13 @@ async def test_hybrid_retrieval_gives_the_same_chunks_and_relevance(
         for i in range(60)
     ]
     results = {}
-    for engine in ENGINES:
-        store = open_store(engine, tmp_path)
+    for engine, store in stores.items():
         Ingestor(store, embed, collection="c", progress=False).ingest_documents(docs)
         retriever = make_retriever(store, embed, "c", 5, "hybrid")
-        found = []
-        for query in ("ducks on ponds", "geese migrate south", "owls nests eggs", "fish"):
-            hits = await retriever.aretrieve(query)
-            found.append([Candidate(n.node.node_id, n.score or 0.0) for n in hits])
-        results[engine] = found
-        store.close()
+        results[engine] = [
+            [Candidate(n.node.node_id, n.score or 0.0) for n in await retriever.aretrieve(query)]
+            for query in ("ducks on ponds", "geese migrate south", "owls nests eggs", "fish")
+        ]
     for edge, server in zip(results["embedded"], results["server-api"], strict=True):
         assert len(edge) == len(server) == 5
         assert_same_ranking(edge, server, abs_=DENSE_ABS)
@@ -237,15 +226,6 @@ def test_scores_mean_the_same(stores: dict[str, Store]) -> None:
         assert [round(c.score, 5) for c in hits] == [1.0, 0.0, -1.0]
 
 
-def _folder(tmp_path: Path) -> Path:
-    folder = tmp_path / "docs"
-    folder.mkdir()
-    (folder / "ducks.md").write_text("# Ducks\n\nDucks live near ponds and rivers. " * 20)
-    (folder / "geese.txt").write_text("Geese migrate south in V-shaped flocks. " * 25)
-    (folder / "owls.txt").write_text("Owls hunt at night and nest in old barns. " * 15)
-    return folder
-
-
 def _state(store: Store) -> tuple[object, ...]:
     points = stored_points(store, "kb")
     return (
@@ -256,15 +236,15 @@ def _state(store: Store) -> tuple[object, ...]:
     )
 
 
-def test_ingest_reingest_replace_delete_alike(tmp_path: Path) -> None:
-    folder = _folder(tmp_path)
+def test_ingest_reingest_replace_delete_alike(stores: dict[str, Store], tmp_path: Path) -> None:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "ducks.md").write_text("# Ducks\n\nDucks live near ponds and rivers. " * 20)
+    (folder / "geese.txt").write_text("Geese migrate south in V-shaped flocks. " * 25)
+    (folder / "owls.txt").write_text("Owls hunt at night and nest in old barns. " * 15)
     states: dict[str, list[tuple[object, ...]]] = {}
-    for engine in ENGINES:
-        store = open_store(engine, tmp_path)
-        ingestor = Ingestor(
-            store, HashEmbedding(dim=32), collection="kb", chunk_size=64, chunk_overlap=8,
-            progress=False,
-        )  # fmt: skip
+    for engine, store in stores.items():
+        ingestor = small_ingestor(store, collection="kb")
         seen = []
         first = ingestor.ingest_paths([folder])
         assert first.documents_added == 3
@@ -280,7 +260,6 @@ def test_ingest_reingest_replace_delete_alike(tmp_path: Path) -> None:
         hashes = store.content_hashes("kb", [d.doc_id for d in store.documents("kb").values()])
         seen.append((hashes,))
         states[engine] = seen
-        store.close()
         (folder / "geese.txt").write_text("Geese migrate south in V-shaped flocks. " * 25)
     assert states["embedded"] == states["server-api"]
 
@@ -288,8 +267,7 @@ def test_ingest_reingest_replace_delete_alike(tmp_path: Path) -> None:
 def test_incomplete_chunks_are_hidden_alike_until_marked_complete(
     stores: dict[str, Store],
 ) -> None:
-    nodes, texts = corpus(20)
-    sparse = BM25Encoder().encode_documents(texts)
+    nodes, sparse = corpus(20)
     query = nodes[3].get_embedding()
     for store in stores.values():
         store.add("c", list[BaseNode](nodes[:10]), sparse[:10])
@@ -305,7 +283,7 @@ def test_incomplete_chunks_are_hidden_alike_until_marked_complete(
 
 
 def test_points_nodes_vectors_and_collections_alike(stores: dict[str, Store]) -> None:
-    nodes, _ = write_corpus(stores)
+    nodes = write_corpus(stores)
     ids = [nodes[i].node_id for i in (0, 17, 123)] + ["00000000-0000-0000-0000-999999999999"]
     edge, server = stores["embedded"], stores["server-api"]
     assert edge.count("c") == server.count("c") == len(nodes)

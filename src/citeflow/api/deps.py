@@ -69,14 +69,13 @@ async def require_api_key(
     """
     if not engine.settings.server.api_keys:
         return
-    token = credentials.credentials if credentials is not None else None
-    if token is None:
+    if credentials is None:
         raise AuthenticationError(
             "no API key: send the header 'Authorization: Bearer <key>' with a key from "
             "CITEFLOW_API_KEYS"
         )
     # compared with every key in constant time (a list: no early exit)
-    given = token.encode()
+    given = credentials.credentials.encode()
     keys = [key.get_secret_value().encode() for key in engine.settings.server.api_keys]
     if any([secrets.compare_digest(given, key) for key in keys]):
         return

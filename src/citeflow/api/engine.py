@@ -18,8 +18,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncGenerator, Collection, Sequence
+from collections.abc import AsyncGenerator, Callable, Collection, Sequence
 from pathlib import Path
+from typing import Any, TypeVar
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.llms import LLM, ChatMessage
@@ -37,6 +38,7 @@ from citeflow.store import DocumentRecord, Store
 from citeflow.workflows.citation_query import CitationQueryWorkflow
 
 log = logging.getLogger("citeflow.server")
+T = TypeVar("T")
 
 #: Model ids are ``citeflow-<collection>``.
 MODEL_PREFIX = "citeflow-"
@@ -222,11 +224,6 @@ class Engine:
         handler = self._start(collection, query, history)
         return await await_run(handler, self.settings.server.cancel_timeout)
 
-    def _forget(self) -> None:
-        """Forget what is remembered of the collections (their documents changed)."""
-        self._opened.clear()
-        self._known = None
-
     # --- documents ---------------------------------------------------------------------------
     def upload_dir(self, collection: str) -> Path:
         """Where uploaded files of a collection are kept (they are the documents' originals)."""
@@ -238,11 +235,17 @@ class Engine:
         Embedding and writing run in a worker thread; the event loop stays free.
         """
         kb = self.knowledge_base(collection)
+        return await self._change(kb.ingest, list(paths), progress=False)
+
+    async def _change(self, work: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Change documents in a worker thread, one change at a time; then forget what is
+        remembered of the collections."""
         async with self._ingest_lock:
             try:
-                return await asyncio.to_thread(kb.ingest, list(paths), progress=False)
+                return await asyncio.to_thread(work, *args, **kwargs)
             finally:
-                self._forget()
+                self._opened.clear()
+                self._known = None
 
     def _records(self, collection: str) -> dict[str, DocumentRecord]:
         if not self.store.exists(collection):
@@ -274,11 +277,7 @@ class Engine:
     async def delete_document(self, collection: str, doc_id: str) -> DocumentRecord:
         """Delete a document's chunks, and its file if it was uploaded to this server."""
         record = await self.document(collection, doc_id)
-        async with self._ingest_lock:
-            try:
-                await asyncio.to_thread(self.store.delete_document, collection, doc_id)
-            finally:
-                self._forget()
+        await self._change(self.store.delete_document, collection, doc_id)
         path = Path(record.file_path) if record.file_path else None
         if path is not None and path.parent == self.upload_dir(collection).resolve():
             await asyncio.to_thread(path.unlink, missing_ok=True)

@@ -153,11 +153,9 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
         await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
         if task.done():
             return task.result()
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
         log.info("client disconnected before the answer", extra={"path": request.url.path})
         return None
-    finally:
+    finally:  # the work cancelled, unless done
         watcher.cancel()
         if not task.done():
             task.cancel()

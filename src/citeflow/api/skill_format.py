@@ -180,14 +180,10 @@ def read_records(body: dict[str, Any], options: ServerSettings) -> list[Record]:
 _COMPACT = (",", ":")
 
 
-def _id_json(record_id: str | None) -> str:
-    return "null" if record_id is None else json.dumps(record_id)
-
-
 def vector_json(record_id: str | None, vector: Sequence[float]) -> str:
     """A record's answer with its vector (rendered as `SkillResult` would be)."""
     return (
-        f'{{"recordId":{_id_json(record_id)},"data":{{"vector":'
+        f'{{"recordId":{json.dumps(record_id)},"data":{{"vector":'
         f'{json.dumps(vector, separators=_COMPACT)}}},"errors":null,"warnings":null}}'
     )
 
@@ -195,7 +191,7 @@ def vector_json(record_id: str | None, vector: Sequence[float]) -> str:
 def errors_json(record_id: str | None, messages: Sequence[str]) -> str:
     """A refused record's answer: ``"data": {}`` and its errors."""
     errors = json.dumps([{"message": m} for m in messages], separators=_COMPACT)
-    return f'{{"recordId":{_id_json(record_id)},"data":{{}},"errors":{errors},"warnings":null}}'
+    return f'{{"recordId":{json.dumps(record_id)},"data":{{}},"errors":{errors},"warnings":null}}'
 
 
 class SkillAnswer(Response):

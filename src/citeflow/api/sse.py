@@ -103,13 +103,9 @@ async def ready_batches(
 
     async def pump() -> None:
         try:
-            while True:
-                try:
-                    item = await anext(iterator)
-                except StopAsyncIteration:
-                    queue.put_nowait((_END, None))
-                    return
+            async for item in iterator:
                 queue.put_nowait((_ITEM, item))
+            queue.put_nowait((_END, None))
         except Exception as exc:
             queue.put_nowait((_ERROR, exc))
         except BaseException as exc:  # a cancellation from elsewhere ends the stream too

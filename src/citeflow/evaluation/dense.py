@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -235,11 +236,8 @@ def _sync(
     corpus = dataset.corpus.values()
     docs = [Document(id_=d.id, text=d.text, metadata={"title": d.title}) for d in corpus]
     nodes = ingestor.chunk_documents(docs)
-    expected: dict[str, tuple[str, int]] = {}
-    for node in nodes:
-        doc_id = str(node.metadata["doc_id"])
-        digest = str(node.metadata["content_hash"])
-        expected[doc_id] = (digest, expected.get(doc_id, (digest, 0))[1] + 1)
+    chunks = Counter((str(n.metadata["doc_id"]), str(n.metadata["content_hash"])) for n in nodes)
+    expected = {doc_id: (digest, count) for (doc_id, digest), count in chunks.items()}
     done: set[str] = set()
     for doc_id, record in store.documents(COLLECTION).items():
         if record.complete and expected.get(doc_id) == (record.content_hash, record.chunks):

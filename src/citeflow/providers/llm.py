@@ -92,6 +92,33 @@ class _CompatMixin(LeanStreamingMixin):
             model_name=model,
         )
 
+    def _init_sdk_clients(
+        self,
+        sdk: dict[str, Any],
+        sync_class: Callable[..., openai.OpenAI],
+        async_class: Callable[..., openai.AsyncOpenAI],
+        *,
+        timeout: float = 60.0,
+        default_headers: dict[str, str] | None = None,
+        client_max_retries: int = DEFAULT_MAX_RETRIES,
+        async_http_client: httpx.AsyncClient | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """llama-index's ``__init__`` with the OpenAI SDK clients built here from ``sdk`` (the
+        connection) and the options both share, the async one also kept for the lean path."""
+        options = {"timeout": timeout, "max_retries": client_max_retries}
+        sdk = {**sdk, **options, "default_headers": default_headers}
+        client = async_class(**sdk, http_client=async_http_client)
+        super().__init__(  # type: ignore[call-arg]  # the llama-index class after this mixin
+            timeout=timeout,
+            default_headers=default_headers,
+            client_max_retries=client_max_retries,
+            openai_client=sync_class(**sdk),
+            async_openai_client=client,
+            **kwargs,
+        )
+        self._sdk_client = client
+
 
 def _base_model_name(model: str) -> str:
     """The OpenAI model a fine-tuned model is named after (``ft:gpt-4o-mini:org::id``), as
@@ -126,36 +153,13 @@ class CompatOpenAI(_CompatMixin, OpenAI):
     _sdk_client: openai.AsyncOpenAI = PrivateAttr()
 
     def __init__(
-        self,
-        *,
-        api_key: str | None = None,
-        api_base: str | None = None,
-        timeout: float = 60.0,
-        default_headers: dict[str, str] | None = None,
-        client_max_retries: int = DEFAULT_MAX_RETRIES,
-        async_http_client: httpx.AsyncClient | None = None,
-        **kwargs: Any,
+        self, *, api_key: str | None = None, api_base: str | None = None, **kwargs: Any
     ) -> None:
         key, base, _ = resolve_openai_credentials(api_key=api_key, api_base=api_base)
-        sdk: dict[str, Any] = {
-            "api_key": key,
-            "base_url": base,
-            "timeout": timeout,
-            "max_retries": client_max_retries,
-            "default_headers": default_headers,
-        }
-        client = openai.AsyncOpenAI(**sdk, http_client=async_http_client)
-        super().__init__(
-            api_key=key,
-            api_base=base,
-            timeout=timeout,
-            default_headers=default_headers,
-            client_max_retries=client_max_retries,
-            openai_client=openai.OpenAI(**sdk),
-            async_openai_client=client,
-            **kwargs,
+        sdk = {"api_key": key, "base_url": base}
+        self._init_sdk_clients(
+            sdk, openai.OpenAI, openai.AsyncOpenAI, api_key=key, api_base=base, **kwargs
         )
-        self._sdk_client = client
 
     @classmethod
     def class_name(cls) -> str:
@@ -184,36 +188,25 @@ class CompatAzureOpenAI(_CompatMixin, AzureOpenAI):
         api_key: str | None = None,
         use_azure_ad: bool = False,
         azure_ad_token_provider: Callable[[], str] | None = None,
-        timeout: float = 60.0,
-        default_headers: dict[str, str] | None = None,
-        client_max_retries: int = DEFAULT_MAX_RETRIES,
-        async_http_client: httpx.AsyncClient | None = None,
         **kwargs: Any,
     ) -> None:
-        sdk: dict[str, Any] = {
+        sdk = {
             "azure_endpoint": azure_endpoint,
             "api_version": api_version,
             "api_key": None if use_azure_ad else api_key,
             "azure_ad_token_provider": azure_ad_token_provider,
-            "timeout": timeout,
-            "max_retries": client_max_retries,
-            "default_headers": default_headers,
         }
-        client = openai.AsyncAzureOpenAI(**sdk, http_client=async_http_client)
-        super().__init__(
+        self._init_sdk_clients(
+            sdk,
+            openai.AzureOpenAI,
+            openai.AsyncAzureOpenAI,
             azure_endpoint=azure_endpoint,
             api_version=api_version,
             api_key=api_key,
             use_azure_ad=use_azure_ad,
             azure_ad_token_provider=azure_ad_token_provider,
-            timeout=timeout,
-            default_headers=default_headers,
-            client_max_retries=client_max_retries,
-            openai_client=openai.AzureOpenAI(**sdk),
-            async_openai_client=client,
             **kwargs,
         )
-        self._sdk_client = client
 
     @classmethod
     def class_name(cls) -> str:

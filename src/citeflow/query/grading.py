@@ -8,6 +8,7 @@ default for hosted models. `KeepAllGrader` turns grading off.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -116,12 +117,10 @@ def parse_relevant(reply: str, count: int) -> list[int]:
     numbers: list[object] = []
     match = re.search(r"\{.*?\}", text, re.DOTALL)
     if match:
-        try:
+        with contextlib.suppress(json.JSONDecodeError):
             data = json.loads(match.group(0))
             value = data.get("relevant", []) if isinstance(data, dict) else []
             numbers = list(value) if isinstance(value, list) else [value]
-        except json.JSONDecodeError:
-            numbers = []
     if not numbers:
         bracket = re.search(r"\[([^\]]*)\]", text)
         scope = bracket.group(1) if bracket else text.split("\n", 1)[0]
