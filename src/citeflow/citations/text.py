@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import threading
 from functools import lru_cache
+from itertools import pairwise
 
 import Stemmer
 
@@ -164,29 +165,18 @@ def sentence_spans(text: str) -> tuple[tuple[int, int], ...]:
 
     Cached: the same retrieved chunks are split again for every question that finds them.
     """
+    # a sentence runs to the end of the space after it; the closing quotes or brackets the
+    # lookbehind-only pattern matched stay with it once that space is trimmed
+    cuts = [
+        m.end() for m in _SENTENCE_END.finditer(text) if not ends_no_sentence(text, m.start() - 1)
+    ]
     spans: list[tuple[int, int]] = []
-    start = 0
-    for match in _SENTENCE_END.finditer(text):
-        if ends_no_sentence(text, match.start() - 1):
-            continue
-        _append_trimmed(text, start, match.start() + _trailing_len(text, match), spans)
-        start = match.end()
-    _append_trimmed(text, start, len(text), spans)
+    for start, end in pairwise([0, *cuts, len(text)]):
+        piece = text[start:end]
+        if piece.strip():
+            first = start + len(piece) - len(piece.lstrip())
+            spans.append((first, first + len(piece.strip())))
     return tuple(spans)
-
-
-def _trailing_len(text: str, match: re.Match[str]) -> int:
-    # keep closing quotes/brackets that the lookbehind-only pattern matched with the sentence
-    return len(match.group(0)) - len(match.group(0).lstrip("\"')]"))
-
-
-def _append_trimmed(text: str, start: int, end: int, out: list[tuple[int, int]]) -> None:
-    while start < end and text[start].isspace():
-        start += 1
-    while end > start and text[end - 1].isspace():
-        end -= 1
-    if end > start:
-        out.append((start, end))
 
 
 def split_sentences(text: str) -> list[str]:
