@@ -35,30 +35,27 @@ class Evidence:
 
 def select_evidence(texts: Sequence[str], question: str) -> list[Evidence]:
     """The evidence of each source that has some, in source order (see the module)."""
-    candidates: list[tuple[int, int, tuple[int, int], frozenset[str]]] = []
-    for number, text in enumerate(texts, start=1):
-        for position, (start, end) in enumerate(sentence_spans(text)):
-            candidates.append((number, position, (start, end), term_set(text[start:end])))
-    coverage = QuestionCoverage.over(question, [c[3] for c in candidates])
-    ranked = sorted(candidates, key=lambda c: (-coverage(c[3]), c[0], c[1]))
-    chosen: dict[int, list[tuple[int, int]]] = {}
-    taken = 0
-    for number, _, span, terms in ranked:
-        if taken >= EVIDENCE_LIMIT:
+    candidates = [
+        (number, position, term_set(text[start:end]))
+        for number, text in enumerate(texts, start=1)
+        for position, (start, end) in enumerate(sentence_spans(text))
+    ]
+    coverage = QuestionCoverage.over(question, [terms for _, _, terms in candidates])
+    ranked = sorted(candidates, key=lambda c: (-coverage(c[2]), c[0], c[1]))
+    chosen: dict[int, list[int]] = {}  # source number -> positions of its chosen sentences
+    for number, position, terms in ranked:
+        if sum(map(len, chosen.values())) >= EVIDENCE_LIMIT:
             break
-        if coverage(terms) <= 0 or len(chosen.get(number, [])) >= EVIDENCE_PER_SOURCE:
-            continue
-        chosen.setdefault(number, []).append(span)
-        taken += 1
+        if coverage(terms) > 0 and len(chosen.get(number, [])) < EVIDENCE_PER_SOURCE:
+            chosen.setdefault(number, []).append(position)
     if not chosen:  # the question shares no word with any source: show each source's opening
-        chosen = {n: [sentence_spans(t)[0]] for n, t in enumerate(texts, start=1) if t.strip()}
-    for number, spans in chosen.items():
-        all_spans = sentence_spans(texts[number - 1])
-        for span in list(spans):
-            i = all_spans.index(span)
-            if i + 1 < len(all_spans) and all_spans[i + 1] not in spans:
-                spans.append(all_spans[i + 1])
-    return [Evidence(n, tuple(sorted(spans))) for n, spans in sorted(chosen.items())]
+        chosen = {n: [0] for n, t in enumerate(texts, start=1) if t.strip()}
+    evidence = []
+    for number, positions in sorted(chosen.items()):
+        spans = sentence_spans(texts[number - 1])
+        shown = sorted({p + step for p in positions for step in (0, 1)})  # and the next one
+        evidence.append(Evidence(number, tuple(spans[p] for p in shown if p < len(spans))))
+    return evidence
 
 
 def format_evidence(
