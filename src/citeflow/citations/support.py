@@ -181,14 +181,13 @@ class QuestionCoverage:
         return bool(self._parts)
 
     def __call__(self, terms: frozenset[str]) -> float:
-        if not self._parts:
-            return 1.0
-        best = 0.0
-        for asked, total in self._parts:
-            shared = asked & terms
-            if shared:
-                best = max(best, sum(self._idf.get(t, 0.0) for t in shared) / total)
-        return best
+        """The share of the question ``terms`` hold, in the part they cover best (1 when the
+        question constrains nothing)."""
+        shares = (
+            sum(self._idf.get(t, 0.0) for t in asked & terms) / total
+            for asked, total in self._parts
+        )
+        return max(shares, default=1.0)
 
 
 @dataclass(frozen=True, slots=True)
