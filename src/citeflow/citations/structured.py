@@ -18,7 +18,6 @@ text. A reply that is not JSON (a model that ignored the schema) is passed throu
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 from typing import Any, Literal
@@ -34,45 +33,37 @@ __all__ = [
     "response_format",
 ]
 
+
+def answer_schema(source_count: int) -> dict[str, Any]:
+    """The JSON schema of a cited answer with the source numbers restricted to
+    ``1..source_count`` (an ``enum``).
+
+    With no sources (``source_count < 1``) the numbers are left unrestricted (an empty ``enum``
+    is not a valid schema everywhere): that is `ANSWER_SCHEMA`. The citation repair drops
+    numbers out of range anyway.
+    """
+    number: dict[str, Any] = {"type": "integer"}
+    if source_count >= 1:
+        number["enum"] = list(range(1, source_count + 1))
+    sentence = {
+        "type": "object",
+        "properties": {"sources": {"type": "array", "items": number}, "text": {"type": "string"}},
+        "required": ["sources", "text"],
+        "additionalProperties": False,
+    }
+    return {
+        "type": "object",
+        "properties": {"sentences": {"type": "array", "items": sentence}},
+        "required": ["sentences"],
+        "additionalProperties": False,
+    }
+
+
 #: The JSON schema of a cited answer: sentences, each with its source numbers, then its text.
-ANSWER_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "sentences": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "sources": {"type": "array", "items": {"type": "integer"}},
-                    "text": {"type": "string"},
-                },
-                "required": ["sources", "text"],
-                "additionalProperties": False,
-            },
-        }
-    },
-    "required": ["sentences"],
-    "additionalProperties": False,
-}
+ANSWER_SCHEMA: dict[str, Any] = answer_schema(0)
 
 #: The schema's name in an OpenAI-style ``response_format``.
 RESPONSE_FORMAT_NAME = "cited_answer"
-
-
-def answer_schema(source_count: int) -> dict[str, Any]:
-    """`ANSWER_SCHEMA` with the source numbers restricted to ``1..source_count`` (an ``enum``).
-
-    With no sources (``source_count < 1``) the numbers are left unrestricted (an empty ``enum``
-    is not a valid schema everywhere); the citation repair drops numbers out of range anyway.
-    """
-    schema = copy.deepcopy(ANSWER_SCHEMA)
-    if source_count >= 1:
-        item = schema["properties"]["sentences"]["items"]
-        item["properties"]["sources"]["items"] = {
-            "type": "integer",
-            "enum": list(range(1, source_count + 1)),
-        }
-    return schema
 
 
 def response_format(source_count: int) -> dict[str, Any]:
