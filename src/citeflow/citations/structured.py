@@ -81,7 +81,9 @@ def response_format(source_count: int) -> dict[str, Any]:
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _SOURCES_KEY = re.compile(r'"sources"\s*:\s*\[([^\]"{}]*)(\]?)')
-_TEXT_KEY = re.compile(r'"text"\s*:\s*"')
+# the content of the "text" string: up to its closing quote, else to the end (a dangling escape
+# too, which `_decode_partial` drops)
+_TEXT = re.compile(r'"text"\s*:\s*"((?:[^"\\]|\\.)*\\?)', re.DOTALL)
 _COMPLETE_NUMBER = re.compile(r"-?\d+(?=\s*,)")
 
 
@@ -129,20 +131,15 @@ def _decode_partial(content: str) -> str:
 
 def _recover(fragment: str) -> str:
     """What can be read of one sentence object from its (possibly broken or cut-off) JSON."""
-    text_key = _TEXT_KEY.search(fragment)
-    if text_key is None:
+    text = _TEXT.search(fragment)
+    if text is None:
         return ""
-    start = text_key.end()
-    end = start
-    while end < len(fragment) and fragment[end] != '"':
-        end += 2 if fragment[end] == "\\" else 1
-    text = _decode_partial(fragment[start : min(end, len(fragment))])
     sources: list[int] = []
     found = _SOURCES_KEY.search(fragment)
     if found is not None:
         inner = found.group(1) + ("," if found.group(2) else "")
         sources = [int(n) for n in _COMPLETE_NUMBER.findall(inner)]
-    return render_sentence(text, sources)
+    return render_sentence(_decode_partial(text.group(1)), sources)
 
 
 Mode = Literal["start", "json", "plain", "done"]
