@@ -177,13 +177,9 @@ class StructuredSentenceStream:
         if self._mode == "done" or not delta:
             return []
         self._buffer += delta
-        if self._mode == "start":
-            passed = self._decide()
-            if passed is not None:
-                return [passed] if passed else []
-            if self._mode == "start":
-                return []
-        return self._scan()
+        if self._mode == "start" and (passed := self._decide()) is not None:
+            return [passed]
+        return self._scan() if self._mode == "json" else []
 
     def flush(self) -> list[str]:
         """The end of the reply: what is left (a cut-off sentence's readable text, or the text
@@ -202,13 +198,10 @@ class StructuredSentenceStream:
 
     def _decide(self) -> str | None:
         """Look at the start of the reply: JSON (mode "json", the buffer cut to the opening
-        brace), prose (mode "plain"; returns the text to pass on), or too soon to tell."""
+        brace), prose (mode "plain"; returns the text to pass on, never empty), or too soon to
+        tell."""
         head = self._buffer.lstrip()
-        if not head:
-            return None
-        if len(head) < 3 and "```".startswith(head):
-            return None
-        if head.startswith("```"):
+        if "```".startswith(head[:3]):  # nothing yet, or a code fence (or the start of one)
             newline = head.find("\n")
             if newline < 0:
                 return None
