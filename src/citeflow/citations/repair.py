@@ -230,8 +230,7 @@ class CitationChecker:
         kept = [n for n in cited if n in band]
         citations = [_citation(bare, by_number[n], "model") for n in kept]
         mapping = {n: n for n in kept}
-        supported = best is not None and best.score >= add - 1e-9
-        if not kept and supported and best is not None:
+        if not kept and best is not None and best.score >= add - 1e-9:  # a source supports it
             if cited:  # on the wrong source: moved to the one that supports the sentence
                 mapping[cited[0]] = best.number
                 citations.append(_citation(bare, best, "moved"))
