@@ -85,8 +85,9 @@ class JudgeVerifier:
         self, statement: str, cited: Sequence[int], *, denied: bool = False
     ) -> list[Support]:
         lexical = self.support.rank(statement, denied=denied)
-        asked = {n for n in cited if 1 <= n <= len(self.support)}
-        asked |= {s.number for s in lexical[: self.shortlist] if s.score >= self.floor}
+        # the sources the model cited and the best candidates (a cited number that names no
+        # source is no candidate's)
+        asked = {*cited, *(s.number for s in lexical[: self.shortlist] if s.score >= self.floor)}
         judged = [c for c in lexical if c.number in asked and c.quote]
         # one call per candidate, all at once: a sentence waits for its slowest verdict only
         verdicts = await asyncio.gather(*(self._verdict(statement, c) for c in judged))
