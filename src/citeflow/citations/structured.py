@@ -218,8 +218,7 @@ class StructuredSentenceStream:
     def _scan(self) -> list[str]:
         out: list[str] = []
         buffer = self._buffer
-        index = self._pos
-        while index < len(buffer):
+        for index in range(self._pos, len(buffer)):
             char = buffer[index]
             if self._in_string:
                 if self._escape:
@@ -240,8 +239,7 @@ class StructuredSentenceStream:
                 if not self._stack:  # the answer object is complete: ignore what follows
                     self._mode = "done"
                     break
-            index += 1
-        self._pos = index
+        self._pos = len(buffer)
         return out
 
     def _open_item(self) -> int | None:
