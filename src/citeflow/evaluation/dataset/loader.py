@@ -52,10 +52,9 @@ def load_beir(
             "not a dataset folder (expected corpus.jsonl, queries.jsonl "
             "and qrels/<split>.tsv in it)",
         )
-    if limit is not None and limit < 1:
-        raise InvalidRequestError(f"limit must be at least 1, got {limit}")
-    if corpus_limit is not None and corpus_limit < 1:
-        raise InvalidRequestError(f"corpus_limit must be at least 1, got {corpus_limit}")
+    for option, value in (("limit", limit), ("corpus_limit", corpus_limit)):
+        if value is not None and value < 1:
+            raise InvalidRequestError(f"{option} must be at least 1, got {value}")
     corpus_path = root / "corpus.jsonl"
     queries_path = root / "queries.jsonl"
     qrels_path = root / "qrels" / f"{split}.tsv"
