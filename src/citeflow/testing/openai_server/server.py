@@ -171,10 +171,8 @@ class FakeOpenAIServer:
         """Base URL for OpenAI clients (``CITEFLOW_OPENAI_BASE_URL``): `url` + ``/v1``."""
         return f"{self.url}/v1"
 
-    @property
-    def azure_endpoint(self) -> str:
-        """Endpoint for Azure OpenAI clients (``CITEFLOW_AZURE_ENDPOINT``): `url`."""
-        return self.url
+    #: Endpoint for Azure OpenAI clients (``CITEFLOW_AZURE_ENDPOINT``): `url`.
+    azure_endpoint = url
 
     # --- scripting -------------------------------------------------------------------------
 
