@@ -21,4 +21,3 @@ class DatasetError(InvalidRequestError):
         super().__init__(f"{where}: {problem}")
         self.file = str(file)
         self.line = line
-        self.problem = problem
