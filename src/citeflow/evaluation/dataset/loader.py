@@ -81,15 +81,14 @@ def load_beir(
             )
         queries[query_id] = text
 
-    full = True
-    if corpus_limit is not None and corpus_limit < len(corpus):
+    full = corpus_limit is None or corpus_limit >= len(corpus)
+    if corpus_limit is not None and not full:
         keep = {doc for docs in qrels.values() for doc in docs}
         for doc_id in corpus:
             if len(keep) >= corpus_limit:
                 break
             keep.add(doc_id)
         corpus = {doc_id: doc for doc_id, doc in corpus.items() if doc_id in keep}
-        full = False
 
     gold: dict[str, list[Evidence]] = {}
     sentences: dict[str, list[str]] = {}
