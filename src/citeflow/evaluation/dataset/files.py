@@ -10,10 +10,11 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from citeflow.evaluation.dataset.errors import DatasetError
+from citeflow.errors import InvalidRequestError
 from citeflow.evaluation.dataset.records import CorpusDocument, Evidence
 
 __all__ = [
+    "DatasetError",
     "read_answers",
     "read_corpus",
     "read_evidence",
@@ -23,6 +24,20 @@ __all__ = [
     "relative_name",
     "require_file",
 ]
+
+
+class DatasetError(InvalidRequestError):
+    """An evaluation dataset is missing a file or holds a bad line.
+
+    ``file`` is the offending file (relative to the dataset folder when inside it) and ``line``
+    its 1-based line number, or 0 when the problem is the file as a whole.
+    """
+
+    def __init__(self, file: Path | str, line: int, problem: str) -> None:
+        where = f"{file} line {line}" if line else str(file)
+        super().__init__(f"{where}: {problem}")
+        self.file = str(file)
+        self.line = line
 
 
 def relative_name(path: Path, root: Path) -> str:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from citeflow.errors import InvalidRequestError
-from citeflow.evaluation.dataset.errors import DatasetError
 from citeflow.evaluation.dataset.files import (
+    DatasetError,
     read_answers,
     read_corpus,
     read_evidence,
