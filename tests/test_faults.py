@@ -62,6 +62,7 @@ from llama_index.core.schema import Document
 from qdrant_client.http.exceptions import UnexpectedResponse
 
 from citeflow.api import uploads
+from citeflow.api.engine import Engine
 from citeflow.cli import main
 from citeflow.disk import is_no_space
 from citeflow.ingestion.pipeline import doc_id_for
@@ -103,10 +104,9 @@ FULL_DISK = (
 
 # --- the LLM provider ----------------------------------------------------------------------------
 @pytest.fixture
-async def client(kb: KnowledgeBase, upstream: FakeOpenAIServer) -> AsyncIterator[httpx.AsyncClient]:
+async def engine(kb: KnowledgeBase, upstream: FakeOpenAIServer) -> AsyncIterator[Engine]:
     engine = upstream_engine(kb, upstream, llm={"timeout": 0.5}, citations={"judge": "off"})
-    async with asgi_client(engine) as c:
-        yield c
+    yield engine
     await engine.aclose()
 
 
