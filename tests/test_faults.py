@@ -77,6 +77,7 @@ from tests.conftest import FACTS, open_kb, stored_points
 from tests.fakes.full_disk import FillingDisk, FullDiskClient, disk_full_error
 from tests.fakes.killed import kill_9_after
 from tests.server_helpers import (
+    ANSWER,
     add_collection,
     asgi_client,
     chat_request,
@@ -88,7 +89,6 @@ from tests.server_helpers import (
     wait_until,
 )
 
-ANSWER = "Yahoo bought Viaweb in 1998 [1]. Ducks live near ponds [2]."
 LONG_ANSWER = " ".join([ANSWER] * 10)
 #: a document of many chunks (at the test settings' chunk size of 128 tokens)
 GEESE = " ".join(
