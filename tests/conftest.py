@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from llama_index.core.schema import Document
 
+from citeflow.api.engine import Engine
 from citeflow.errors import ModelError
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.providers.local_llm import LocalLlamaCppLLM
@@ -20,6 +22,7 @@ from citeflow.store import Store
 from citeflow.store.engine import Record
 from citeflow.testing.embedding import HashEmbedding
 from citeflow.testing.openai_server import FakeOpenAIServer
+from tests.server_helpers import asgi_client, make_engine
 from tests.store_helpers import ENGINES, open_store
 
 REPO = Path(__file__).resolve().parents[1]
@@ -93,6 +96,20 @@ def kb(settings: Settings, store: Store) -> KnowledgeBase:
         ]
     )
     return base
+
+
+@pytest.fixture
+def engine(kb: KnowledgeBase) -> Engine:
+    """An engine over `kb` with a fake LLM that answers "OK" (`make_engine`); a test module
+    overrides this fixture for another engine."""
+    return make_engine(kb)
+
+
+@pytest.fixture
+async def client(engine: Engine) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client calling the app over `engine` in-process (`asgi_client`)."""
+    async with asgi_client(engine) as c:
+        yield c
 
 
 @pytest.fixture

@@ -47,11 +47,11 @@ def small_ingestor(
     )
 
 
-def points(n: int, *, seed: int = 0, start: int = 0) -> list[Point]:
+def points(n: int, *, start: int = 0) -> list[Point]:
     """``n`` chunks with `DIM`-d vectors, BM25 vectors and ~600-character payloads."""
     out = []
     for i in range(start, start + n):
-        rng = np.random.default_rng([seed, i])
+        rng = np.random.default_rng([0, i])
         text = f"chunk {i} about ducks, geese and swans " * 16
         out.append(
             Point(
@@ -64,10 +64,10 @@ def points(n: int, *, seed: int = 0, start: int = 0) -> list[Point]:
     return out
 
 
-def fill(store: Store, collection: str, n: int, batch: int = 256) -> None:
+def fill(store: Store, collection: str, n: int) -> None:
     store.ensure_collection(collection, DIM)
-    for start in range(0, n, batch):
-        store.write(collection, points(min(batch, n - start), start=start))
+    for start in range(0, n, 256):
+        store.write(collection, points(min(256, n - start), start=start))
 
 
 def make_retriever(

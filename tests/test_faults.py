@@ -62,6 +62,7 @@ from llama_index.core.schema import Document
 from qdrant_client.http.exceptions import UnexpectedResponse
 
 from citeflow.api import uploads
+from citeflow.api.engine import Engine
 from citeflow.cli import main
 from citeflow.disk import is_no_space
 from citeflow.ingestion.pipeline import doc_id_for
@@ -76,6 +77,7 @@ from tests.conftest import FACTS, open_kb, stored_points
 from tests.fakes.full_disk import FillingDisk, FullDiskClient, disk_full_error
 from tests.fakes.killed import kill_9_after
 from tests.server_helpers import (
+    ANSWER,
     add_collection,
     asgi_client,
     chat_request,
@@ -87,7 +89,6 @@ from tests.server_helpers import (
     wait_until,
 )
 
-ANSWER = "Yahoo bought Viaweb in 1998 [1]. Ducks live near ponds [2]."
 LONG_ANSWER = " ".join([ANSWER] * 10)
 #: a document of many chunks (at the test settings' chunk size of 128 tokens)
 GEESE = " ".join(
@@ -103,10 +104,9 @@ FULL_DISK = (
 
 # --- the LLM provider ----------------------------------------------------------------------------
 @pytest.fixture
-async def client(kb: KnowledgeBase, upstream: FakeOpenAIServer) -> AsyncIterator[httpx.AsyncClient]:
+async def engine(kb: KnowledgeBase, upstream: FakeOpenAIServer) -> AsyncIterator[Engine]:
     engine = upstream_engine(kb, upstream, llm={"timeout": 0.5}, citations={"judge": "off"})
-    async with asgi_client(engine) as c:
-        yield c
+    yield engine
     await engine.aclose()
 
 

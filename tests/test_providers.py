@@ -42,13 +42,16 @@ from citeflow.testing.openai_server import (
     default_reply,
     fake_embedding,
 )
-from tests.settings_helpers import settings_of
+from tests.settings_helpers import (
+    APIM_KEY,
+    AZURE_KEY,
+    assert_azure_request,
+    azure_settings,
+    settings_of,
+)
 
 OPENAI_KEY = "sk-test-openai-0123456789"
-AZURE_KEY = "azure-key-abcdef"
-APIM_KEY = "apim-subscription-key-42"
 ENTRA_TOKEN = "entra-static-token-xyz"
-API_VERSION = "2024-06-01"
 USER = [ChatMessage(role="user", content="What did the author work on before college?")]
 
 #: Every test must finish well within this (no hangs on failures).
@@ -78,28 +81,6 @@ def openai_settings(server: FakeOpenAIServer, **values: Any) -> Settings:
         "openai_api_key": OPENAI_KEY,
     }
     return settings_of(**{**base, **values})
-
-
-def azure_settings(server: FakeOpenAIServer, **values: Any) -> Settings:
-    base: dict[str, Any] = {
-        "llm_provider": "azure",
-        "embed_provider": "azure",
-        "llm_model": "chat-deployment",
-        "azure_embed_deployment": "embed-deployment",
-        "azure_endpoint": server.azure_endpoint,
-        "azure_api_key": AZURE_KEY,
-        "azure_api_version": API_VERSION,
-        "azure_headers": {"Ocp-Apim-Subscription-Key": APIM_KEY},
-    }
-    return settings_of(**{**base, **values})
-
-
-def assert_azure_request(request: RecordedRequest, path: str) -> None:
-    """``request`` went to Azure's ``path`` with the API version, key and API Management key."""
-    assert request.path == path
-    assert request.query["api-version"] == API_VERSION
-    assert request.headers["api-key"] == AZURE_KEY
-    assert request.headers["ocp-apim-subscription-key"] == APIM_KEY
 
 
 async def stream_deltas(settings: Settings, **build: Any) -> list[str]:

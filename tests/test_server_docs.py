@@ -6,6 +6,7 @@ import json
 import re
 from typing import Any
 
+import httpx
 import pytest
 
 from citeflow.api.exposure import docs_enabled
@@ -54,13 +55,12 @@ async def test_docs_on_with_keys_need_the_key(kb: KnowledgeBase) -> None:
 
 
 async def test_docs_on_loopback_without_keys_declare_the_bearer_scheme_and_the_chat_request(
-    kb: KnowledgeBase,
+    client: httpx.AsyncClient,
 ) -> None:
-    async with asgi_client(make_engine(kb)) as c:
-        schema = (await c.get("/openapi.json")).json()
-        for path in ("/docs", "/redoc"):
-            page = await c.get(path)
-            assert page.status_code == 200 and "/openapi.json" in page.text
+    schema = (await client.get("/openapi.json")).json()
+    for path in ("/docs", "/redoc"):
+        page = await client.get(path)
+        assert page.status_code == 200 and "/openapi.json" in page.text
     schemes = schema["components"]["securitySchemes"]
     (name,) = schemes
     assert (schemes[name]["type"], schemes[name]["scheme"]) == ("http", "bearer")

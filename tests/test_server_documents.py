@@ -43,12 +43,6 @@ def engine(kb: KnowledgeBase) -> Engine:
     )
 
 
-@pytest.fixture
-async def client(engine: Engine) -> AsyncIterator[httpx.AsyncClient]:
-    async with asgi_client(engine) as c:
-        yield c
-
-
 def _files(*items: tuple[str, bytes]) -> list[tuple[str, tuple[str, bytes, str]]]:
     return [("file", (name, data, "text/plain")) for name, data in items]
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -36,12 +35,6 @@ async def _source_url(client: httpx.AsyncClient) -> str:
     assert answer.status_code == 200, answer.text
     (source,) = answer.json()["sources"]
     return str(source["source"]["url"])
-
-
-@pytest.fixture
-async def client(engine: Engine) -> AsyncIterator[httpx.AsyncClient]:
-    async with asgi_client(engine) as c:
-        yield c
 
 
 async def test_signed_link_opens_the_file_without_the_key(client: httpx.AsyncClient) -> None:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
 
+from citeflow.api.engine import Engine
 from citeflow.citations.markers import cited_numbers
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.store import Store
@@ -49,9 +49,8 @@ async def llm() -> ScriptedLLM:
 
 
 @pytest.fixture
-async def client(kb: KnowledgeBase, llm: ScriptedLLM) -> AsyncIterator[httpx.AsyncClient]:
-    async with asgi_client(make_engine(kb, llm)) as c:
-        yield c
+def engine(kb: KnowledgeBase, llm: ScriptedLLM) -> Engine:
+    return make_engine(kb, llm)
 
 
 # --- models and health ---------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
@@ -65,12 +65,6 @@ class SlowLLM(ScriptedLLM):
         self.calls += 1
         await asyncio.sleep(self.pause)
         return await super().achat(messages, **kwargs)
-
-
-@pytest.fixture
-async def client(kb: KnowledgeBase) -> AsyncIterator[httpx.AsyncClient]:
-    async with asgi_client(make_engine(kb)) as c:
-        yield c
 
 
 def _results(response: httpx.Response, queries: int) -> dict[str, Any]:

@@ -24,12 +24,9 @@ from citeflow.server import create_app
 from citeflow.testing.embedding import HashEmbedding, RecordingEmbedding
 from citeflow.testing.openai_server import FakeOpenAIServer, fake_embedding
 from tests.server_helpers import asgi_client, assert_error, assert_needs_key, make_engine, post_raw
-from tests.settings_helpers import settings_of
+from tests.settings_helpers import APIM_KEY, AZURE_KEY, assert_azure_request, azure_settings
 
 URL = "/v1/skills/embeddings"
-AZURE_KEY = "azure-key-abcdef"
-APIM_KEY = "apim-subscription-key-42"
-API_VERSION = "2024-06-01"
 #: a client over an engine and its embedder (the fixtures `local` and `remote`)
 Local = tuple[httpx.AsyncClient, RecordingEmbedding]
 Remote = tuple[httpx.AsyncClient, BaseEmbedding]
@@ -58,16 +55,7 @@ def azure() -> Iterator[FakeOpenAIServer]:
 async def remote(kb: KnowledgeBase, azure: FakeOpenAIServer) -> AsyncIterator[Remote]:
     """A client over an engine whose embedder is Azure OpenAI's as ``citeflow serve`` builds it
     (no retries), behind APIM."""
-    settings = settings_of(
-        embed_provider="azure",
-        azure_embed_deployment="embed-deployment",
-        azure_endpoint=azure.azure_endpoint,
-        azure_api_key=AZURE_KEY,
-        azure_api_version=API_VERSION,
-        azure_headers={"Ocp-Apim-Subscription-Key": APIM_KEY},
-        embed_batch_size=8,
-    )
-    embed = build_embed_model(settings, max_retries=0)
+    embed = build_embed_model(azure_settings(azure, embed_batch_size=8), max_retries=0)
     async with asgi_client(make_engine(kb, embed_model=embed)) as client:
         yield client, embed
 
@@ -311,10 +299,7 @@ async def test_azure_vectors_with_the_api_management_headers(
     assert vectors == await embed.aget_text_embedding_batch(texts)
     assert vectors[3] == pytest.approx(fake_embedding(texts[3]), abs=1e-6)
     for request in requests:
-        assert request.path == "/openai/deployments/embed-deployment/embeddings"
-        assert request.query["api-version"] == API_VERSION
-        assert request.headers["api-key"] == AZURE_KEY
-        assert request.headers["ocp-apim-subscription-key"] == APIM_KEY
+        assert_azure_request(request, "/openai/deployments/embed-deployment/embeddings")
 
 
 async def test_azure_vectorizer_call(remote: Remote, azure: FakeOpenAIServer) -> None:

@@ -14,20 +14,20 @@ from email.utils import format_datetime
 import httpx
 import pytest
 
+from citeflow.api.engine import Engine
 from citeflow.errors import UpstreamError, UpstreamRateLimitError
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.providers.upstream_errors import DEFAULT_RETRY_AFTER, as_upstream_error, retry_after
 from citeflow.testing.openai_server import FakeOpenAIServer, Reply
-from tests.server_helpers import asgi_client, chat_request, events_of, parse_sse, upstream_engine
+from tests.server_helpers import chat_request, events_of, parse_sse, upstream_engine
 
 SECRET = "Incorrect API key provided: sk-pr****xk2Q. Org org-Secret123 has no access."
 
 
 @pytest.fixture
-async def client(kb: KnowledgeBase, upstream: FakeOpenAIServer) -> AsyncIterator[httpx.AsyncClient]:
+async def engine(kb: KnowledgeBase, upstream: FakeOpenAIServer) -> AsyncIterator[Engine]:
     engine = upstream_engine(kb, upstream)
-    async with asgi_client(engine) as c:
-        yield c
+    yield engine
     await engine.aclose()
 
 

@@ -16,6 +16,7 @@ sparse indices by CRC-32 (stable across processes and versions).
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 import zlib
@@ -50,6 +51,12 @@ class SparseVector:
     values: list[float]
 
 
+@functools.lru_cache(maxsize=1_000_000)
+def _index(term: str) -> int:
+    """A term's sparse index: its CRC-32 (stable across processes and versions)."""
+    return zlib.crc32(term.encode("utf-8"))
+
+
 class BM25Encoder:
     """Text → BM25 sparse vectors for documents and queries (thread-safe)."""
 
@@ -60,7 +67,6 @@ class BM25Encoder:
         self.b = b
         self.avg_length = avg_length
         self._local = threading.local()  # PyStemmer objects are not shared across threads
-        self._index_cache: dict[str, int] = {}
         self._word_cache: dict[str, int] = {}
 
     def _stemmer(self) -> Any:
@@ -77,18 +83,10 @@ class BM25Encoder:
         stems: list[str] = self._stemmer().stemWords(words)
         return stems
 
-    def _index(self, term: str) -> int:
-        index = self._index_cache.get(term)
-        if index is None:
-            index = zlib.crc32(term.encode("utf-8"))
-            if len(self._index_cache) < 1_000_000:
-                self._index_cache[term] = index
-        return index
-
     def _word_indices(self, text: str) -> list[int]:
         """The sparse index of each content word of ``text``, in order, repeats kept.
 
-        The same as ``[self._index(t) for t in self.terms(text)]``, through a cache of word →
+        The same as ``[_index(t) for t in self.terms(text)]``, through a cache of word →
         index (stop words → -1), so that a word seen before costs one dict lookup instead of a
         stemmer call and a CRC: ingestion encodes every chunk of a corpus, whose words repeat.
         """
@@ -98,7 +96,7 @@ class BM25Encoder:
             index = cache.get(word)
             if index is None:
                 stop = word in STOP_WORDS
-                index = -1 if stop else self._index(self._stemmer().stemWord(word))
+                index = -1 if stop else _index(self._stemmer().stemWord(word))
                 if len(cache) < 1_000_000:
                     cache[word] = index
             if index >= 0:
@@ -123,5 +121,5 @@ class BM25Encoder:
 
     def encode_query(self, text: str) -> SparseVector:
         """A query's vector: 1 per distinct term (Qdrant applies the IDF)."""
-        indices = sorted({self._index(t) for t in self.terms(text)})
+        indices = sorted({_index(t) for t in self.terms(text)})
         return SparseVector(indices=indices, values=[1.0] * len(indices))

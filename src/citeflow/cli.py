@@ -12,7 +12,7 @@ import asyncio
 import os
 import shlex
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,9 +21,6 @@ from citeflow.errors import CiteflowError
 from citeflow.settings import Settings, load_settings
 
 if TYPE_CHECKING:
-    from workflows.events import Event
-
-    from citeflow.result import CitedResponse
     from citeflow.store import DocumentRecord, Store
 
 
@@ -162,6 +159,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
 
 async def _ask(args: argparse.Namespace) -> int:
+    from citeflow.api.workflow_runs import stream_run
     from citeflow.terminal_stream import TerminalStream
     from citeflow.workflows.citation_query import CitationQueryWorkflow
 
@@ -171,14 +169,8 @@ async def _ask(args: argparse.Namespace) -> int:
         raise CiteflowError('the question is empty; try: citeflow ask "What is ...?"')
     _announce(settings)
     workflow = CitationQueryWorkflow.from_settings(settings)
-    handler = workflow.run(query=question)
-
-    async def run() -> AsyncIterator[Event | CitedResponse]:
-        async for event in handler.stream_events():
-            yield event
-        yield await handler
-
-    async for output in TerminalStream(quiet=args.quiet, timings=args.timings).transform(run()):
+    run = stream_run(lambda: workflow.run(query=question), settings.server.cancel_timeout)
+    async for output in TerminalStream(quiet=args.quiet, timings=args.timings).transform(run):
         output.write()
     workflow.retriever.store.close()
     return 0

@@ -182,7 +182,8 @@ class Metrics:
         usage: dict[str, int] | None = None,
     ) -> None:
         """Record one finished answer."""
-        self.answers.labels(_outcome(result)).inc()
+        outcome = "cited" if result.cited else "uncited"
+        self.answers.labels(outcome if result.source_nodes else "not_covered").inc()
         self.answer_seconds.observe(seconds)
         for stage, spent in result.timings.items():
             if stage in STAGES:
@@ -266,12 +267,6 @@ class Metrics:
             if result in INGEST_RESULTS and count:
                 self.ingested_documents.labels(result).inc(count)
         self.ingested_chunks.inc(chunks)
-
-
-def _outcome(result: CitedResponse) -> str:
-    if not result.source_nodes:
-        return "not_covered"
-    return "cited" if result.cited else "uncited"
 
 
 router = APIRouter(tags=["health"], dependencies=[Depends(require_api_key)])

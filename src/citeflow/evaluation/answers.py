@@ -70,7 +70,7 @@ def record_of(
         "raw_text": result.raw_response,
         "answer": result.response or "",
         "citations": [asdict(c) for c in result.citations],
-        "unsupported": list(getattr(result, "unsupported", [])),
+        "unsupported": list(result.unsupported),
         "grounded": result.grounded,
         "seconds": round(seconds, 3),
         "llm_seconds": round(result.timings.get("llm", 0.0), 3),

@@ -283,5 +283,4 @@ class DenseSearch:
             if len(best) >= top_k or len(nodes) < fetch:
                 break
             fetch *= 2
-        ranked = sorted(best.items(), key=lambda kv: kv[1], reverse=True)
-        return ranked[:top_k]
+        return sorted(best.items(), key=lambda kv: kv[1], reverse=True)[:top_k]

@@ -116,15 +116,9 @@ def evaluate(
     """Mean of every metric at every k over the queries of ``qrels``, e.g. ``{"nDCG@10": …}``."""
     ks = sorted(set(k_values))
     names = list(families)
-    rows = per_query(run, qrels, ks, names)
-    n = len(rows)
-    return {
-        metric_name(family, k): (
-            sum(r[metric_name(family, k)] for r in rows.values()) / n if n else 0.0
-        )
-        for family in names
-        for k in ks
-    }
+    rows = per_query(run, qrels, ks, names).values()
+    metrics = [metric_name(family, k) for family in names for k in ks]
+    return {m: sum(r[m] for r in rows) / len(rows) if rows else 0.0 for m in metrics}
 
 
 def ndcg_at_k(run: Run, qrels: Qrels, k: int) -> float:

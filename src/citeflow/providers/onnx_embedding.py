@@ -73,10 +73,6 @@ def onnx_supported(model_dir: Path) -> bool:
     return shape_ok and mean_only and (model_dir / "tokenizer.json").is_file()
 
 
-def _normalizes(model_dir: Path) -> bool:
-    return "sentence_transformers.models.Normalize" in _modules(model_dir)
-
-
 def _max_length(model_dir: Path) -> int:
     """Tokens per text, as sentence-transformers truncates: ``max_seq_length``, else the
     model's position limit."""
@@ -230,7 +226,7 @@ class OnnxEmbedding(BaseEmbedding):
             model_dir=str(model_dir),
             threads=threads,
             max_length=_max_length(model_dir),
-            normalize=_normalizes(model_dir),
+            normalize="sentence_transformers.models.Normalize" in _modules(model_dir),
         )
         super().__init__(**kwargs)
         options = onnxruntime.SessionOptions()

@@ -16,19 +16,11 @@ RRF's 0.727 at most).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Literal, Protocol
+from typing import Literal
+
+from citeflow.store import Candidate
 
 FusionMode = Literal["rrf", "relative"]
-
-
-class Scored(Protocol):
-    """A candidate of one side: an id and that side's score (e.g. `citeflow.store.Candidate`)."""
-
-    @property
-    def id(self) -> str: ...
-
-    @property
-    def score(self) -> float: ...
 
 
 def _check_weight(dense_weight: float) -> None:
@@ -47,8 +39,8 @@ def _merge(
 
 
 def reciprocal_rank_fusion(
-    dense: Sequence[Scored],
-    sparse: Sequence[Scored],
+    dense: Sequence[Candidate],
+    sparse: Sequence[Candidate],
     *,
     top_k: int,
     dense_weight: float = 0.5,
@@ -67,7 +59,7 @@ def reciprocal_rank_fusion(
     )
 
 
-def _normalised(hits: Sequence[Scored]) -> dict[str, float]:
+def _normalised(hits: Sequence[Candidate]) -> dict[str, float]:
     """Min-max normalised scores over ``hits``."""
     scores = {h.id: float(h.score) for h in hits}
     if not scores:
@@ -78,8 +70,8 @@ def _normalised(hits: Sequence[Scored]) -> dict[str, float]:
 
 
 def relative_score_fusion(
-    dense: Sequence[Scored],
-    sparse: Sequence[Scored],
+    dense: Sequence[Candidate],
+    sparse: Sequence[Candidate],
     *,
     top_k: int,
     dense_weight: float = 0.5,
@@ -96,8 +88,8 @@ def relative_score_fusion(
 
 
 def fuse(
-    dense: Sequence[Scored],
-    sparse: Sequence[Scored],
+    dense: Sequence[Candidate],
+    sparse: Sequence[Candidate],
     *,
     mode: FusionMode,
     top_k: int,

@@ -113,8 +113,11 @@ class Retriever:
     def mode(self) -> RetrievalMode:
         return self.settings.mode
 
-    def _search(self, embedding: list[float] | None, query: str, top_k: int) -> Ranking:
-        """Search (on a worker thread) with an embedding already computed, or none."""
+    def _search(
+        self, embedding: list[float] | None, query: str, top_k: int, embed_seconds: float = 0.0
+    ) -> Ranking:
+        """Search (on a worker thread) with an embedding already computed (in
+        ``embed_seconds``), or none."""
         sparse = self.encoder.encode_query(query) if self.mode != "dense" else None
         fetch = max(top_k, self.settings.candidates) if self.mode == "hybrid" else top_k
         hits = self.store.search(
@@ -127,7 +130,9 @@ class Retriever:
         relevance = {c.id: c.score for c in hits.dense}
         if embedding is not None and self._feeds_back(hits):
             hits = self._feedback(hits, embedding, fetch)
-        return self._rank(hits, relevance, embedding, top_k)
+        ranking = self._rank(hits, relevance, embedding, top_k)
+        ranking.embed_seconds = embed_seconds
+        return ranking
 
     def _fuse(self, hits: Hits, top_k: int) -> list[tuple[str, float]]:
         return fuse(
@@ -207,10 +212,7 @@ class Retriever:
     def _embed_and_search(self, query: str, top_k: int) -> Ranking:
         started = time.perf_counter()
         embedding = self.embed_model.get_query_embedding(query) if self.mode != "keyword" else None
-        embed_seconds = time.perf_counter() - started
-        ranking = self._search(embedding, query, top_k)
-        ranking.embed_seconds = embed_seconds
-        return ranking
+        return self._search(embedding, query, top_k, time.perf_counter() - started)
 
     async def asearch(
         self, query: str, top_k: int | None = None, *, embedding: list[float] | None = None
@@ -223,15 +225,14 @@ class Retriever:
         `citeflow.query.batching.embed_query`).
         """
         k = top_k or self.top_k
+        embed_seconds = 0.0
         try:
-            if embedding is not None and self.mode != "keyword":
-                ranking = await asyncio.to_thread(self._search, embedding, query, k)
-            elif self._native and self.mode != "keyword":
+            if embedding is None and self._native and self.mode != "keyword":
                 started = time.perf_counter()
                 embedding = await self.embed_model.aget_query_embedding(query)
                 embed_seconds = time.perf_counter() - started
-                ranking = await asyncio.to_thread(self._search, embedding, query, k)
-                ranking.embed_seconds = embed_seconds
+            if embedding is not None and self.mode != "keyword":
+                ranking = await asyncio.to_thread(self._search, embedding, query, k, embed_seconds)
             else:
                 ranking = await asyncio.to_thread(self._embed_and_search, query, k)
         except Exception:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from llama_index.core.llms import LLM, ChatMessage
 
@@ -130,9 +130,6 @@ class CitationSynthesizer:
             return qa.format(context_str=context, query_str=query)
         return refine.format(context_str=context, query_str=query, existing_answer=answer)
 
-    def _options(self, count: int) -> dict[str, Any]:
-        return {"response_format": response_format(count)} if self.structured else {}
-
     async def synthesize(
         self,
         query: str,
@@ -145,7 +142,7 @@ class CitationSynthesizer:
         answer = ""
         first = 1
         prompt = ""
-        options = self._options(len(sources))
+        options = {"response_format": response_format(len(sources))} if self.structured else {}
         for index, group in enumerate(groups):
             prompt = self._prompt(index, self._context(group, first, query), query, answer)
             first += len(group)

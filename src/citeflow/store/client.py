@@ -35,7 +35,7 @@ from citeflow.store.engine import (
 
 
 class ClientEngine:
-    """`citeflow.store.engine.Engine` over a `QdrantClient`."""
+    """`Store`'s engine over a `QdrantClient` (the operations: `citeflow.store.engine`)."""
 
     def __init__(self, client: QdrantClient, *, location: str) -> None:
         self.client = client

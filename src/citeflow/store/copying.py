@@ -14,14 +14,16 @@ from itertools import islice
 from llama_index.core.schema import MetadataMode
 
 from citeflow.bm25 import BM25Encoder
-from citeflow.store.engine import Engine, Point, Record
+from citeflow.store.client import ClientEngine
+from citeflow.store.edge import EdgeEngine
+from citeflow.store.engine import Point, Record
 from citeflow.store.records import to_node
 
 #: points read and written per engine call when copying a collection
 COPY_BATCH = 256
 
 
-def pages(engine: Engine, collection: str) -> Iterator[list[Record]]:
+def pages(engine: ClientEngine | EdgeEngine, collection: str) -> Iterator[list[Record]]:
     """Every point of ``collection`` with its payload and vectors, `COPY_BATCH` at a time."""
     records = engine.scroll(collection, None, True, vectors=True, page=COPY_BATCH)
     while batch := list(islice(records, COPY_BATCH)):
@@ -29,9 +31,9 @@ def pages(engine: Engine, collection: str) -> Iterator[list[Record]]:
 
 
 def copy_points(
-    source: Engine,
+    source: ClientEngine | EdgeEngine,
     source_collection: str,
-    target: Engine,
+    target: ClientEngine | EdgeEngine,
     target_collection: str,
     encoder: BM25Encoder | None,
     *,

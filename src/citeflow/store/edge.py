@@ -98,7 +98,8 @@ def dense_for_edge(vector: Vector) -> Any:
 
 
 class EdgeEngine:
-    """`citeflow.store.engine.Engine` over qdrant-edge shards in ``<root>/shards/``.
+    """`Store`'s engine over qdrant-edge shards in ``<root>/shards/`` (the operations:
+    `citeflow.store.engine`).
 
     Shards are opened when first used and stay open until `close`.
 

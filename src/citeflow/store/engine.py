@@ -12,14 +12,25 @@ Both keep the same collection layout (LlamaIndex's hybrid Qdrant layout: a dense
 answer the same operations with the same scores: cosine similarity on the dense side, BM25 on the
 keyword side. `Where` is the one filter language: the few conditions citeflow asks for, which each
 engine turns into its own filter model.
+
+The operations `Store` needs of an engine, which both have alike (neither is thread-safe:
+`Store` calls them under its own lock): ``location`` (where the data lives, for messages: a
+directory, a URL or ``:memory:``), ``close``, ``collections``, ``exists``, ``create`` (the
+collection with the hybrid layout), ``layout``, ``drop``, ``count``, ``upsert``, ``delete_key``
+(one payload key taken off some points), ``delete`` (the points passing a `Where`), ``scroll``
+(every point passing a `Where`: its payload, all of it (True), none (False) or these keys, and
+its vectors when asked; a page at a time), ``retrieve`` (points by id, missing ones left out),
+``search`` (a `SearchRequest`), ``optimize`` (build the collection's indexes now, if the engine
+defers it; whether it did work) and ``unindexed`` (how many points an optimize would still
+index; 0: none).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -194,60 +205,3 @@ def hits_of(
         sparse=found[-1] if use_sparse else [],
         vectors=vectors,
     )
-
-
-class Engine(Protocol):
-    """The operations `Store` needs of a storage engine (see the module doc).
-
-    Engines are not required to be thread-safe: `Store` calls them under its own lock.
-    """
-
-    location: str
-    """where the data lives, for messages: a directory, a URL or ``:memory:``"""
-
-    def close(self) -> None: ...
-
-    def collections(self) -> list[str]: ...
-
-    def exists(self, collection: str) -> bool: ...
-
-    def create(self, collection: str, dimension: int) -> None:
-        """Create the collection with the hybrid layout."""
-
-    def layout(self, collection: str) -> Layout: ...
-
-    def drop(self, collection: str) -> bool: ...
-
-    def count(self, collection: str) -> int: ...
-
-    def upsert(self, collection: str, points: Sequence[Point]) -> None: ...
-
-    def delete_key(self, collection: str, ids: Sequence[str], key: str) -> None:
-        """Remove one payload key from these points."""
-
-    def delete(self, collection: str, where: Where) -> None: ...
-
-    def scroll(
-        self,
-        collection: str,
-        where: Where | None,
-        keys: Sequence[str] | bool,
-        *,
-        vectors: bool = False,
-        page: int = 1024,
-    ) -> Iterator[Record]:
-        """Every point passing ``where``: its payload (all of it: True; none: False; these
-        keys), and its vectors when asked; a page at a time."""
-
-    def retrieve(
-        self, collection: str, ids: Sequence[str], *, payload: bool, dense: bool
-    ) -> list[Record]:
-        """These points (missing ids left out)."""
-
-    def search(self, collection: str, request: SearchRequest) -> Hits: ...
-
-    def optimize(self, collection: str) -> bool:
-        """Build the collection's indexes now, if the engine defers it; whether it did work."""
-
-    def unindexed(self, collection: str) -> int:
-        """How many of the collection's points an optimize would still index (0: none)."""

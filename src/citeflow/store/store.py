@@ -38,7 +38,6 @@ from citeflow.store.edge import EdgeEngine
 from citeflow.store.engine import (
     COMPLETE_ONLY,
     INCOMPLETE,
-    Engine,
     Hits,
     Layout,
     Point,
@@ -57,7 +56,9 @@ log = logging.getLogger("citeflow.store")
 class Store:
     """citeflow's chunks in Qdrant (see the module doc)."""
 
-    def __init__(self, engine: Engine, *, lock: DirectoryLock | None = None) -> None:
+    def __init__(
+        self, engine: ClientEngine | EdgeEngine, *, lock: DirectoryLock | None = None
+    ) -> None:
         self.engine = engine
         self.location = engine.location
         self._lock = threading.RLock()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import AsyncGenerator, Callable, Sequence
 from itertools import accumulate
 from typing import Any
@@ -16,6 +15,8 @@ from llama_index.core.llms import (
 )
 from llama_index.core.llms.callbacks import llm_completion_callback
 from pydantic import PrivateAttr
+
+from citeflow.testing.openai_replies import split_tokens
 
 Reply = str | Callable[[str], str]
 
@@ -60,10 +61,13 @@ class ScriptedLLM(CustomLLM):
             raise reply
         return reply(prompt) if callable(reply) else reply
 
-    def _pieces(self, text: str) -> list[str]:
-        words = re.findall(r"\S+\s*|\s+", text)
+    def _stream(self, prompt: str, kwargs: dict[str, Any]) -> list[CompletionResponse]:
+        """The reply to ``prompt`` in pieces of ``chunk_words`` words, each with the text so far."""
+        words = split_tokens(self._next(prompt, kwargs))
         size = max(1, self.chunk_words)
-        return ["".join(words[i : i + size]) for i in range(0, len(words), size)]
+        pieces = ["".join(words[i : i + size]) for i in range(0, len(words), size)]
+        texts = accumulate(pieces)
+        return [CompletionResponse(text=t, delta=p) for t, p in zip(texts, pieces, strict=True)]
 
     @llm_completion_callback()
     def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
@@ -73,21 +77,20 @@ class ScriptedLLM(CustomLLM):
     def stream_complete(
         self, prompt: str, formatted: bool = False, **kwargs: Any
     ) -> CompletionResponseGen:
-        pieces = self._pieces(self._next(prompt, kwargs))
-        texts = accumulate(pieces)
-        return (CompletionResponse(text=t, delta=p) for t, p in zip(texts, pieces, strict=True))
+        responses = self._stream(prompt, kwargs)
+        return (r for r in responses)  # a generator, as llm_completion_callback expects
 
     @llm_completion_callback()
     async def astream_complete(
         self, prompt: str, formatted: bool = False, **kwargs: Any
     ) -> AsyncGenerator[CompletionResponse, None]:
-        pieces = self._pieces(self._next(prompt, kwargs))
+        responses = self._stream(prompt, kwargs)
         delay = self.delay
 
         async def gen() -> AsyncGenerator[CompletionResponse, None]:
-            for text, piece in zip(accumulate(pieces), pieces, strict=True):
+            for response in responses:
                 if delay:
                     await asyncio.sleep(delay)
-                yield CompletionResponse(text=text, delta=piece)
+                yield response
 
         return gen()

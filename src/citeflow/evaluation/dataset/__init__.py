@@ -13,7 +13,7 @@ A dataset folder holds::
 the line. Only the queries of the split (those judged in its qrels) are kept.
 """
 
-from citeflow.evaluation.dataset.errors import DatasetError
+from citeflow.evaluation.dataset.files import DatasetError
 from citeflow.evaluation.dataset.loader import load_beir
 from citeflow.evaluation.dataset.records import BeirDataset, CorpusDocument, Evidence
 

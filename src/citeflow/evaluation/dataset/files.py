@@ -10,10 +10,11 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from citeflow.evaluation.dataset.errors import DatasetError
+from citeflow.errors import InvalidRequestError
 from citeflow.evaluation.dataset.records import CorpusDocument, Evidence
 
 __all__ = [
+    "DatasetError",
     "read_answers",
     "read_corpus",
     "read_evidence",
@@ -23,6 +24,20 @@ __all__ = [
     "relative_name",
     "require_file",
 ]
+
+
+class DatasetError(InvalidRequestError):
+    """An evaluation dataset is missing a file or holds a bad line.
+
+    ``file`` is the offending file (relative to the dataset folder when inside it) and ``line``
+    its 1-based line number, or 0 when the problem is the file as a whole.
+    """
+
+    def __init__(self, file: Path | str, line: int, problem: str) -> None:
+        where = f"{file} line {line}" if line else str(file)
+        super().__init__(f"{where}: {problem}")
+        self.file = str(file)
+        self.line = line
 
 
 def relative_name(path: Path, root: Path) -> str:
@@ -41,9 +56,8 @@ def require_file(path: Path, root: Path, hint: str = "") -> None:
         )
 
 
-def _jsonl(path: Path, root: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, object) for each non-blank line; a bad line is a `DatasetError`."""
-    name = relative_name(path, root)
+def _lines(path: Path, name: str) -> Iterator[tuple[int, str]]:
+    """(line number, line) for each non-blank line; an unreadable file is a `DatasetError`."""
     try:
         fh = path.open(encoding="utf-8")
     except OSError as exc:
@@ -51,19 +65,23 @@ def _jsonl(path: Path, root: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     with fh:
         try:
             for number, raw in enumerate(fh, start=1):
-                if not raw.strip():
-                    continue
-                try:
-                    obj = json.loads(raw)
-                except json.JSONDecodeError as exc:
-                    raise DatasetError(name, number, f"invalid JSON ({exc.msg})") from None
-                if not isinstance(obj, dict):
-                    raise DatasetError(
-                        name, number, f"expected a JSON object, got {type(obj).__name__}"
-                    )
-                yield number, obj
+                if raw.strip():
+                    yield number, raw
         except UnicodeDecodeError as exc:
             raise DatasetError(name, 0, f"not UTF-8 text ({exc.reason})") from None
+
+
+def _jsonl(path: Path, root: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for each non-blank line; a bad line is a `DatasetError`."""
+    name = relative_name(path, root)
+    for number, line in _lines(path, name):
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DatasetError(name, number, f"invalid JSON ({exc.msg})") from None
+        if not isinstance(obj, dict):
+            raise DatasetError(name, number, f"expected a JSON object, got {type(obj).__name__}")
+        yield number, obj
 
 
 def _field_id(obj: Mapping[str, Any], key: str, name: str, number: int) -> str:
@@ -135,16 +153,8 @@ def read_qrels(
 ) -> dict[str, dict[str, int]]:
     name = relative_name(path, root)
     qrels: dict[str, dict[str, int]] = {}
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise DatasetError(name, 0, f"cannot read ({exc.strerror})") from None
-    except UnicodeDecodeError as exc:
-        raise DatasetError(name, 0, f"not UTF-8 text ({exc.reason})") from None
-    for number, raw in enumerate(text.splitlines(), start=1):
+    for number, raw in _lines(path, name):
         line = raw.strip()
-        if not line:
-            continue
         fields = line.split("\t") if "\t" in line else line.split()
         fields = [f.strip() for f in fields]
         if number == 1 and (len(fields) != 3 or not _is_int(fields[2])):

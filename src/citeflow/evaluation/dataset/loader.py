@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from citeflow.errors import InvalidRequestError
-from citeflow.evaluation.dataset.errors import DatasetError
 from citeflow.evaluation.dataset.files import (
+    DatasetError,
     read_answers,
     read_corpus,
     read_evidence,
@@ -52,10 +52,9 @@ def load_beir(
             "not a dataset folder (expected corpus.jsonl, queries.jsonl "
             "and qrels/<split>.tsv in it)",
         )
-    if limit is not None and limit < 1:
-        raise InvalidRequestError(f"limit must be at least 1, got {limit}")
-    if corpus_limit is not None and corpus_limit < 1:
-        raise InvalidRequestError(f"corpus_limit must be at least 1, got {corpus_limit}")
+    for option, value in (("limit", limit), ("corpus_limit", corpus_limit)):
+        if value is not None and value < 1:
+            raise InvalidRequestError(f"{option} must be at least 1, got {value}")
     corpus_path = root / "corpus.jsonl"
     queries_path = root / "queries.jsonl"
     qrels_path = root / "qrels" / f"{split}.tsv"
@@ -82,15 +81,14 @@ def load_beir(
             )
         queries[query_id] = text
 
-    full = True
-    if corpus_limit is not None and corpus_limit < len(corpus):
+    full = corpus_limit is None or corpus_limit >= len(corpus)
+    if corpus_limit is not None and not full:
         keep = {doc for docs in qrels.values() for doc in docs}
         for doc_id in corpus:
             if len(keep) >= corpus_limit:
                 break
             keep.add(doc_id)
         corpus = {doc_id: doc for doc_id, doc in corpus.items() if doc_id in keep}
-        full = False
 
     gold: dict[str, list[Evidence]] = {}
     sentences: dict[str, list[str]] = {}

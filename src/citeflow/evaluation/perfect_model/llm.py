@@ -38,7 +38,6 @@ class PerfectModelLLM(CustomLLM):
     """`PerfectAuthor` as a LlamaIndex chat LLM: every chat is answered with its reply, streamed
     word by word. `authored_for` gives what it wrote for a question (its last prompt's)."""
 
-    context_window: int = 32768
     _author: PerfectAuthor = PrivateAttr()
     _authored: dict[str, list[AuthoredSentence]] = PrivateAttr(default_factory=dict)
 
@@ -55,7 +54,7 @@ class PerfectModelLLM(CustomLLM):
     def metadata(self) -> LLMMetadata:
         """A chat model with a context large enough for any citation prompt."""
         return LLMMetadata(
-            context_window=self.context_window,
+            context_window=32768,
             num_output=1024,
             is_chat_model=True,
             model_name=f"perfect-{self._author.variant}",

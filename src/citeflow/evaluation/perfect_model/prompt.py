@@ -28,7 +28,7 @@ def parse_prompt(text: str) -> tuple[str, list[tuple[int, str]]]:
     if header is None or at < header.end():
         return "", []
     rest = text[at + len(_QUESTION) :]
-    question = rest.rsplit("\n", 1)[0] if "\n" in rest else rest  # the instruction line follows
+    question = rest.rsplit("\n", 1)[0]  # the instruction line follows
     context = text[header.end() : at]
     heads = list(_NUMBERED.finditer(context))
     sources: list[tuple[int, str]] = []

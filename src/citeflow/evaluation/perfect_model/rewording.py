@@ -40,16 +40,13 @@ _LEADING_PHRASE = re.compile(
 )
 _CONJUNCTIONS = frozenset({"and", "but", "which", "while", "whereas", "although", "who"})
 #: generic English swaps (no dataset words): the wording changes, the facts stay
-_SYNONYMS = {
-    word: new
-    for word, _, new in (
-        pair.partition(">")
-        for pair in "founded>established,located>situated,known as>called,began>started,"
-        "begins>starts,largest>biggest,received>got,approximately>about,built>constructed,"
-        "purchased>bought,primarily>mainly,commonly>often,frequently>often,several>a number of,"
-        "demonstrated>showed,reduced>lowered,famous>well known,film>movie".split(",")
-    )
-}
+_SYNONYMS: dict[str, str] = dict(
+    pair.split(">")
+    for pair in "founded>established,located>situated,known as>called,began>started,"
+    "begins>starts,largest>biggest,received>got,approximately>about,built>constructed,"
+    "purchased>bought,primarily>mainly,commonly>often,frequently>often,several>a number of,"
+    "demonstrated>showed,reduced>lowered,famous>well known,film>movie".split(",")
+)
 _SYNONYM = re.compile(
     r"\b(" + "|".join(sorted(map(re.escape, _SYNONYMS), key=len, reverse=True)) + r")\b",
     re.IGNORECASE,

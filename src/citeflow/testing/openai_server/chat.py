@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 from collections.abc import AsyncIterator
@@ -22,7 +23,7 @@ from citeflow.testing.openai_server.errors import error_response
 
 __all__ = ["DropConnection", "StreamCount", "chat_response"]
 
-_JSON_SEPARATORS = (",", ":")
+_dumps = functools.partial(json.dumps, separators=(",", ":"))
 
 
 @dataclass
@@ -76,17 +77,51 @@ async def chat_response(
         "model": request.model or request.deployment or "fake-model",
         "system_fingerprint": "fp_fake",
     }
+    options = body.get("stream_options")
+    include_usage = always_stream_usage or (
+        isinstance(options, dict) and bool(options.get("include_usage"))
+    )
+
+    async def sse() -> AsyncIterator[bytes]:
+        """The SSE events, each token at its time; cut where the reply says."""
+
+        def event(choices: list[dict[str, Any]], **extra: Any) -> bytes:
+            chunk = {**head, "object": "chat.completion.chunk", "choices": choices, **extra}
+            return f"data: {_dumps(chunk)}\n\n".encode()
+
+        def delta(content: dict[str, Any], finish: str | None = None) -> list[dict[str, Any]]:
+            return [{"index": 0, "delta": content, "logprobs": None, "finish_reason": finish}]
+
+        streams.active += 1
+        streams.peak = max(streams.peak, streams.active)
+        try:
+            loop = asyncio.get_running_loop()
+            start = loop.time() + ttft
+            if ttft > 0:
+                await asyncio.sleep(ttft)
+            if not tokens:
+                yield event(delta({"role": "assistant", "content": ""}))
+            for i, token in enumerate(tokens):
+                if reply.drop_after is not None and i >= reply.drop_after:
+                    raise DropConnection
+                if interval and i:
+                    wait = start + i * interval - loop.time()
+                    if wait > 0:
+                        await asyncio.sleep(wait)
+                content = {"role": "assistant", "content": token} if i == 0 else {"content": token}
+                yield event(delta(content))
+            if reply.drop_after is not None:
+                raise DropConnection
+            yield event(delta({}, finish_reason))
+            if include_usage:
+                yield event([], usage=usage)
+            yield b"data: [DONE]\n\n"
+        finally:
+            streams.active -= 1
+
     if request.stream:
-        options = body.get("stream_options")
-        include_usage = always_stream_usage or (
-            isinstance(options, dict) and bool(options.get("include_usage"))
-        )
-        stream = _sse(
-            head, tokens, finish_reason, usage if include_usage else None,
-            ttft, interval, reply.drop_after, streams,
-        )  # fmt: skip
         return StreamingResponse(
-            stream,
+            sse(),
             media_type="text/event-stream",
             headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
         )
@@ -126,57 +161,6 @@ def _logprobs(reply: Reply, body: dict[str, Any]) -> dict[str, Any] | None:
     ]
     top = ranked[: int(body.get("top_logprobs") or 0)]
     return {"content": [{**ranked[0], "top_logprobs": top}], "refusal": None}
-
-
-def _dumps(obj: Any) -> str:
-    return json.dumps(obj, separators=_JSON_SEPARATORS)
-
-
-async def _sse(
-    head: dict[str, Any],
-    tokens: list[str],
-    finish_reason: str,
-    usage: dict[str, int] | None,
-    ttft: float,
-    interval: float,
-    drop_after: int | None,
-    streams: StreamCount,
-) -> AsyncIterator[bytes]:
-    """The SSE events of a chat completion, each token at its time; cut where the reply says."""
-
-    def event(choices: list[dict[str, Any]], **extra: Any) -> bytes:
-        chunk = {**head, "object": "chat.completion.chunk", "choices": choices, **extra}
-        return f"data: {_dumps(chunk)}\n\n".encode()
-
-    def delta(content: dict[str, Any], finish: str | None = None) -> list[dict[str, Any]]:
-        return [{"index": 0, "delta": content, "logprobs": None, "finish_reason": finish}]
-
-    streams.active += 1
-    streams.peak = max(streams.peak, streams.active)
-    try:
-        loop = asyncio.get_running_loop()
-        start = loop.time() + ttft
-        if ttft > 0:
-            await asyncio.sleep(ttft)
-        if not tokens:
-            yield event(delta({"role": "assistant", "content": ""}))
-        for i, token in enumerate(tokens):
-            if drop_after is not None and i >= drop_after:
-                raise DropConnection
-            if interval and i:
-                wait = start + i * interval - loop.time()
-                if wait > 0:
-                    await asyncio.sleep(wait)
-            content = {"role": "assistant", "content": token} if i == 0 else {"content": token}
-            yield event(delta(content))
-        if drop_after is not None:
-            raise DropConnection
-        yield event(delta({}, finish_reason))
-        if usage is not None:
-            yield event([], usage=usage)
-        yield b"data: [DONE]\n\n"
-    finally:
-        streams.active -= 1
 
 
 async def _cut(payload: bytes) -> AsyncIterator[bytes]:

@@ -45,17 +45,12 @@ class _Fault:
     remaining: int | None  # None: forever
 
 
-class _QuietDrops(logging.Filter):
+def _not_a_drop(record: logging.LogRecord) -> bool:
     """Keeps uvicorn from logging a traceback for a deliberate `DropConnection`."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        exc = record.exc_info[1] if record.exc_info else None
-        while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-            exc = exc.exceptions[0]
-        return not isinstance(exc, DropConnection)
-
-
-_QUIET_DROPS = _QuietDrops()
+    exc = record.exc_info[1] if record.exc_info else None
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return not isinstance(exc, DropConnection)
 
 
 # --- the server ----------------------------------------------------------------------------------
@@ -129,7 +124,7 @@ class FakeOpenAIServer:
         """Bind a free port, start serving in a daemon thread and wait until it accepts."""
         if self._served is not None:
             return self
-        logging.getLogger("uvicorn.error").addFilter(_QUIET_DROPS)
+        logging.getLogger("uvicorn.error").addFilter(_not_a_drop)
         config = uvicorn.Config(
             self._app(),
             log_config=None,
@@ -176,10 +171,8 @@ class FakeOpenAIServer:
         """Base URL for OpenAI clients (``CITEFLOW_OPENAI_BASE_URL``): `url` + ``/v1``."""
         return f"{self.url}/v1"
 
-    @property
-    def azure_endpoint(self) -> str:
-        """Endpoint for Azure OpenAI clients (``CITEFLOW_AZURE_ENDPOINT``): `url`."""
-        return self.url
+    #: Endpoint for Azure OpenAI clients (``CITEFLOW_AZURE_ENDPOINT``): `url`.
+    azure_endpoint = url
 
     # --- scripting -------------------------------------------------------------------------
 
