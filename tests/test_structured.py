@@ -188,6 +188,8 @@ def test_render_sentence() -> None:
     assert render_sentence('He said "yes."', [2, 3]) == 'He said "yes" [2][3].'
     assert render_sentence("  No punctuation  ", [4]) == "No punctuation [4]"
     assert render_sentence(" ", [1]) == ""
+    # a model's malformed numbers are skipped, never raised on
+    assert render_sentence("Odd.", ["--5", "²", " 2 ", "x"]) == "Odd [2]."
 
 
 def test_prose_is_passed_through_unchanged() -> None:
