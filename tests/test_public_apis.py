@@ -6,8 +6,8 @@ An AST scan of ``src/citeflow``. A private name read from ``self``, ``cls`` or `
 citeflow's own when citeflow defines it somewhere (a function, a class, an assignment); from any
 other object, from ``super()`` (a parent's, even where citeflow overrides it), or through
 ``getattr``/``hasattr`` with a literal name, it is a dependency's. `ALLOWED` lists the modules
-exempt from the rule: none (an opt-in speed-up that needed one would be listed here, with the
-benchmark figure that justifies it at its top).
+exempt from the rule: only `citeflow.speedups`, the opt-in speed-ups, each with the benchmark
+figure that justifies it at its top.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ class ScriptedLLM(CustomLLM):
     """Answers from a script, records every prompt; streams word by word.
 
     ``replies`` is consumed in order (the last one repeats); a callable gets the prompt. A reply
-    that is an Exception instance is raised instead (after ``fail_after`` streamed words).
+    that is an Exception instance is raised instead, before anything is streamed.
     """
 
     delay: float = 0.0
