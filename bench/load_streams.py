@@ -1,4 +1,6 @@
 """Load test of `citeflow serve`: concurrent streaming chats against a simulated upstream LLM.
+It is longer than 400 lines because it is the upstream, the server's launcher and the client in
+one script, so that one command runs the whole measurement.
 
 Three processes, so that each one's CPU is its own:
 

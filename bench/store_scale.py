@@ -1,4 +1,6 @@
 """The embedded store at 10,000, 100,000 and 1,000,000 chunks: the previous store beside this one.
+It is longer than 400 lines because its workers live in this same script: each runs in a fresh
+process, on this checkout's store or on an old commit's, from one file.
 
 Synthetic chunks shaped like citeflow's: 384-d vectors clustered as sentence embeddings are (200
 centres plus noise, normalised), ~600-character texts drawn from a Zipfian vocabulary with their

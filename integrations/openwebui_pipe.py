@@ -7,6 +7,7 @@ license: MIT
 """
 
 # citeflow as an Open WebUI Pipe function (an alternative to adding citeflow as a Connection).
+# It is longer than 400 lines because Open WebUI installs a function as one pasted file.
 #
 # Install: Open WebUI → Admin Panel → Functions → "+" (new function), paste this whole file, save,
 # and switch the function on. Then open its valves (the gear icon) and set CITEFLOW_BASE_URL
