@@ -19,11 +19,13 @@ from citeflow.store.edge import EdgeEngine
 from citeflow.store.engine import Point, Record
 from citeflow.store.records import to_node
 
+#: the engines a `Store` runs on (the operations they share: `citeflow.store.engine`)
+Engine = ClientEngine | EdgeEngine
 #: points read and written per engine call when copying a collection
 COPY_BATCH = 256
 
 
-def pages(engine: ClientEngine | EdgeEngine, collection: str) -> Iterator[list[Record]]:
+def pages(engine: Engine, collection: str) -> Iterator[list[Record]]:
     """Every point of ``collection`` with its payload and vectors, `COPY_BATCH` at a time."""
     records = engine.scroll(collection, None, True, vectors=True, page=COPY_BATCH)
     while batch := list(islice(records, COPY_BATCH)):
@@ -31,9 +33,9 @@ def pages(engine: ClientEngine | EdgeEngine, collection: str) -> Iterator[list[R
 
 
 def copy_points(
-    source: ClientEngine | EdgeEngine,
+    source: Engine,
     source_collection: str,
-    target: ClientEngine | EdgeEngine,
+    target: Engine,
     target_collection: str,
     encoder: BM25Encoder | None,
     *,

@@ -26,7 +26,7 @@ from citeflow.bm25 import BM25Encoder, SparseVector
 from citeflow.errors import CollectionNotFoundError, EmptyCollectionError
 from citeflow.settings import StoreSettings
 from citeflow.store.client import ClientEngine
-from citeflow.store.copying import copy_points, pages
+from citeflow.store.copying import Engine, copy_points, pages
 from citeflow.store.directory import (
     DirectoryLock,
     check_marker,
@@ -56,9 +56,7 @@ log = logging.getLogger("citeflow.store")
 class Store:
     """citeflow's chunks in Qdrant (see the module doc)."""
 
-    def __init__(
-        self, engine: ClientEngine | EdgeEngine, *, lock: DirectoryLock | None = None
-    ) -> None:
+    def __init__(self, engine: Engine, *, lock: DirectoryLock | None = None) -> None:
         self.engine = engine
         self.location = engine.location
         self._lock = threading.RLock()
