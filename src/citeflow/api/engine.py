@@ -20,7 +20,7 @@ import logging
 import time
 from collections.abc import AsyncGenerator, Callable, Collection, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import ParamSpec, TypeVar
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.llms import LLM, ChatMessage
@@ -39,6 +39,7 @@ from citeflow.workflows.citation_query import CitationQueryWorkflow
 
 log = logging.getLogger("citeflow.server")
 T = TypeVar("T")
+P = ParamSpec("P")
 
 #: Model ids are ``citeflow-<collection>``.
 MODEL_PREFIX = "citeflow-"
@@ -237,7 +238,7 @@ class Engine:
         kb = self.knowledge_base(collection)
         return await self._change(kb.ingest, list(paths), progress=False)
 
-    async def _change(self, work: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    async def _change(self, work: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Change documents in a worker thread, one change at a time; then forget what is
         remembered of the collections."""
         async with self._ingest_lock:
