@@ -605,6 +605,21 @@ async def test_a_copy_of_the_prompt_s_worked_example_is_left_out() -> None:
     assert kept.text == "The sky is red in the evening [1]."
 
 
+@pytest.mark.parametrize(
+    ("pointer", "left"),
+    [
+        ("This is stated in [2] and [3].", ""),  # only where it is said, and that was wrong
+        ("See [3].", ""),
+        ("It is shown in [1].", ""),  # even where it was right: "It is shown." says nothing
+        ("It is Ducks [2].", " It is Ducks [3]."),  # the marker is no object: a short answer
+        ("Ducks were reported in [2].", " Ducks were reported."),  # it says more than where
+    ],
+)
+async def test_a_sentence_that_only_pointed_at_sources_is_left_out(pointer: str, left: str) -> None:
+    answer = await _check_answer(SOURCES, f"Yahoo bought Viaweb [1]. {pointer}")
+    assert answer.text == f"Yahoo bought Viaweb [1].{left}"
+
+
 def test_a_bare_decision_is_checked_as_the_question_it_answers() -> None:
     """ "Yes [1]." states the question's claim: its citation is checked against that claim."""
     sources = ["Statins improve clinical outcome after stroke in treated patients.", "Ducks swim."]

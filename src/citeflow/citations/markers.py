@@ -151,6 +151,11 @@ def cited_numbers(text: str) -> list[int]:
     return list(dict.fromkeys(n for marker in find_markers(text) for n in marker.numbers))
 
 
+def marker_is_an_object(text: str) -> bool:
+    """Whether a marker of ``text`` is the object of a word ("stated in [2]", "see [1]")."""
+    return any(_ORPHANED.search(" " + text[: m.start]) for m in _markers(text))
+
+
 def render(numbers: Iterable[int]) -> str:
     """Canonical marker text: ``[1][3]``."""
     return "".join(f"[{n}]" for n in numbers)

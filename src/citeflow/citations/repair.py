@@ -22,7 +22,9 @@ for the sentence's statement (its text without markers or yes/no framing) and:
   `CitedResponse.unsupported` and the API's ``unsupported``), never silently left looking
   sourced. Questions, refusals and sentences with no content words state nothing and are not
   reported; a sentence that only repeats the prompt's worked example
-  (`citeflow.prompts.EXAMPLE_SENTENCES`), which no source supports, is left out of the answer.
+  (`citeflow.prompts.EXAMPLE_SENTENCES`), which no source supports, is left out of the answer,
+  and so is one that only pointed at sources none of which supports it ("This is stated in
+  [2]."): without its markers it would say nothing ("This is stated.").
 
 Working per sentence lets the workflow stream checked text (`citeflow.citations.answer`): what
 is streamed is exactly the final answer. Marker text is rewritten by
@@ -43,6 +45,7 @@ from citeflow.citations.markers import (
     cited_numbers,
     find_markers,
     insert_marker,
+    marker_is_an_object,
     markers_last,
     render,
     renumber,
@@ -204,8 +207,10 @@ class CitationChecker:
             statement, states = self._proposition, True  # "Yes." says the question's claim
         if term_set(statement) <= term_set(self._proposition):
             relative = self._policy.decision_relative  # restates the question's claim
-        if not content_terms(statement):
-            return CheckedSentence(renumber(sentence, {}), [])  # states nothing to check
+        if not content_terms(statement):  # states nothing to check
+            return CheckedSentence(
+                "" if _only_points(sentence, bare) else renumber(sentence, {}), []
+            )
         ranking = await self.verifier.rank(statement, cited, denied=denied)
         by_number = {s.number: s for s in ranking}
         best = ranking[0] if ranking else None
@@ -238,6 +243,8 @@ class CitationChecker:
                 text = insert_marker(renumber(sentence, {}), render([best.number]))
                 added = _citation(bare, best, "added")
                 return CheckedSentence(text, [added], numbers=(best.number,))
+        if not mapping and _only_points(sentence, bare):
+            return CheckedSentence("", [])  # it said only where, and no source says it
         text = markers_last(renumber(sentence, mapping))
         unsupported = not citations and states
         numbers = tuple(dict.fromkeys(mapping[n] for n in cited if n in mapping))
@@ -273,6 +280,13 @@ def _decision_source(
     supporting = sorted(n for n in evidence if n in by_number and by_number[n].score >= need)
     own = [n for n in cited if n in supporting or n == first]
     return own[0] if own else (supporting[0] if supporting else first)
+
+
+def _only_points(sentence: str, bare: str) -> bool:
+    """Whether ``sentence`` only says where something is said ("This is stated in [2].", "See
+    [1]."): its markers are a word's object, and without them (``bare``) it says next to
+    nothing."""
+    return len(content_terms(bare)) < 2 and marker_is_an_object(sentence)
 
 
 @cache
