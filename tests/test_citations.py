@@ -312,6 +312,16 @@ LOOSE: dict[str, float | bool] = {"support_keep": 0.21, "support_threshold": 0.3
             "Yahoo bought Viaweb in 1998 in the U.S. [1].",
             [(1, "model")],
         ),
+        (  # the words that say where are no part of what is checked, and stay with the marker
+            "According to Source [3], Yahoo bought Viaweb in 1998.",
+            "According to Source [1], Yahoo bought Viaweb in 1998.",
+            [(1, "moved")],
+        ),
+        (
+            "Yahoo bought Viaweb in 1998, as stated in Source [3].",
+            "Yahoo bought Viaweb in 1998, as stated in Source [1].",
+            [(1, "moved")],
+        ),
     ],
 )
 def test_repair(sentence: str, expected: str, cited: list[tuple[int, str]]) -> None:

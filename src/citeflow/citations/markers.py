@@ -20,7 +20,9 @@ punctuation, no doubled stop ('first, [3].', 'photography." [2].'; an ellipsis s
 emptied bracket ("([1])", "(see [1])"), no double or trailing space, no dangling clause of
 function words (", which is [2].") or word left without its object ("as reported in [3]."), no
 sentence left without its subject ("[2] shows that X." keeps "Source 2 shows that X."), no
-joined lines; list items and table cells keep their bullets and pipes.
+joined lines; list items and table cells keep their bullets and pipes. The words that only say
+where go with the marker: the label ("in Source [2]"), an opening phrase ("According to [2], x"
+is "X") and a closing one ("X, as stated in [2]." is "X.").
 
 Placing a marker (`insert_marker`, `markers_last`) puts it at the end of its sentence, before the
 closing punctuation, never inside a quotation or after an abbreviation's full stop.
@@ -90,6 +92,24 @@ _CLOSERS = ".,;:!?)]}】”’\r\n"
 #: a marker that opens a sentence as its subject ("[2] shows that ..."), not a list item
 _SENTENCE_START = re.compile(rf"(?:\A|\n|[.!?][{STOP_CLOSERS}]*[ \t]+)\Z")
 _VERB_NEXT = re.compile(r"[ \t]+(?!(?:and|or)\b)[a-z]{2}")
+#: the prompt's label written before a marker ("as stated in Source [2]"): it goes with it
+_LABEL = re.compile(r"(?<![\w-])Sources?[ \t]+\Z")
+#: the words of a sentence's opening phrase that only says where ("According to [2], ...",
+#: "As [2] notes, ...", "Based on the study [3], ...")
+_SAYING = (
+    "according|to|as|in|on|by|from|of|per|see|based|the|a|an|this|that|these|its|their|and|also"
+    "|shown|stated|reported|noted|described|mentioned|explained|discussed|found|cited|shows"
+    "|states|reports|notes|says|explains|describes|mentions|suggests|indicates|finds"
+    "|source|sources|document|documents|study|studies|text|passage|passages|article|paper"
+)
+_PHRASE_BEFORE = re.compile(  # opening on a preposition: "The study [2], however," is a subject
+    rf"(?:\A|\n|[.!?][{STOP_CLOSERS}]*[ \t]+)"
+    rf"((?:according|as|in|on|by|from|per|based|see)[ \t]+(?:(?:{_SAYING})[ \t]+){{0,4}})\Z",
+    re.I,
+)
+_PHRASE_AFTER = re.compile(rf"(?:[ \t]+(?:{_SAYING})){{0,2}}[ \t]*,[ \t]*(?=[^\W\d_])", re.I)
+_LABEL_NEXT = re.compile(r"Sources?[ \t]+")
+_SAID = re.compile(rf"[ \t]*,(?:[ \t]+(?:{_SAYING}))+[ \t]*\Z", re.I)  # "X, as stated in [2]."
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +201,7 @@ def _close(left: str, text: str, j: int) -> tuple[str, int]:
         elif (
             core[-1:] not in (",", ";", ":")
             and (joiner := _JOINER.match(text, k))
-            and any(m.start == joiner.end() for m in _markers(text))
+            and any(m.start == _after_label(text, joiner.end()) for m in _markers(text))
         ):
             j = joiner.end()  # "in [2] and [3]" without 2: its "and" goes with it
         elif joined := _JOINED.search(core):
@@ -194,7 +214,7 @@ def _close(left: str, text: str, j: int) -> tuple[str, int]:
     closing_quote = nxt in "\"'" and text[k + 1 : k + 2] in ("", " ", *_CLOSERS)
     if nxt in ".!?":
         # "first, [3]." "1971, which is [2]." "reported in [3]." "conducted in [1], and [2]."
-        while dangling := _DANGLING.search(core) or _ORPHANED.search(core):
+        while dangling := _DANGLING.search(core) or _ORPHANED.search(core) or _SAID.search(core):
             core = core[: dangling.start()]
         if nxt == "." and _STOPPED.search(core) and text[k : k + 2] != "..":
             k += 1  # 'photography." [2].'
@@ -205,6 +225,23 @@ def _close(left: str, text: str, j: int) -> tuple[str, int]:
     if core[-1] in "([【":
         return core, k
     return core + (" " if pre or post else ""), k
+
+
+def _opening_phrase(out: str, text: str, end: int) -> tuple[str, int] | None:
+    """Where a removed marker ends a sentence's opening phrase that only said where ("According
+    to [2], X" is "X"): ``out`` without the phrase and with the next letter capitalised, and
+    where ``text`` goes on; None when the marker ends no such phrase."""
+    before, after = _PHRASE_BEFORE.search(out), _PHRASE_AFTER.match(text, end)
+    if before is None or after is None:
+        return None
+    j = after.end()
+    return out[: before.start(1)] + text[j : j + 1].upper(), j + 1
+
+
+def _after_label(text: str, k: int) -> int:
+    """Where a marker written at ``k`` would start, after its label ("Source [3]")."""
+    label = _LABEL_NEXT.match(text, k)
+    return label.end() if label else k
 
 
 def _in_words(numbers: Sequence[int]) -> str:
@@ -220,9 +257,14 @@ def _rewrite(text: str, keep: dict[int, int] | None) -> str:
         out += text[i : marker.start]
         numbers = marker.numbers
         new = "" if keep is None else render(dict.fromkeys(keep[n] for n in numbers if n in keep))
+        if not new and (label := _LABEL.search(out)):
+            out = out[: label.start()]
         if not new and _SENTENCE_START.search(out) and _VERB_NEXT.match(text, marker.end):
             # the sentence's subject: named in words, so that the sentence keeps one
             new = _in_words(numbers)
+        elif not new and (phrase := _opening_phrase(out, text, marker.end)):
+            out, i = phrase
+            continue
         elif not new:
             out, i = _close(out, text, marker.end)
             continue
