@@ -38,6 +38,8 @@ def test_broken_sentences_are_found_and_clean_ones_pass() -> None:
         "It is stated in [2] and.",
         "further confirms that iron is toxic.",
         "It is supported by Rrp6p. further confirms that iron is toxic.",
+        "According to, aspirin works.",
+        "Aspirin works, as stated in Source.",
     ]
     for sentence in broken:
         assert broken_sentences(sentence) == [sentence], sentence

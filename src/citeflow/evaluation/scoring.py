@@ -13,8 +13,9 @@ Per dataset, over the answers whose sources hold a gold (relevant) document:
 * **citations per answer**, **unsupported sentences** (reported by citeflow, per answer);
 * **broken sentences**: answer sentences left with a space before punctuation, doubled
   punctuation, an empty bracket, or a clause of function words or a preposition, article or
-  conjunction before the final stop ("which is.", "reported in."), or a sentence opening with
-  a lower-case word (its subject was a marker: "shows that X.");
+  conjunction before the final stop ("which is.", "reported in."), a sentence opening with
+  a lower-case word (its subject was a marker: "shows that X."), an opening phrase left
+  without its object ("According to, X.") or the word "Source" without its number;
 * **accuracy**: HotpotQA: a gold answer string stands in the answer (SQuAD normalisation:
   lower case, no punctuation or articles); PubMedQA: the answer's decision is the gold one
   (its first word when yes, no or maybe, else no when its first sentence denies, yes when it
@@ -49,7 +50,9 @@ _BROKEN = re.compile(
     r"|\[\s*[,;]?\s*\]|\(\s*\)|【\s*】"  # an empty bracket
     rf"|,\s+(?:{_FUNCTION_WORDS})(?:\s+(?:{_FUNCTION_WORDS}))*\s*[.!?]$"  # ", which is."
     rf"|\s(?:{OBJECT_WORDS})\s*[.!?]$"  # a word whose object was a marker: "reported in."
-    r"|(?-i:^[a-z]{2}|(?<=\w\w\w[.!?])\s+[a-z]{2})",  # one whose subject was: "It is. shows that"
+    r"|(?-i:^[a-z]{2}|(?<=\w\w\w[.!?])\s+[a-z]{2})"  # one whose subject was: "It is. shows that"
+    r"|^(?:according to|based on|as \w+ (?:in|by))\s*,"  # a phrase cut off: "According to, X"
+    r"|(?-i:\bSources?)\s*[.,;:!?]",  # a label without its number: "as stated in Source."
     re.IGNORECASE,
 )
 
