@@ -1,7 +1,7 @@
 """Finding, validating and rewriting the citation markers an LLM writes in its answers.
 
 Answers cite with ``[1]``, ``[1, 2]``, ``[1][2]`` or a range ``[1-3]`` / ``[1–3]`` / ``[1]-[3]``;
-models also write ``[Source 1]``, ``(Source 1)``, ``(Sources 1, 2)``, ``[^1]``, ``【1】`` /
+models also write ``[Source 1]``, ``(Source 1)``, ``(Sources: 1, 2)``, ``[^1]``, ``【1】`` /
 ``【1†source】`` and, closing a clause, a bare ``(1)`` or ``(1, 2)``: all name the same source
 numbers. A range names each of its numbers only when it counts up and is at most `MAX_RANGE` long
 ("[1-999]" names 1 and 999). A false marker would delete text, so the bare form is read only after
@@ -42,8 +42,8 @@ _NUMS = rf"{_NUM}(?:[ \t]*(?:,|;|and|&)[ \t]*(?:Sources?[ \t]*)?{_NUM})*"
 _BARE = r"\([1-9]\d{0,2}(?:[ \t]*,[ \t]*[1-9]\d{0,2})*\)"
 MARKER_RE = re.compile(
     rf"\[[ \t]*(?P<f>\d{{1,3}}[ \t]*\][ \t]*[-–][ \t]*\[[ \t]*\d{{1,3}})[ \t]*\](?!\()"  # [1]-[3]
-    rf"|\[[ \t]*(?:Sources?[ \t]*)?(?P<a>{_NUMS})[ \t]*\](?!\()"
-    rf"|\([ \t]*Sources?[ \t]*(?P<b>{_NUMS})[ \t]*\)"
+    rf"|\[[ \t]*(?:Sources?[ \t]*:?[ \t]*)?(?P<a>{_NUMS})[ \t]*\](?!\()"
+    rf"|\([ \t]*Sources?[ \t]*:?[ \t]*(?P<b>{_NUMS})[ \t]*\)"
     rf"|\[[ \t]*\^[ \t]*(?P<c>\d{{1,3}})[ \t]*\](?!\()"
     rf"|【[ \t]*(?P<d>{_NUMS})[ \t]*(?:†[^】\n]*)?】"
     # a bare "(2)" closing a clause: after a word or bracket and a space, or after a closing quote
@@ -268,6 +268,8 @@ def _rewrite(text: str, keep: dict[int, int] | None) -> str:
         elif not new:
             out, i = _close(out, text, marker.end)
             continue
+        if out[-1:].isalnum():
+            new = " " + new  # "fever【2†source】" is "fever [1]"
         out, i = out + new, marker.end
         spaced = re.match(r"[ \t]+(?=[.,;:!?])", text[i : i + 8])  # "[2] ." -> "[2]."
         i += spaced.end() if spaced else 0
