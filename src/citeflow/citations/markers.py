@@ -89,11 +89,14 @@ _STOPPED = re.compile(rf"[.!?][{STOP_CLOSERS}]*\Z")
 _OPENED = re.compile(r"[(\[【][ \t]*(?:see(?: also)?|cf\.|sources?)?[ \t,;:]*\Z", re.I)
 _CLOSED = re.compile(r"[ \t,;]*[)\]】]")
 _CLOSERS = ".,;:!?)]}】”’\r\n"
+#: where a sentence opens: the text's or a line's start, or after a stop and a space
+_OPENING = rf"(?:\A|\n|[.!?][{STOP_CLOSERS}]*[ \t]+)"
 #: a marker that opens a sentence as its subject ("[2] shows that ..."), not a list item
-_SENTENCE_START = re.compile(rf"(?:\A|\n|[.!?][{STOP_CLOSERS}]*[ \t]+)\Z")
+_SENTENCE_START = re.compile(rf"{_OPENING}\Z")
 _VERB_NEXT = re.compile(r"[ \t]+(?!(?:and|or)\b)[a-z]{2}")
 #: the prompt's label written before a marker ("as stated in Source [2]"): it goes with it
-_LABEL = re.compile(r"(?<![\w-])Sources?[ \t]+\Z")
+_LABEL_WORD = r"Sources?[ \t]+"
+_LABEL = re.compile(rf"(?<![\w-]){_LABEL_WORD}\Z")
 #: the words of a sentence's opening phrase that only says where ("According to [2], ...",
 #: "As [2] notes, ...", "Based on the study [3], ...")
 _SAYING = (
@@ -103,12 +106,12 @@ _SAYING = (
     "|source|sources|document|documents|study|studies|text|passage|passages|article|paper"
 )
 _PHRASE_BEFORE = re.compile(  # opening on a preposition: "The study [2], however," is a subject
-    rf"(?:\A|\n|[.!?][{STOP_CLOSERS}]*[ \t]+)"
-    rf"((?:according|as|in|on|by|from|per|based|see)[ \t]+(?:(?:{_SAYING})[ \t]+){{0,4}})\Z",
+    rf"{_OPENING}((?:according|as|in|on|by|from|per|based|see)[ \t]+"
+    rf"(?:(?:{_SAYING})[ \t]+){{0,4}})\Z",
     re.I,
 )
 _PHRASE_AFTER = re.compile(rf"(?:[ \t]+(?:{_SAYING})){{0,2}}[ \t]*,[ \t]*(?=[^\W\d_])", re.I)
-_LABEL_NEXT = re.compile(r"Sources?[ \t]+")
+_LABEL_NEXT = re.compile(_LABEL_WORD)
 _SAID = re.compile(rf"[ \t]*,(?:[ \t]+(?:{_SAYING}))+[ \t]*\Z", re.I)  # "X, as stated in [2]."
 
 

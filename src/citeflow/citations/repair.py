@@ -286,7 +286,7 @@ def _only_points(sentence: str, bare: str) -> bool:
     """Whether ``sentence`` only says where something is said ("This is stated in [2].", "See
     [1]."): its markers are a word's object, and without them (``bare``) it says next to
     nothing."""
-    return len(content_terms(bare)) < 2 and marker_is_an_object(sentence)
+    return marker_is_an_object(sentence) and len(content_terms(bare)) < 2
 
 
 @cache
