@@ -502,6 +502,8 @@ def test_inflected_and_irregular_forms_meet_their_base() -> None:
     assert content_terms("He bought it") == content_terms("He buys it") == ["buy"]
     assert content_terms("wrote writing writes") == ["write"] * 3
     assert content_terms("programming programs") == ["program"] * 2
+    # reporting words say who said it, not what: no source needs to hold them
+    assert content_terms("they say, said and says it works") == ["work"]
 
 
 def test_repair_moves_a_citation_far_below_the_best_source() -> None:
@@ -571,6 +573,18 @@ def test_markers_opening_a_sentence_move_to_its_end() -> None:
     subject = "[1] shows that before college the two main things were writing and programming."
     text = _check(sources, subject, **policy)[0]
     assert text == "Source 1 " + subject.removeprefix("[1] ").removesuffix(".") + " [1]."
+    # on the wrong source, it is moved like any marker: the words that name it are not part of
+    # what the sentence states, so they count against no source
+    wrong = subject.replace("[1]", "[2]")
+    text, cits, unsupported = _check(sources, wrong, **policy)
+    assert text == "Source 1 " + subject.removeprefix("[1] ").removesuffix(".") + " [1]."
+    assert [(c.number, c.origin) for c in cits] == [(1, "moved")] and not unsupported
+    labelled = "Source [2] shows that before college the two main things were writing."
+    assert _check(sources, labelled, **policy)[0] == labelled.replace("[2]", "[1]")
+    plural = "Sources [2] and [3] say that before college the two main things were writing."
+    text, cits, unsupported = _check(sources, plural, **policy)
+    assert text == "Source [1] say that before college the two main things were writing."
+    assert [(c.number, c.origin) for c in cits] == [(1, "moved")] and not unsupported
 
 
 async def test_the_contract_over_a_whole_answer_streamed_in_any_chunks() -> None:

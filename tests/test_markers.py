@@ -170,11 +170,16 @@ ERIKA = "Erika Jayne was born on 10 July 1971."
         # a marker the sentence has as its subject is named in words, not cut out of it
         ("It is. [2] further confirms X.", None, "It is. Source 2 further confirms X."),
         ("[1, 2] show that X [3].", [1, 2], "Sources 1, 2 show that X [3]."),
+        ("[1] and [2] show that X [3].", [1, 2], "Sources 1, 2 show that X [3]."),
+        ("Sources [1], [2] show X.", None, "Sources 1, 2 show X."),
         ("- [2] Rome is old", None, "- Rome is old"),
         ("Source [2] shows X.", [2], "Source 2 shows X."),
         # the prompt's label goes with its marker, and so does a phrase that only said where
         ("X, as stated in Source [2].", None, "X."),
         ("It is in Source [2] and Source [3].", [2], "It is in Source [3]."),
+        ("It is in Sources [1] and [3].", [3], "It is in Source [1]."),
+        ("According to Sources [2] and [1], X.", [2], "According to Source [1], X."),
+        ("Sources [2] and [3] say X.", [2], "Source [3] say X."),
         ("According to Source [2], aspirin works.", [2], "Aspirin works."),
         ("Y is. As [1] notes, it is [2].", [1], "Y is. It is [2]."),
         ("Based on [2], [3], X is.", [2], "Based on [3], X is."),

@@ -21,8 +21,9 @@ emptied bracket ("([1])", "(see [1])"), no double or trailing space, no dangling
 function words (", which is [2].") or word left without its object ("as reported in [3]."), no
 sentence left without its subject ("[2] shows that X." keeps "Source 2 shows that X."), no
 joined lines; list items and table cells keep their bullets and pipes. The words that only say
-where go with the marker: the label ("in Source [2]"), an opening phrase ("According to [2], x"
-is "X") and a closing one ("X, as stated in [2]." is "X.").
+where go with the marker: the label ("in Source [2]"; "Sources [1] and [3]" without 3 is "Source
+[1]"), an opening phrase ("According to [2], x" is "X") and a closing one ("X, as stated in
+[2]." is "X.").
 
 Placing a marker (`insert_marker`, `markers_last`) puts it at the end of its sentence, before the
 closing punctuation, never inside a quotation or after an abbreviation's full stop.
@@ -112,6 +113,10 @@ _PHRASE_BEFORE = re.compile(  # opening on a preposition: "The study [2], howeve
 )
 _PHRASE_AFTER = re.compile(rf"(?:[ \t]+(?:{_SAYING})){{0,2}}[ \t]*,[ \t]*(?=[^\W\d_])", re.I)
 _LABEL_NEXT = re.compile(_LABEL_WORD)
+#: a plural label left with one marker after its others were removed
+_ONE_LEFT = re.compile(
+    r"(?<![\w-])Sources([ \t]+\[\d+\])(?![ \t]*(?:,[ \t]*)?(?:(?:and|or|&)[ \t]+)?\[)"
+)
 _SAID = re.compile(rf"[ \t]*,(?:[ \t]+(?:{_SAYING}))+[ \t]*\Z", re.I)  # "X, as stated in [2]."
 
 
@@ -252,20 +257,60 @@ def _in_words(numbers: Sequence[int]) -> str:
     return ("Sources " if len(numbers) > 1 else "Source ") + ", ".join(map(str, numbers))
 
 
-def _rewrite(text: str, keep: dict[int, int] | None) -> str:
+def _run(text: str, marker: Marker) -> list[Marker]:
+    """The markers joined to ``marker`` and after it ("[1] and [2]", "[1], Source [2]", side by
+    side), ``marker`` first."""
+    run = [marker]
+    for after in _markers(text):
+        if after.start < run[-1].end:
+            continue
+        gap = text[run[-1].end : after.start].lstrip(" \t")
+        joiner = _JOINER.match(gap)
+        joined = gap[joiner.end() :] if joiner else gap
+        if joined.strip(" \t") and _LABEL_NEXT.fullmatch(joined) is None:
+            break
+        run.append(after)
+    return run
+
+
+def _stays(markers: Sequence[Marker], keep: dict[int, int] | None) -> bool:
+    return keep is not None and any(n in keep for m in markers for n in m.numbers)
+
+
+def _subject(text: str, marker: Marker, keep: dict[int, int] | None) -> tuple[int, list[int]]:
+    """Where the run of markers that ``marker`` opens ends, and the numbers of that run when a
+    verb follows it and none of its markers stays (a subject left without a marker), else no
+    numbers."""
+    run = _run(text, marker)
+    end = run[-1].end
+    if _stays(run, keep) or not _VERB_NEXT.match(text, end):
+        return end, []
+    return end, list(dict.fromkeys(n for m in run for n in m.numbers))
+
+
+def _rewrite(text: str, keep: dict[int, int] | None, *, name_subjects: bool = True) -> str:
     """Every marker rewritten through ``keep`` (old → new; None: all removed), the text joined
-    cleanly where one was removed."""
+    cleanly where one was removed. A sentence's subject left without a marker is named in
+    words ("Source 2 shows ..."), or with ``name_subjects`` off left out, which is what the
+    sentence states ("shows ...")."""
     out, i = "", 0
     for marker in _markers(text):
+        if marker.start < i:
+            continue  # named with the subject before it
         out += text[i : marker.start]
         numbers = marker.numbers
         new = "" if keep is None else render(dict.fromkeys(keep[n] for n in numbers if n in keep))
-        if not new and (label := _LABEL.search(out)):
-            out = out[: label.start()]
-        if not new and _SENTENCE_START.search(out) and _VERB_NEXT.match(text, marker.end):
-            # the sentence's subject: named in words, so that the sentence keeps one
-            new = _in_words(numbers)
-        elif not new and (phrase := _opening_phrase(out, text, marker.end)):
+        label = None if new else _LABEL.search(out)
+        shared = label is not None and label[0].lower().startswith("sources")
+        if label and not (shared and _stays(_run(text, marker)[1:], keep)):
+            out = out[: label.start()]  # "Sources [2] and [3]" keeps it while one stays
+        if not new and _SENTENCE_START.search(out):
+            end, subject = _subject(text, marker, keep)
+            if subject:  # the sentence's subject: named in words, so that the sentence keeps one
+                named = (out + _in_words(subject), end)
+                out, i = named if name_subjects else _close(out, text, end)
+                continue
+        if not new and (phrase := _opening_phrase(out, text, marker.end)):
             out, i = phrase
             continue
         elif not new:
@@ -276,12 +321,17 @@ def _rewrite(text: str, keep: dict[int, int] | None) -> str:
         out, i = out + new, marker.end
         spaced = re.match(r"[ \t]+(?=[.,;:!?])", text[i : i + 8])  # "[2] ." -> "[2]."
         i += spaced.end() if spaced else 0
-    return out + text[i:]
+    out += text[i:]
+    if keep is not None and len(keep) < len({n for m in _markers(text) for n in m.numbers}):
+        out = _ONE_LEFT.sub(r"Source\1", out)  # "Sources [1] and [3]" without 3: "Source [1]"
+    return out
 
 
-def strip_markers(text: str) -> str:
-    """``text`` without its citation markers, joined cleanly where they were."""
-    return _rewrite(text, None)
+def strip_markers(text: str, *, name_subjects: bool = True) -> str:
+    """``text`` without its citation markers, joined cleanly where they were; markers that are
+    a sentence's subject named in words ("[2] shows X." is "Source 2 shows X."), or with
+    ``name_subjects`` off left out ("shows X.": what the sentence states)."""
+    return _rewrite(text, None, name_subjects=name_subjects)
 
 
 def remove_markers(text: str, numbers: Iterable[int] | None = None) -> str:

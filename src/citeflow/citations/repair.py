@@ -2,7 +2,8 @@
 
 The contract: every answer sentence that states something from the sources carries at least one
 marker to a source that supports it. For each sentence, a `CitationVerifier` scores every source
-for the sentence's statement (its text without markers or yes/no framing) and:
+for the sentence's statement (its text without markers, a marker's subject words ("Source 2
+shows that X" states "shows that X") or yes/no framing) and:
 
 * the model's own marker stays when its source supports the statement: the verifier's ``keep``
   score, and at least ``relative`` × the best source's (a marker far behind a better source is
@@ -194,7 +195,8 @@ class CitationChecker:
         if not bare:
             return CheckedSentence("", [])
         cited = [n for n in cited_numbers(sentence) if 1 <= n <= self._count]
-        statement = statement_of(bare)
+        # what it states: "[2] shows that X" states "shows that X", which Source 1 may say
+        statement = statement_of(strip_markers(sentence, name_subjects=False).strip())
         if not self._policy.settings.repair:
             return CheckedSentence(
                 renumber(sentence, {n: n for n in cited}), [], numbers=tuple(cited)

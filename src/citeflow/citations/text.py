@@ -35,8 +35,8 @@ STOPWORDS = frozenset(
         "or other our ours ourselves out over own same she should so some such than that the "
         "their theirs them themselves then there these they this those through to too under until "
         "up very was we were what when where which while who whom why will with would you your "
-        "yours yourself yourselves said says one two may might must shall us upon within without "
-        "via per like well much many however therefore thus yet still even though although"
+        "yours yourself yourselves say said says one two may might must shall us upon within "
+        "without via per like well much many however therefore thus yet still even though although"
     ).split()
 )
 
