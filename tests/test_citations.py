@@ -529,6 +529,10 @@ def test_repair_checks_the_statement_and_drops_uncheckable_markers() -> None:
     pointed = "This is supported by the results of the study, which found that ducks quack."
     assert statement_of(pointed) == "ducks quack."
     assert statement_of("That is evident from the data showing that ducks quack.") == "ducks quack."
+    assert statement_of("Studies show that ducks quack.") == "ducks quack."
+    assert statement_of("The sources also indicate that ducks quack.") == "ducks quack."
+    assert statement_of("Source 2 found that ducks quack.") == "ducks quack."
+    assert statement_of("Ducks show that they quack.") == "Ducks show that they quack."
     kept = "This is supported by no fewer than three trials showing that ducks quack."
     assert statement_of(kept) == kept  # a denial word in the pointer: not taken for framing
     text, cits, _ = _check(
@@ -536,6 +540,8 @@ def test_repair_checks_the_statement_and_drops_uncheckable_markers() -> None:
     )
     assert text.endswith("[1].") and cits[0].score > 0.9  # "yes", "true" are no evidence
     assert cits[0].sentence.startswith("Yes, it is true")
+    text, cits, _ = _check(SOURCES, "Studies show that Yahoo bought Viaweb [2].")
+    assert text.endswith("Viaweb [1].") and [c.origin for c in cits] == ["moved"]
     text, cits, unsupported = _check(SOURCES, "This is stated in [1] and [2].", **LOOSE)
     assert "[" not in text and cits == [] and not unsupported  # it states nothing
 

@@ -57,6 +57,10 @@ _FRAMING = re.compile(
     r"indicating|suggesting))\s+that\s+)?"
     r"(?:(?:according to|as (?:stated|shown|reported) in)\s+(?:the\s+)?"
     r"(?:sources?|documents?|studies|study|text)(?:\s*\d+)?\s*,\s*)?"
+    r"(?:(?:the\s+)?(?:sources?|documents?|studies|study|research|text|evidence|data)"
+    r"(?:\s*\d+)?\s+)?(?:(?:also\s+|further\s+)?(?:shows?|showed|suggests?|suggested|indicates?|"
+    r"indicated|states?|stated|reports?|reported|finds|found|says|notes?|noted|confirms?|"
+    r"confirmed|demonstrates?|demonstrated)\s+that\s+)?"
     r"(?:(?:so|thus|therefore|in short|in summary)\s*,?\s*)?"
     r"(?:the\s+(?:short\s+|final\s+)?answer\s+(?:is|was)\s*:?\s*)?",
     re.IGNORECASE,
