@@ -41,6 +41,8 @@ from citeflow.evaluation.scoring import broken_sentences
         ("A (Source 1).", [(1,)]),
         ("A (Sources 1, 2).", [(1, 2)]),
         ("A (Source: 2).", [(2,)]),
+        ("A (see Source 2).", [(2,)]),
+        ("A (see also Sources 1, 3).", [(1, 3)]),
         ("A [Sources: 1, 3].", [(1, 3)]),
         ("A 【3】.", [(3,)]),
         ("A 【3†source】.", [(3,)]),
