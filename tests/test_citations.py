@@ -403,12 +403,16 @@ def test_sentence_stream_is_lossless_and_holds_markers() -> None:
         ["Hey Pa! There's a Goat on the Roof [1]. ", "Rostker v. Goldberg held it [2]. ", "Wow!"],
         # markers after a stop that are the next sentence's subject open that sentence
         ["It is shown by [1]. ", "[1] shows that ducks swim. ", "[2] [3] further show it."],
+        # markers on the stop's line are its sentence's; those opening the next line are not
+        ["It failed. [1]\n\n", "[2] Starlite is a material [2]. ", "It is light [2]."],
     ],
 )
-def test_sentence_stream_fed_one_character_at_a_time(segments: list[str]) -> None:
+def test_sentence_stream_fed_one_character_at_a_time_or_whole(segments: list[str]) -> None:
     text = "".join(segments)
     stream = SentenceStream()
     assert [seg for char in text for seg in stream.feed(char)] + stream.flush() == segments
+    whole = SentenceStream()
+    assert whole.feed(text) + whole.flush() == segments
 
 
 def test_sources_are_the_pieces_that_cover_the_question() -> None:

@@ -19,8 +19,10 @@ _BOUNDARY = re.compile(
     # markers after the stop that open the next sentence as its subject ("[2] further shows
     # that"): the sentence ends before them, as `citeflow.citations.text.sentence_spans` has it
     rf"{_STOP}[ \t]+(?={_MARKER}(?:[ \t]*{_MARKER})*[ \t]+[a-z])"
-    # else markers after the stop are the sentence's own ("He dropped out. [3] Then ...")
-    rf"|{_STOP}(?:\s*{_MARKER}|\s*\(\s*[Ss]ources?\s*[\d ,]+\))*[ \t]+(?=[^\s\[【a-z])"
+    # else markers after the stop on its line are the sentence's own ("He dropped out. [3]
+    # Then ..."); those that open the next line open the next sentence ("out.\n[3] Then ...")
+    rf"|{_STOP}(?:[ \t]*{_MARKER}|[ \t]*\([ \t]*[Ss]ources?[ \t]*[\d ,]+\))*[ \t]+"
+    r"(?=[^\s\[【a-z])"
     r"|\n+",
 )
 
