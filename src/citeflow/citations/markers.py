@@ -321,7 +321,7 @@ def _rewrite(text: str, keep: dict[int, int] | None, *, name_subjects: bool = Tr
         spaced = re.match(r"[ \t]+(?=[.,;:!?])", text[i : i + 8])  # "[2] ." -> "[2]."
         i += spaced.end() if spaced else 0
     out += text[i:]
-    if keep is not None and len(keep) < len({n for m in _markers(text) for n in m.numbers}):
+    if keep is not None and any(n not in keep for m in _markers(text) for n in m.numbers):
         out = _ONE_LEFT.sub(r"Source\1", out)  # "Sources [1] and [3]" without 3: "Source [1]"
     return out
 

@@ -44,7 +44,7 @@ STOPWORDS = frozenset(
 # How an answer to a yes/no question opens ("Yes,", "No, it is not true that", "According to
 # Source 2,", "The answer is"), how such a question opens ("Is it true that"), and how an answer
 # points at its evidence ("This is supported by the study, which found that", "That is evident
-# from the data showing that"): framing, not content.
+# from the data showing that", "Studies show that", "Source 2 found that"): framing, not content.
 _FRAMING = re.compile(
     r"^\s*(?:(?:yes|no|indeed)\s*[,.;:!]\s*)?"
     r"(?:(?:is|was|are)\s+it\s+(?:true|correct|the case)\s+that\s+)?"
