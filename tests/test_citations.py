@@ -302,6 +302,11 @@ LOOSE: dict[str, float | bool] = {"support_keep": 0.21, "support_threshold": 0.3
             "Yahoo bought Viaweb in 1998 [1].",
             [(1, "model")],
         ),
+        (  # and so does one written between two stops
+            "Yahoo bought Viaweb in 1998. (Source 1).",
+            "Yahoo bought Viaweb in 1998 [1].",
+            [(1, "model")],
+        ),
         (  # a number written before and after the sentence is cited once, at its end
             "[1] Yahoo bought Viaweb in 1998. [1]",
             "Yahoo bought Viaweb in 1998 [1].",
@@ -405,6 +410,8 @@ def test_sentence_stream_is_lossless_and_holds_markers() -> None:
         ["It is shown by [1]. ", "[1] shows that ducks swim. ", "[2] [3] further show it."],
         # markers on the stop's line are its sentence's; those opening the next line are not
         ["It failed. [1]\n\n", "[2] Starlite is a material [2]. ", "It is light [2]."],
+        # a marker between two stops is its sentence's
+        ["It failed. [1]. ", "It is light. (Source 2). ", "It is new. (see Sources: 1, 3)."],
     ],
 )
 def test_sentence_stream_fed_one_character_at_a_time_or_whole(segments: list[str]) -> None:
@@ -546,6 +553,7 @@ def test_repair_checks_the_statement_and_drops_uncheckable_markers() -> None:
     assert cits[0].sentence.startswith("Yes, it is true")
     text, cits, _ = _check(SOURCES, "Studies show that Yahoo bought Viaweb [2].")
     assert text.endswith("Viaweb [1].") and [c.origin for c in cits] == ["moved"]
+    assert _check(SOURCES, "[2].", **LOOSE) == ("", [], False)  # only a marker and its stop
     text, cits, unsupported = _check(SOURCES, "This is stated in [1] and [2].", **LOOSE)
     assert "[" not in text and cits == [] and not unsupported  # it states nothing
 

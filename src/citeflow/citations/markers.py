@@ -355,7 +355,9 @@ def strip_footnotes(text: str) -> str:
 
 
 #: canonical markers after a sentence's closing stop
-_AFTER_STOP = re.compile(rf"(?:(?<=[.!?])|(?<=[.!?][{STOP_CLOSERS}]))[ \t]*((?:\[\d+\][ \t]*)+)\Z")
+_AFTER_STOP = re.compile(
+    rf"(?:(?<=[.!?])|(?<=[.!?][{STOP_CLOSERS}]))[ \t]*((?:\[\d+\][ \t]*)+)(?:[.!?][ \t]*)?\Z"
+)
 _END_PUNCT = re.compile(rf"([.!?:;]+)([{STOP_CLOSERS}]*)\s*$")
 
 

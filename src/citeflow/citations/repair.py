@@ -192,8 +192,8 @@ class CitationChecker:
         self, sentence: str, earlier: Sequence[asyncio.Future[tuple[int, ...]]]
     ) -> CheckedSentence:
         bare = strip_markers(sentence).strip()
-        if not bare:
-            return CheckedSentence("", [])
+        if not bare or (not any(c.isalnum() for c in bare) and find_markers(sentence)):
+            return CheckedSentence("", [])  # nothing, or only markers and their stop: "[2]."
         cited = [n for n in cited_numbers(sentence) if 1 <= n <= self._count]
         # what it states: "[2] shows that X" states "shows that X", which Source 1 may say
         statement = statement_of(strip_markers(sentence, name_subjects=False).strip())

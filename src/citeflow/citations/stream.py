@@ -15,16 +15,29 @@ from citeflow.citations.text import ends_no_sentence
 
 _STOP = r"[.!?][\"')\]]*"  # a terminator and the quotes or brackets it closes
 _MARKER = r"(?:\[[^\[\]\n]{1,24}\]|【[^】\n]{1,24}】)"
+_SOURCES = r"\([ \t]*(?:see[ \t]+(?:also[ \t]+)?)?[Ss]ources?\b"  # "(Source", "(see Sources"
 _BOUNDARY = re.compile(
     # markers after the stop that open the next sentence as its subject ("[2] further shows
     # that"): the sentence ends before them, as `citeflow.citations.text.sentence_spans` has it
     rf"{_STOP}[ \t]+(?={_MARKER}(?:[ \t]*{_MARKER})*[ \t]+[a-z])"
     # else markers after the stop on its line are the sentence's own ("He dropped out. [3]
     # Then ..."); those that open the next line open the next sentence ("out.\n[3] Then ...")
-    rf"|{_STOP}(?:[ \t]*{_MARKER}|[ \t]*\([ \t]*[Ss]ources?[ \t]*[\d ,]+\))*[ \t]+"
-    r"(?=[^\s\[【a-z])"
+    # (a stop written again after them, "out. [3]. Then", is the same sentence's end)
+    rf"|{_STOP}(?:[ \t]*{_MARKER}|[ \t]*{_SOURCES}[ \t]*:?[\d ,]+\))*"
+    rf"(?:(?<=[\]】)])[.!?])?[ \t]+(?=[^\s\[【a-z])(?!{_SOURCES})"
     r"|\n+",
 )
+
+
+#: how a bracketed marker after a sentence's stop opens ("out. (Source 3)."), lower-cased
+_MARKER_OPENINGS = ("(source", "(see source", "(see also source")
+
+
+def _may_open_a_marker(rest: str) -> bool:
+    """Whether ``rest``, all that has arrived after a possible sentence end, may still turn out
+    to be a bracketed marker that belongs to the sentence before it."""
+    said = " ".join(rest.lower().split()).replace("( ", "(")
+    return bool(said) and any(opening.startswith(said) for opening in _MARKER_OPENINGS)
 
 
 class SentenceStream:
@@ -46,8 +59,8 @@ class SentenceStream:
             # a run of newlines may go on in the next delta; take it whole only when followed
             if "\n" in match.group(0) and end == len(self._buffer):
                 break
-            # "et al. (" may go on "2019)": the bracket alone cannot tell a sentence's end
-            if self._buffer[end:] == "(":
+            # "et al. (" may go on "2019)", and "out. (S" "ource 3)": not yet a sentence's end
+            if _may_open_a_marker(self._buffer[end:]):
                 break
             out.append(self._buffer[:end])
             self._buffer = self._buffer[end:]
