@@ -272,21 +272,6 @@ def _run(text: str, marker: Marker) -> list[Marker]:
     return run
 
 
-def _stays(markers: Sequence[Marker], keep: dict[int, int] | None) -> bool:
-    return keep is not None and any(n in keep for m in markers for n in m.numbers)
-
-
-def _subject(text: str, marker: Marker, keep: dict[int, int] | None) -> tuple[int, list[int]]:
-    """Where the run of markers that ``marker`` opens ends, and the numbers of that run when a
-    verb follows it and none of its markers stays (a subject left without a marker), else no
-    numbers."""
-    run = _run(text, marker)
-    end = run[-1].end
-    if _stays(run, keep) or not _VERB_NEXT.match(text, end):
-        return end, []
-    return end, list(dict.fromkeys(n for m in run for n in m.numbers))
-
-
 def _rewrite(text: str, keep: dict[int, int] | None, *, name_subjects: bool = True) -> str:
     """Every marker rewritten through ``keep`` (old → new; None: all removed), the text joined
     cleanly where one was removed. A sentence's subject left without a marker is named in
@@ -299,16 +284,17 @@ def _rewrite(text: str, keep: dict[int, int] | None, *, name_subjects: bool = Tr
         out += text[i : marker.start]
         numbers = marker.numbers
         new = "" if keep is None else render(dict.fromkeys(keep[n] for n in numbers if n in keep))
+        run = [marker] if new else _run(text, marker)
+        stays = keep is not None and any(n in keep for m in run for n in m.numbers)
         label = None if new else _LABEL.search(out)
-        shared = label is not None and label[0].lower().startswith("sources")
-        if label and not (shared and _stays(_run(text, marker)[1:], keep)):
+        if label and not (stays and label[0].lower().startswith("sources")):
             out = out[: label.start()]  # "Sources [2] and [3]" keeps it while one stays
-        if not new and _SENTENCE_START.search(out):
-            end, subject = _subject(text, marker, keep)
-            if subject:  # the sentence's subject: named in words, so that the sentence keeps one
-                named = (out + _in_words(subject), end)
-                out, i = named if name_subjects else _close(out, text, end)
-                continue
+        end = run[-1].end
+        if not new and not stays and _SENTENCE_START.search(out) and _VERB_NEXT.match(text, end):
+            # the sentence's subject: named in words, so that the sentence keeps one
+            named = (out + _in_words(list(dict.fromkeys(n for m in run for n in m.numbers))), end)
+            out, i = named if name_subjects else _close(out, text, end)
+            continue
         if not new and (phrase := _opening_phrase(out, text, marker.end)):
             out, i = phrase
             continue
