@@ -180,6 +180,8 @@ ERIKA = "Erika Jayne was born on 10 July 1971."
         ("X, as stated in Source [2].", None, "X."),
         ("It is in Source [2] and Source [3].", [2], "It is in Source [3]."),
         ("It is in Sources [1] and [3].", [3], "It is in Source [1]."),
+        ("X (Sources: [1], [2]).", [2], "X (Source: [1])."),
+        ("X [1].\n\nSources: [1], [2]", None, "X.\n\n"),  # a list of the sources: a label
         ("According to Sources [2] and [1], X.", [2], "According to Source [1], X."),
         ("Sources [2] and [3] say X.", [2], "Source [3] say X."),
         ("According to Source [2], aspirin works.", [2], "Aspirin works."),

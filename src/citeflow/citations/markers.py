@@ -95,7 +95,7 @@ _OPENING = rf"(?:\A|\n|[.!?][{STOP_CLOSERS}]*[ \t]+)"
 _SENTENCE_START = re.compile(rf"{_OPENING}\Z")
 _VERB_NEXT = re.compile(r"[ \t]+(?!(?:and|or)\b)[a-z]{2}")
 #: the prompt's label written before a marker ("as stated in Source [2]"): it goes with it
-_LABEL_WORD = r"Sources?[ \t]+"
+_LABEL_WORD = r"Sources?[ \t]*:?[ \t]+"
 _LABEL = re.compile(rf"(?<![\w-]){_LABEL_WORD}\Z")
 #: the words of a sentence's opening phrase that only says where ("According to [2], ...",
 #: "As [2] notes, ...", "Based on the study [3], ...")
@@ -114,7 +114,7 @@ _PHRASE_AFTER = re.compile(rf"(?:[ \t]+(?:{_SAYING})){{0,2}}[ \t]*,[ \t]*(?=[^\W
 _LABEL_NEXT = re.compile(_LABEL_WORD)
 #: a plural label left with one marker after its others were removed
 _ONE_LEFT = re.compile(
-    r"(?<![\w-])Sources([ \t]+\[\d+\])(?![ \t]*(?:,[ \t]*)?(?:(?:and|or|&)[ \t]+)?\[)"
+    r"(?<![\w-])Sources(:?[ \t]+\[\d+\])(?![ \t]*(?:,[ \t]*)?(?:(?:and|or|&)[ \t]+)?\[)"
 )
 _SAID = re.compile(rf"[ \t]*,(?:[ \t]+(?:{_SAYING}))+[ \t]*\Z", re.I)  # "X, as stated in [2]."
 
