@@ -263,10 +263,11 @@ def _run(text: str, marker: Marker) -> list[Marker]:
     for after in _markers(text):
         if after.start < run[-1].end:
             continue
-        gap = text[run[-1].end : after.start].lstrip(" \t")
-        joiner = _JOINER.match(gap)
-        joined = gap[joiner.end() :] if joiner else gap
-        if joined.strip(" \t") and _LABEL_NEXT.fullmatch(joined) is None:
+        k = run[-1].end
+        while text[k : k + 1] in (" ", "\t"):
+            k += 1
+        joiner = _JOINER.match(text, k)  # joined as `_close` joins them
+        if _after_label(text, joiner.end() if joiner else k) != after.start:
             break
         run.append(after)
     return run
