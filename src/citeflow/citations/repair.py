@@ -192,8 +192,8 @@ class CitationChecker:
         self, sentence: str, earlier: Sequence[asyncio.Future[tuple[int, ...]]]
     ) -> CheckedSentence:
         bare = strip_markers(sentence).strip()
-        if not bare or (not any(c.isalnum() for c in bare) and find_markers(sentence)):
-            return CheckedSentence("", [])  # nothing, or only markers and their stop: "[2]."
+        if not bare:
+            return CheckedSentence("", [])
         cited = [n for n in cited_numbers(sentence) if 1 <= n <= self._count]
         # what it states: "[2] shows that X" states "shows that X", which Source 1 may say
         statement = statement_of(strip_markers(sentence, name_subjects=False).strip())
@@ -286,8 +286,10 @@ def _decision_source(
 
 def _only_points(sentence: str, bare: str) -> bool:
     """Whether ``sentence`` only says where something is said ("This is stated in [2].", "See
-    [1]."): its markers are a word's object, and without them (``bare``) it says next to
-    nothing."""
+    [1].", "[2]."): without its markers (``bare``) it has no letter or digit left, or its
+    markers are a word's object and it says next to nothing."""
+    if not any(c.isalnum() for c in bare):
+        return bool(find_markers(sentence))
     return marker_is_an_object(sentence) and len(content_terms(bare)) < 2
 
 
