@@ -386,6 +386,8 @@ def insert_marker(sentence: str, marker: str) -> str:
     (``Washington, D.C. [1].``)."""
     stripped = sentence.rstrip()
     trailing = sentence[len(stripped) :]
+    if stripped.endswith("|") and stripped.lstrip().startswith("|"):  # a table row: its last cell
+        return f"{insert_marker(stripped[:-1].rstrip(), marker)} |{trailing}"
     match = _END_PUNCT.search(stripped)
     if match and match[1] == "." and closes_abbreviation(stripped, match.start()):
         return f"{stripped} {marker}.{trailing}"

@@ -67,9 +67,18 @@ _FRAMING = re.compile(
 )
 
 
+#: a source named in prose, outside brackets ("Per Source 1, X", "X, as Document 2 notes"): where
+#: the sentence says it is from, not what it says
+_REFERENCE = re.compile(
+    r"\b(?:sources?|documents?)[ \t]*#?[ \t]*\d{1,3}(?:[ \t]*(?:,|and|&|or)[ \t]*\d{1,3})*\b",
+    re.IGNORECASE,
+)
+
+
 def statement_of(sentence: str) -> str:
-    """What a sentence states, without its yes/no framing ("Yes, it is true that X" → "X")."""
-    return sentence[_FRAMING.match(sentence).end() :]  # type: ignore[union-attr]
+    """What a sentence states, without its yes/no framing ("Yes, it is true that X" → "X") and
+    the sources it names in prose ("Per Source 1, X" → "Per , X")."""
+    return _REFERENCE.sub("", sentence[_FRAMING.match(sentence).end() :])  # type: ignore[union-attr]
 
 
 _DENYING_FRAME = re.compile(r"\b(?:no|not|false)\b", re.IGNORECASE)

@@ -1,0 +1,143 @@
+"""Forms a hosted model writes that the local one seldom does, checked as the contract says.
+
+Hosted models cite clause by clause ("X [1], and Y [3]."): held to the whole sentence, the source
+of the shorter clause supported too little of it and its correct marker was removed, so a marker
+is checked against the clause it closes. They name sources in prose ("Per Source 1, X"), which is
+no part of what the sentence states; and they answer in tables, whose first row names columns.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from citeflow.citations.answer import check_text
+from citeflow.citations.repair import CitationPolicy
+
+SOURCES = [
+    "Aspirin lowers fever in adults within an hour of a single dose.",
+    "Ibuprofen is sold over the counter in most countries.",
+    "Paracetamol was discovered in 1877 by Harmon Northrop Morse.",
+]
+QUESTION = "What lowers fever, and when was paracetamol discovered?"
+
+
+async def _check(sentence: str) -> tuple[str, list[tuple[int, str]], bool]:
+    checker = CitationPolicy().checker(SOURCES, QUESTION)
+    out = await checker.check(sentence)
+    return out.text, [(c.number, c.origin) for c in out.citations], out.unsupported
+
+
+@pytest.mark.parametrize(
+    ("sentence", "expected", "cited"),
+    [
+        (  # each clause's own source, though the first clause holds more of the sentence
+            "Aspirin lowers fever in adults [1], and paracetamol was discovered in 1877 [3].",
+            "Aspirin lowers fever in adults [1], and paracetamol was discovered in 1877 [3].",
+            [(1, "model"), (3, "model")],
+        ),
+        (
+            "Aspirin lowers fever [1], ibuprofen is sold over the counter [2], and paracetamol "
+            "was discovered in 1877 [3].",
+            "Aspirin lowers fever [1], ibuprofen is sold over the counter [2], and paracetamol "
+            "was discovered in 1877 [3].",
+            [(1, "model"), (2, "model"), (3, "model")],
+        ),
+        (  # a clause's wrong marker is moved to the source that says that clause
+            "Aspirin lowers fever in adults [2], and paracetamol was discovered in 1877 [3].",
+            "Aspirin lowers fever in adults [1], and paracetamol was discovered in 1877 [3].",
+            [(1, "moved"), (3, "model")],
+        ),
+        (  # two markers on each other's clause are both moved
+            "Aspirin lowers fever in adults [3], and paracetamol was discovered in 1877 [1].",
+            "Aspirin lowers fever in adults [1], and paracetamol was discovered in 1877 [3].",
+            [(1, "moved"), (3, "moved")],
+        ),
+        (  # a marker before the last clause holds only what it closes
+            "Paracetamol was discovered in 1877 [3], while aspirin lowers fever.",
+            "Paracetamol was discovered in 1877 [3], while aspirin lowers fever.",
+            [(3, "model")],
+        ),
+    ],
+)
+async def test_a_marker_is_held_to_the_clause_it_closes(
+    sentence: str, expected: str, cited: list[tuple[int, str]]
+) -> None:
+    text, citations, unsupported = await _check(sentence)
+    assert (text, sorted(citations), unsupported) == (expected, cited, False)
+
+
+async def test_markers_closing_the_sentence_together_are_held_to_the_whole_sentence() -> None:
+    # no marker closes a clause of its own: the sentence's rule (the best source, and those
+    # within `relative` of it) decides, as it did before
+    text, citations, _ = await _check(
+        "Aspirin lowers fever in adults and paracetamol was discovered in 1877 [1][3]."
+    )
+    assert (text, citations) == (
+        "Aspirin lowers fever in adults and paracetamol was discovered in 1877 [1].",
+        [(1, "model")],
+    )
+
+
+async def test_a_marker_on_a_noun_is_no_clause() -> None:
+    # "the study [2] which found": the marker names the study; what it found is the claim, and
+    # the marker is checked against the whole sentence
+    text, citations, _ = await _check(
+        "This is shown by the study [2] which found that aspirin lowers fever in adults."
+    )
+    assert citations == [(1, "moved")]
+    assert text == "This is shown by the study [1] which found that aspirin lowers fever in adults."
+
+
+async def test_a_clause_of_one_word_is_left_to_the_sentence() -> None:
+    text, citations, _ = await _check("According to [3], aspirin lowers fever in adults.")
+    assert (text, citations) == (
+        "According to [1], aspirin lowers fever in adults.",
+        [(1, "moved")],
+    )
+
+
+async def test_a_number_cited_in_two_clauses_is_held_to_the_sentence() -> None:
+    text, citations, _ = await _check(
+        "Aspirin lowers fever in adults [1], and it works within an hour of a single dose [1]."
+    )
+    assert (text, citations) == (
+        "Aspirin lowers fever in adults [1], and it works within an hour of a single dose [1].",
+        [(1, "model")],
+    )
+
+
+@pytest.mark.parametrize(
+    "sentence",
+    [
+        "Per Source 1, aspirin lowers fever in adults.",
+        "As Source 1 notes, aspirin lowers fever in adults.",
+        "In Source 1, aspirin is said to lower fever in adults.",
+        "Aspirin lowers fever in adults, according to Source 1.",
+        "Aspirin lowers fever in adults (as Documents 1 and 2 say).",
+    ],
+)
+async def test_a_source_named_in_prose_is_not_what_the_sentence_states(sentence: str) -> None:
+    text, citations, unsupported = await _check(sentence)
+    assert (citations, unsupported) == ([(1, "added")], False)
+    assert text.startswith(sentence[:-1].rstrip(".")) and text.endswith("[1].")
+
+
+async def test_a_table_s_header_states_nothing_and_a_row_s_marker_stays_in_its_last_cell() -> None:
+    table = (
+        "| Drug | Fact |\n"
+        "|---|---|\n"
+        "| Aspirin | lowers fever in adults within an hour |\n"
+        "| Paracetamol | discovered in 1877 [2] |"
+    )
+    checked = await check_text(CitationPolicy().checker(SOURCES, QUESTION), table)
+    assert checked.text == (
+        "| Drug | Fact |\n"
+        "|---|---|\n"
+        "| Aspirin | lowers fever in adults within an hour [1] |\n"
+        "| Paracetamol | discovered in 1877 [3] |"
+    )
+    assert checked.unsupported == []
+    # a row no source supports is still reported: only the first row of a table is its header
+    row = "| Drug | Fact |\n|---|---|\n| Warfarin | thins the blood of cats |"
+    checked = await check_text(CitationPolicy().checker(SOURCES, QUESTION), row)
+    assert [s.strip() for s in checked.unsupported] == ["| Warfarin | thins the blood of cats |"]
