@@ -52,10 +52,38 @@ async def _check(sentence: str) -> tuple[str, list[tuple[int, str]], bool]:
             "Aspirin lowers fever in adults [1], and paracetamol was discovered in 1877 [3].",
             [(1, "moved"), (3, "moved")],
         ),
-        (  # a marker before the last clause holds only what it closes
+        (  # a marker before the last clause holds only what it closes: the rest is cited too
             "Paracetamol was discovered in 1877 [3], while aspirin lowers fever.",
-            "Paracetamol was discovered in 1877 [3], while aspirin lowers fever.",
-            [(3, "model")],
+            "Paracetamol was discovered in 1877 [3], while aspirin lowers fever [1].",
+            [(1, "added"), (3, "model")],
+        ),
+        (  # a marker in brackets closes its clause with them
+            "Aspirin lowers fever (see [3]), and paracetamol was discovered in 1877 [3].",
+            "Aspirin lowers fever (see [1]), and paracetamol was discovered in 1877 [3].",
+            [(1, "moved"), (3, "model")],
+        ),
+        (  # markers side by side close one clause: one moved, the other gone
+            "Aspirin lowers fever in adults [2] and [3], while paracetamol was discovered in "
+            "1877 [1].",
+            "Aspirin lowers fever in adults [1], while paracetamol was discovered in 1877 [3].",
+            [(1, "moved"), (3, "moved")],
+        ),
+        (  # a marker that is a word's object says where, and is left to the sentence
+            "This is supported by the study conducted in [3], which found that aspirin lowers "
+            "fever in adults.",
+            "This is supported by the study conducted in [1], which found that aspirin lowers "
+            "fever in adults.",
+            [(1, "moved")],
+        ),
+        (  # a clause closed by a number no source has is cited like one with none
+            "Aspirin lowers fever in adults [7], and paracetamol was discovered in 1877 [3].",
+            "Aspirin lowers fever in adults [1], and paracetamol was discovered in 1877 [3].",
+            [(1, "added"), (3, "model")],
+        ),
+        (  # one number written on two clauses goes two ways
+            "Aspirin lowers fever in adults [2], and paracetamol was discovered in 1877 [2].",
+            "Aspirin lowers fever in adults [1], and paracetamol was discovered in 1877 [3].",
+            [(1, "moved"), (3, "moved")],
         ),
     ],
 )

@@ -124,6 +124,18 @@ def test_rewritten_markers_are_canonical() -> None:
     assert strip_markers("He wrote [1]. Then [2, 3] left.") == "He wrote. Then left."
 
 
+def test_each_marker_may_be_rewritten_its_own_way() -> None:
+    # one mapping a marker, in order: the same number goes two ways, and a removed one is tidied
+    # with the words on both sides of it
+    text = "A is red (see [2]), and B is blue [2]; C is green [2]."
+    assert (
+        renumber(text, [{2: 1}, {2: 3}, {}]) == "A is red (see [1]), and B is blue [3]; C is green."
+    )
+    assert renumber(text, [{}, {2: 2}, {2: 2}]) == "A is red, and B is blue [2]; C is green [2]."
+    with pytest.raises(ValueError):  # a mapping for each marker, no more and no fewer
+        renumber(text, [{2: 1}])
+
+
 ERIKA = "Erika Jayne was born on 10 July 1971."
 
 

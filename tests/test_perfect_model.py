@@ -242,6 +242,20 @@ def test_score_counts_wrong_markers_fixed_removed_kept_and_added() -> None:
     assert score.fixed_or_removed_rate == 2 / 3
 
 
+def test_the_clauses_author_writes_two_to_a_sentence_and_is_scored_clause_by_clause() -> None:
+    reply = render_reply(AUTHORED, clauses=True)
+    assert reply == (
+        "Viaweb was founded in 1995 [1]; In 1998, Yahoo bought Viaweb [3]. The answer is Yahoo [3]."
+    )
+    # each clause keeps only the numbers on its own words
+    final = (
+        "Viaweb was founded in 1995 [3]; In 1998, Yahoo bought Viaweb [1]. The answer is Yahoo [3]."
+    )
+    score = score_answer(AUTHORED, final, clauses=True)
+    assert (score.unaligned, score.correct_kept, score.wrong_added) == (0, 1, 2)
+    assert score_answer(AUTHORED, reply, clauses=True).kept_rate == 1.0
+
+
 def test_a_reworded_sentence_is_unaligned_and_keeps_nothing() -> None:
     final = "Viaweb started in 1995 [1]. In 1998, Yahoo bought Viaweb [3]. The answer is Yahoo [3]."
     score = score_answer(AUTHORED, final)
@@ -346,7 +360,7 @@ GOLDS = [
 
 
 @pytest.mark.parametrize("over_http", [False, True])
-@pytest.mark.parametrize("variant", ["verbatim", "paraphrase", "wrong"])
+@pytest.mark.parametrize("variant", ["verbatim", "paraphrase", "wrong", "clauses"])
 async def test_the_workflow_answering_with_the_author_is_scored_from_its_real_answers(
     settings: Settings, store: Store, upstream: FakeOpenAIServer, variant: Variant, over_http: bool
 ) -> None:
@@ -375,11 +389,11 @@ async def test_the_workflow_answering_with_the_author_is_scored_from_its_real_an
         else:
             authored = in_process.authored_for(gold.question)
         # the streamed reply reached citeflow whole and unchanged (stream_text over astream_chat)
-        assert result.raw_response == render_reply(authored)
+        assert result.raw_response == author.render(authored)
         # every authored sentence found, every written marker counted once, every wrong one given
         # a fate, whatever the variant
         assert authored, f"{variant}: the author found no gold evidence in the sources"
-        score = score_answer(authored, str(result))
+        score = score_answer(authored, str(result), clauses=variant == "clauses")
         assert score.sentences == len(authored) and score.unaligned == 0
         assert score.correct_written + score.wrong_written == sum(len(s.written) for s in authored)
         assert score.wrong_kept + score.wrong_fixed + score.wrong_removed == score.wrong_written

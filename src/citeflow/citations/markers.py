@@ -273,13 +273,15 @@ def _run(text: str, marker: Marker) -> list[Marker]:
     return run
 
 
-def _rewrite(text: str, keep: dict[int, int] | None, *, name_subjects: bool = True) -> str:
-    """Every marker rewritten through ``keep`` (old → new; None: all removed), the text joined
-    cleanly where one was removed. A sentence's subject left without a marker is named in
-    words ("Source 2 shows ..."), or with ``name_subjects`` off left out, which is what the
-    sentence states ("shows ...")."""
+def _rewrite(
+    text: str, keeps: Sequence[dict[int, int] | None], *, name_subjects: bool = True
+) -> str:
+    """Every marker rewritten through its own of ``keeps`` (old → new; None: removed), the
+    text joined cleanly where one was removed. A sentence's subject left without a marker is
+    named in words ("Source 2 shows ..."), or with ``name_subjects`` off left out, which is
+    what the sentence states ("shows ...")."""
     out, i = "", 0
-    for marker in _markers(text):
+    for marker, keep in zip(_markers(text), keeps, strict=True):
         if marker.start < i:
             continue  # named with the subject before it
         out += text[i : marker.start]
@@ -308,7 +310,8 @@ def _rewrite(text: str, keep: dict[int, int] | None, *, name_subjects: bool = Tr
         spaced = re.match(r"[ \t]+(?=[.,;:!?])", text[i : i + 8])  # "[2] ." -> "[2]."
         i += spaced.end() if spaced else 0
     out += text[i:]
-    if keep is not None and any(n not in keep for m in _markers(text) for n in m.numbers):
+    each = zip(_markers(text), keeps, strict=True)
+    if any(k is not None and n not in k for m, k in each for n in m.numbers):
         out = _ONE_LEFT.sub(r"Source\1", out)  # "Sources [1] and [3]" without 3: "Source [1]"
     return out
 
@@ -317,7 +320,7 @@ def strip_markers(text: str, *, name_subjects: bool = True) -> str:
     """``text`` without its citation markers, joined cleanly where they were; markers that are
     a sentence's subject named in words ("[2] shows X." is "Source 2 shows X."), or with
     ``name_subjects`` off left out ("shows X.": what the sentence states)."""
-    return _rewrite(text, None, name_subjects=name_subjects)
+    return _rewrite(text, [None] * len(_markers(text)), name_subjects=name_subjects)
 
 
 def remove_markers(text: str, numbers: Iterable[int] | None = None) -> str:
@@ -326,12 +329,12 @@ def remove_markers(text: str, numbers: Iterable[int] | None = None) -> str:
     if numbers is None:
         return strip_markers(text)
     gone = set(numbers)
-    return _rewrite(text, {n: n for n in cited_numbers(text) if n not in gone})
+    return renumber(text, {n: n for n in cited_numbers(text) if n not in gone})
 
 
-def renumber(text: str, mapping: dict[int, int]) -> str:
-    """Rewrite markers through ``mapping`` (old → new); numbers not in it are dropped."""
-    return _rewrite(text, mapping)
+def renumber(text: str, mapping: dict[int, int] | Sequence[dict[int, int]]) -> str:
+    """Rewrite markers through ``mapping`` (old → new) or one each; other numbers are dropped."""
+    return _rewrite(text, [mapping] * len(_markers(text)) if isinstance(mapping, dict) else mapping)
 
 
 def strip_footnotes(text: str) -> str:

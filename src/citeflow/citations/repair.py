@@ -37,12 +37,12 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections import Counter
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from functools import cache
 from typing import TYPE_CHECKING, Literal
 
+from citeflow.citations.clauses import Clause, ClauseVerdict, clauses, judge_clauses, rewrite
 from citeflow.citations.markers import (
     cited_numbers,
     find_markers,
@@ -69,12 +69,6 @@ Origin = Literal["model", "moved", "added"]
 _BARE_DECISION = re.compile(
     r"^\W*(?:(?:so|thus|therefore|in short)\s*,?\s*)?(?:the\s+answer\s+is\s*:?\s*)?"
     r"(?:yes|no|maybe)\b",
-    re.IGNORECASE,
-)
-#: what follows a marker that closes a clause: a stop, comma, semicolon or colon, a conjunction
-#: that opens another clause, or the sentence's end
-_CLAUSE_ENDS = re.compile(
-    r"[ \t]*(?:[.,;:!?)\]]|\Z|(?:and|but|or|yet|so|while|whereas|although|though|because)\b)",
     re.IGNORECASE,
 )
 _TABLE_ROW = re.compile(r"[ \t]*\|.*\|[ \t]*\Z", re.DOTALL)
@@ -249,16 +243,16 @@ class CitationChecker:
             add = min(add, floor, best.score) if cited else add  # moving needs only support
         elif best is not None and not any(n in band for n in cited) and earlier:
             best = await _evidence_among_equals(best, ranking, earlier)
-        # "X [1], and Y [3].": [3] is held to "and Y", what its marker closes
-        by_clause = await self._clause_verdicts(sentence, cited)
-        kept = [n for n in cited if n in band and n not in by_clause]
+        pieces = clauses(sentence)  # "X [1], and Y [3].": [3] is held to "and Y"
+        if pieces:
+            verdicts = await judge_clauses(
+                pieces, self.verifier, cited=cited, band=band, relative=self._policy.relative
+            )
+            if any(v.mapping or v.added for v in verdicts):
+                return _by_clause(sentence, bare, pieces, verdicts, by_number)
+        kept = [n for n in cited if n in band]
         citations = [_citation(bare, by_number[n], "model") for n in kept]
         mapping = {n: n for n in kept}
-        for number, support in by_clause.items():
-            if support is not None:  # supported in its clause, or moved to what supports that
-                mapping[number] = support.number
-                origin: Origin = "model" if support.number == number else "moved"
-                citations.append(_citation(bare, support, origin))
         if not mapping and best is not None and best.score >= add - 1e-9:  # a source supports it
             if cited:  # on the wrong source: moved to the one that supports the sentence
                 mapping[cited[0]] = best.number
@@ -274,53 +268,28 @@ class CitationChecker:
         numbers = tuple(dict.fromkeys(mapping[n] for n in cited if n in mapping))
         return CheckedSentence(text, citations, unsupported, numbers)
 
-    async def _clause_verdicts(
-        self, sentence: str, cited: Sequence[int]
-    ) -> dict[int, Support | None]:
-        """The model's markers that close a clause of their own ("X [1], and Y [3].") and name
-        a number cited nowhere else in the sentence, each judged on that clause as a marker is on
-        its sentence: its own source's support when that is kept (``keep``, ``relative``), else
-        the clause's best source's when that reaches ``add`` (moved), else None (removed). A
-        clause of fewer than two content words ("According to [2], X") is left to the sentence."""
-        clauses = _clauses(sentence)
-        once = Counter(n for n, _ in clauses)
-        verdicts: dict[int, Support | None] = {}
-        for number, clause in clauses:
-            statement = statement_of(clause)
-            if once[number] > 1 or number not in cited or len(content_terms(statement)) < 2:
-                continue
-            ranking = await self.verifier.rank(statement, [number], denied=frame_denies(clause))
-            own = next(s for s in ranking if s.number == number)
-            best = ranking[0]
-            if own.score >= max(self.verifier.keep, self._policy.relative * best.score) - 1e-9:
-                verdicts[number] = own
-            else:
-                verdicts[number] = best if best.score >= self.verifier.add - 1e-9 else None
-        return verdicts
 
-
-def _clauses(sentence: str) -> list[tuple[int, str]]:
-    """Each number with the clause its marker closes, where a sentence has markers closing more
-    than one clause or one before its last words ("X [1], and Y [3]."): the text from the clause
-    before (or the sentence's start) to the marker. A marker closes a clause when a stop, comma,
-    semicolon, colon or conjunction follows it, or nothing ("the study [1] which found" cites
-    the study, not a clause); adjacent markers ("[1][2]", "[1], [2]") close one together."""
-    groups: list[tuple[int, int, list[int]]] = []
-    for marker in find_markers(sentence):
-        if groups and not sentence[groups[-1][1] : marker.start].strip(" ,;"):
-            start, _, numbers = groups[-1]
-            groups[-1] = (start, marker.end, numbers + list(marker.numbers))
-        else:
-            groups.append((marker.start, marker.end, list(marker.numbers)))
-    closing = [g for g in groups if _CLAUSE_ENDS.match(sentence, g[1])]
-    if not closing or (len(closing) == 1 and not content_terms(sentence[closing[0][1] :])):
-        return []  # no marker closes a clause, or one closes the whole sentence
-    clauses: list[tuple[int, str]] = []
-    end = 0
-    for start, stop, numbers in closing:
-        clauses += [(n, strip_markers(sentence[end:start])) for n in numbers]
-        end = stop
-    return clauses
+def _by_clause(
+    sentence: str,
+    bare: str,
+    pieces: Sequence[Clause],
+    verdicts: Sequence[ClauseVerdict],
+    by_number: Mapping[int, Support],
+) -> CheckedSentence:
+    """A sentence whose markers were judged clause by clause (`judge_clauses`)."""
+    citations: dict[int, Citation] = {}
+    for verdict in verdicts:
+        for support, moved in verdict.supports:
+            citations.setdefault(
+                support.number, _citation(bare, support, "moved" if moved else "model")
+            )
+        if verdict.added is not None:
+            citations.setdefault(verdict.added.number, _citation(bare, verdict.added, "added"))
+        for number in verdict.mapping.values():  # kept by the sentence's verdict
+            if number not in citations and number in by_number:
+                citations[number] = _citation(bare, by_number[number], "model")
+    text = markers_last(rewrite(pieces, verdicts))
+    return CheckedSentence(text, list(citations.values()), numbers=tuple(citations))
 
 
 async def _evidence_among_equals(

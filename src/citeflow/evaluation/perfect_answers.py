@@ -84,7 +84,8 @@ def perfect_section(
 
     answered = perfect_answers(dataset, context, ids, variant, template)
     records = [record for record, _ in answered]
-    perfect = PerfectScore.total(score_answer(a, r["answer"]) for r, a in answered)
+    clauses = variant == "clauses"
+    perfect = PerfectScore.total(score_answer(a, r["answer"], clauses=clauses) for r, a in answered)
     name = f"perfect model ({variant})"
     rows = {
         f"{dataset.name}: {name}'s markers": score_all(records, dataset, raw=True),

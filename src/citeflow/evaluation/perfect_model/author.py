@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -27,10 +28,12 @@ __all__ = [
     "render_reply",
 ]
 
-Variant = Literal["verbatim", "paraphrase", "wrong"]
+Variant = Literal["verbatim", "paraphrase", "wrong", "clauses"]
 #: a source sentence this long that stands in gold evidence makes its source supporting
 MIN_WORDS = 6
 YES_NO = frozenset({"yes", "no", "maybe"})
+#: a cited sentence's closing stop (before any closing quote), cut where a clause follows it
+_STOP = re.compile(r"[.!?](?=[\"')\]]*\Z)")
 
 
 @dataclass(frozen=True)
@@ -91,9 +94,11 @@ class _GoldIndex:
 
 class PerfectAuthor:
     """Writes answers whose citations are known: each sentence from gold evidence, cited with
-    its own source (``verbatim``: copied; ``paraphrase``: reworded by `paraphrase`) or with a
-    source that does not support it (``wrong``). A refine prompt is answered from its own sources
-    only (the existing answer is not repeated): score runs whose sources fit one prompt."""
+    its own source (``verbatim``: copied; ``paraphrase``: reworded by `paraphrase`; ``clauses``:
+    copied, two to a sentence, each cited where it ends, "A [1]; B [2].", as hosted models cite
+    clause by clause) or with a source that does not support it (``wrong``). A refine prompt is
+    answered from its own sources only (the existing answer is not repeated): score runs whose
+    sources fit one prompt."""
 
     def __init__(self, golds: Iterable[Gold], variant: Variant) -> None:
         self.variant = variant
@@ -101,7 +106,11 @@ class PerfectAuthor:
 
     def reply(self, messages: Messages) -> str:
         """The answer to the prompt in ``messages``' last user message, markers in place."""
-        return render_reply(self.authored(messages))
+        return self.render(self.authored(messages))
+
+    def render(self, authored: Sequence[AuthoredSentence]) -> str:
+        """The reply text of ``authored`` sentences, as this variant writes them."""
+        return render_reply(authored, clauses=self.variant == "clauses")
 
     def authored(self, messages: Messages) -> list[AuthoredSentence]:
         """The sentences `reply` writes (none: the documents do not cover the question)."""
@@ -152,9 +161,16 @@ class PerfectAuthor:
         return next((n for n in ring if n not in supporting), max(numbers) + 1)
 
 
-def render_reply(authored: Sequence[AuthoredSentence]) -> str:
-    """The reply text of ``authored`` sentences (each cited as written), or the not-covered
-    answer when there are none."""
+def render_reply(authored: Sequence[AuthoredSentence], *, clauses: bool = False) -> str:
+    """The reply text of ``authored`` sentences (each cited as written; with ``clauses``, two to
+    a sentence joined by a semicolon, "A [1]; B [2]."), or the not-covered answer when there are
+    none."""
     if not authored:
         return NOT_COVERED_ANSWER
-    return " ".join(cite(s.text, s.written) for s in authored)
+    cited = [cite(s.text, s.written) for s in authored]
+    if clauses:
+        pairs = [cited[i : i + 2] for i in range(0, len(cited), 2)]
+        cited = [
+            f"{_STOP.sub('', pair[0])}; {pair[1]}" if len(pair) == 2 else pair[0] for pair in pairs
+        ]
+    return " ".join(cited)

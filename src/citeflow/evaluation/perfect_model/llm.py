@@ -23,7 +23,7 @@ from llama_index.core.llms import CustomLLM
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
 from pydantic import PrivateAttr
 
-from citeflow.evaluation.perfect_model.author import AuthoredSentence, PerfectAuthor, render_reply
+from citeflow.evaluation.perfect_model.author import AuthoredSentence, PerfectAuthor
 from citeflow.evaluation.perfect_model.prompt import (
     Messages,
     parse_prompt,
@@ -69,7 +69,7 @@ class PerfectModelLLM(CustomLLM):
         authored = self._author.authored(messages)
         question, _ = parse_prompt(user_prompt(messages))
         self._authored[question_key(question)] = authored
-        return render_reply(authored)
+        return self._author.render(authored)
 
     def _stream(self, messages: Messages) -> CompletionResponseGen:
         """The reply, word by word: each response has the text so far and the new word."""

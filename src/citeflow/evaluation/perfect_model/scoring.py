@@ -58,11 +58,13 @@ def _key(text: str) -> str:
     return " ".join(word for word in words if word not in TIDIED_WORDS)
 
 
-def _final_sentences(text: str) -> list[tuple[str, set[int]]]:
-    """The final text's sentences as (key, cited numbers); a sentence of markers only (a marker
-    after the period) belongs to the sentence before it."""
+def _final_sentences(text: str, clauses: bool = False) -> list[tuple[str, set[int]]]:
+    """The final text's sentences as (key, cited numbers), each cut at its semicolons with
+    ``clauses`` (the author joined two there); a sentence of markers only (a marker after the
+    period) belongs to the sentence before it."""
     out: list[tuple[str, set[int]]] = []
-    for sentence in split_sentences(text):
+    pieces = [p for s in split_sentences(text) for p in (s.split("; ") if clauses else [s])]
+    for sentence in pieces:
         numbers = {n for marker in find_markers(sentence) for n in marker.numbers}
         key = _key(sentence)
         if not key and out:
@@ -86,11 +88,13 @@ def _align(key: str, finals: list[tuple[str, set[int]]], cursor: int) -> tuple[i
     return None
 
 
-def score_answer(authored: Sequence[AuthoredSentence], final_text: str) -> PerfectScore:
+def score_answer(
+    authored: Sequence[AuthoredSentence], final_text: str, *, clauses: bool = False
+) -> PerfectScore:
     """Compare the authored sentences with citeflow's final answer, sentence by sentence in
     order (matched by their marker-free words, so tidied punctuation and moved markers count as
-    the same sentence)."""
-    finals = _final_sentences(final_text)
+    the same sentence); ``clauses``: the author wrote two to a sentence, joined by "; "."""
+    finals = _final_sentences(final_text, clauses)
     counts = dict.fromkeys((f.name for f in fields(PerfectScore)), 0)
     counts["sentences"] = len(authored)
     cursor = 0
