@@ -120,6 +120,7 @@ def test_rewritten_markers_are_canonical() -> None:
     assert render([1, 3]) == "[1][3]"
     assert renumber("A [Source 1], B (Sources 2, 3).", {1: 1, 2: 2, 3: 3}) == "A [1], B [2][3]."
     assert renumber("A fever【2†source】. B[1].", {1: 1, 2: 2}) == "A fever [2]. B [1]."
+    assert renumber("A fever [2†source]. B [1†a.pdf].", {1: 1, 2: 2}) == "A fever [2]. B [1]."
     assert renumber("A [3]. B [1][9]. C [1, 3].", {3: 1, 1: 2}) == "A [1]. B [2]. C [2][1]."
     assert strip_markers("He wrote [1]. Then [2, 3] left.") == "He wrote. Then left."
 

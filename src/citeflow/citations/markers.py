@@ -2,16 +2,17 @@
 
 Answers cite with ``[1]``, ``[1, 2]``, ``[1][2]`` or a range ``[1-3]`` / ``[1–3]`` / ``[1]-[3]``;
 models also write ``[Source 1]``, ``(Source 1)``, ``(Sources: 1, 2)``, ``(see Source 1)``, ``[^1]``,
-``【1】`` / ``【1†source】`` and, closing a clause, a bare ``(1)`` or ``(1, 2)``: all name the same
-source numbers. A range names each of its numbers only when it counts up and is at most `MAX_RANGE`
-long ("[1-999]" names 1 and 999). A false marker would delete text, so the bare form is read only
-after a word or a bracket and a space, or after a closing quote, and right before ``.``, ``,``,
-``;``, ``!`` or ``?``: never opening a line or list item, after a colon, after a word such as "step"
-("Step 2 (3)") or a function word ("choose (1) or (2)."), as 0, with a leading zero or with four
-digits (a year). No form is read in a number such as ``(1,000)``, inside code (backticks), as a link
-(``[1](url)``) or as a link or footnote definition (``[^1]:`` opening a line). Bracketed numbers in
-the documents themselves (footnotes such as ``[15]``) are removed from the text the model sees
-(`strip_footnotes`), so the only numbers in brackets the model has seen are source numbers.
+``【1】``, ``【1†source】``, ``[1†source]`` and, closing a clause, a bare ``(1)`` or ``(1, 2)``: all
+name the same source numbers. A range names each of its numbers only when it counts up and is at
+most `MAX_RANGE` long ("[1-999]" names 1 and 999). A false marker would delete text, so the bare
+form is read only after a word or a bracket and a space, or after a closing quote, and right before
+``.``, ``,``, ``;``, ``!`` or ``?``: never opening a line or list item, after a colon, after a word
+such as "step" ("Step 2 (3)") or a function word ("choose (1) or (2)."), as 0, with a leading zero
+or with four digits (a year). No form is read in a number such as ``(1,000)``, inside code
+(backticks), as a link (``[1](url)``) or as a link or footnote definition (``[^1]:`` opening a
+line). Bracketed numbers in the documents themselves (footnotes such as ``[15]``) are removed from
+the text the model sees (`strip_footnotes`), so the only numbers in brackets the model has seen are
+source numbers.
 
 Removing a marker (`strip_markers`, `remove_markers`, `renumber`) repairs the text only where a
 marker was, so the answer's own wording (".NET", "cd ..") is never touched: no space before
@@ -42,7 +43,7 @@ _NUMS = rf"{_NUM}(?:[ \t]*(?:,|;|and|&)[ \t]*(?:Sources?[ \t]*)?{_NUM})*"
 _BARE = r"\([1-9]\d{0,2}(?:[ \t]*,[ \t]*[1-9]\d{0,2})*\)"
 MARKER_RE = re.compile(
     rf"\[[ \t]*(?P<f>\d{{1,3}}[ \t]*\][ \t]*[-–][ \t]*\[[ \t]*\d{{1,3}})[ \t]*\](?!\()"  # [1]-[3]
-    rf"|\[[ \t]*(?:Sources?[ \t]*:?[ \t]*)?(?P<a>{_NUMS})[ \t]*\](?!\()"
+    rf"|\[[ \t]*(?:Sources?[ \t]*:?[ \t]*)?(?P<a>{_NUMS})[ \t]*(?:†[^\]\n]*)?\](?!\()"
     rf"|\([ \t]*(?:see[ \t]+(?:also[ \t]+)?)?Sources?[ \t]*:?[ \t]*(?P<b>{_NUMS})[ \t]*\)"
     rf"|\[[ \t]*\^[ \t]*(?P<c>\d{{1,3}})[ \t]*\](?!\()"
     rf"|【[ \t]*(?P<d>{_NUMS})[ \t]*(?:†[^】\n]*)?】"
