@@ -169,3 +169,34 @@ async def test_a_table_s_header_states_nothing_and_a_row_s_marker_stays_in_its_l
     row = "| Drug | Fact |\n|---|---|\n| Warfarin | thins the blood of cats |"
     checked = await check_text(CitationPolicy().checker(SOURCES, QUESTION), row)
     assert [s.strip() for s in checked.unsupported] == ["| Warfarin | thins the blood of cats |"]
+
+
+@pytest.mark.parametrize(
+    "listing",
+    [
+        "Sources:\n[1] aspirin.txt\n[3] paracetamol history.pdf",
+        "**Sources**\n- [1] aspirin.txt\n- [3] Paracetamol history, page 2",
+        "## References\n1. aspirin.txt\n2. ibuprofen.txt",
+    ],
+)
+async def test_a_list_of_sources_closing_the_answer_is_kept_as_written(listing: str) -> None:
+    answer = f"Aspirin lowers fever in adults [1].\n\n{listing}"
+    checked = await check_text(CitationPolicy().checker(SOURCES, QUESTION), answer)
+    assert (checked.text, checked.unsupported) == (answer, [])
+    assert [c.number for c in checked.citations] == [1]  # a listed source is not a citation
+    # a number no source has is dropped from the list as anywhere else
+    checked = await check_text(
+        CitationPolicy().checker(SOURCES, QUESTION), f"{answer}\n[9] a document it never saw"
+    )
+    assert checked.text.endswith("\na document it never saw")
+
+
+async def test_a_line_that_opens_with_a_marker_outside_a_list_of_sources_is_checked() -> None:
+    checked = await check_text(
+        CitationPolicy().checker(SOURCES, QUESTION),
+        "Aspirin lowers fever in adults [1].\n[2] Paracetamol was discovered in 1877.",
+    )
+    assert (
+        checked.text
+        == "Aspirin lowers fever in adults [1].\nParacetamol was discovered in 1877 [3]."
+    )

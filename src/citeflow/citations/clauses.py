@@ -4,8 +4,9 @@ Hosted models cite clause by clause: "Aspirin lowers fever [1], and paracetamol 
 1877 [3]." Held to the whole sentence, Source 3 supports too little of it next to Source 1 and its
 correct marker would go; held to "and paracetamol was discovered in 1877" it stays, and a marker
 on the wrong source for its clause is moved to the one that says that clause. Each clause is
-judged as `citeflow.citations.repair` judges a sentence (``keep``, ``relative``, ``add``), and
-rewritten with its own numbers, so one number written on two clauses can go two ways.
+checked as `citeflow.citations.repair` checks a sentence, by the same rules ("; the answer is yes
+[2]" is a decision), and its markers rewritten by its own verdict, so one number written on two
+clauses can go two ways.
 
 A marker closes a clause when a stop, comma, semicolon, colon or a conjunction that opens another
 clause follows it, or nothing: "the study [2] which found X" cites the study, and is left to its
@@ -15,15 +16,13 @@ sentence, as is a marker after fewer than two content words ("According to [2], 
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from citeflow.citations.markers import find_markers, insert_marker, render, renumber, strip_markers
-from citeflow.citations.support import Support
-from citeflow.citations.text import content_terms, frame_denies, statement_of
-from citeflow.citations.verify import CitationVerifier
+from citeflow.citations.text import content_terms, statement_of
 
-__all__ = ["Clause", "ClauseVerdict", "clauses", "judge_clauses", "rewrite"]
+__all__ = ["Clause", "ClauseVerdict", "clauses", "rewrite"]
 
 #: what follows a marker that closes a clause
 _CLAUSE_ENDS = re.compile(
@@ -49,11 +48,11 @@ class Clause:
 @dataclass(frozen=True, slots=True)
 class ClauseVerdict:
     """What becomes of one clause's markers: ``mapping`` (number → the number it is rewritten
-    to; a number missing from it is removed) and the support of each number kept or moved."""
+    to; a number missing from it is removed), and the number ``added`` to a clause that had no
+    marker to a source that supports it."""
 
     mapping: dict[int, int]
-    supports: list[tuple[Support, bool]]  # (support, whether the marker was moved)
-    added: Support | None = None  # a clause no valid marker cited: its best source
+    added: int | None = None
 
 
 def clauses(sentence: str) -> list[Clause]:
@@ -93,63 +92,13 @@ def _states_between(sentence: str, start: int, stop: int) -> bool:
     return terms(start) - terms(stop) >= 2
 
 
-def _states(words: str) -> bool:
-    """Whether ``words`` say something of their own: two content words, the framing aside."""
-    return len(content_terms(statement_of(strip_markers(words)))) >= 2
-
-
-async def judge_clauses(
-    pieces: Sequence[Clause],
-    verifier: CitationVerifier,
-    *,
-    cited: Collection[int],
-    band: Collection[int],
-    relative: float,
-) -> list[ClauseVerdict]:
-    """Each clause's verdict. A number its clause closes with (among ``cited``, the valid ones)
-    stays when its source supports the clause at ``keep`` and ``relative`` × the best source's
-    support, else goes to the best source when that reaches ``add`` (one such move a clause),
-    else is removed. Markers inside a clause keep the sentence's verdict (``band``: the sources
-    that support the whole sentence). A clause that no valid marker cites (the words after the
-    last markers, or a clause closed by a number no source has) is cited to the source that
-    supports it best, at ``add``."""
-    verdicts = []
-    for piece in pieces:
-        inside = {n for m in find_markers(piece.text) for n in m.numbers} - set(piece.numbers)
-        mapping = {n: n for n in inside if n in band}
-        supports: list[tuple[Support, bool]] = []
-        numbers = [n for n in piece.numbers if n in cited]
-        claim = strip_markers(piece.text)
-        statement = statement_of(claim)
-        if numbers:
-            ranking = await verifier.rank(statement, numbers, denied=frame_denies(claim))
-            by_number = {s.number: s for s in ranking}
-            best = ranking[0]
-            floor = max(verifier.keep, relative * best.score) - 1e-9
-            for n in numbers:
-                if by_number[n].score >= floor:
-                    mapping[n] = n
-                    supports.append((by_number[n], False))
-                elif best.score >= verifier.add - 1e-9 and best.number not in mapping.values():
-                    mapping[n] = best.number
-                    supports.append((best, True))
-        elif not inside and _states(claim):  # a clause no valid marker cites
-            ranking = await verifier.rank(statement, [], denied=frame_denies(claim))
-            if ranking and ranking[0].score >= verifier.add - 1e-9:
-                verdicts.append(ClauseVerdict(mapping, supports, ranking[0]))
-                continue
-        verdicts.append(ClauseVerdict(mapping, supports))
-    return verdicts
-
-
 def rewrite(pieces: Sequence[Clause], verdicts: Sequence[ClauseVerdict]) -> str:
     """The sentence with each clause's markers rewritten by its own verdict: rewritten whole,
     so that removing a marker tidies the words on both sides of it ("conducted in [3], which")."""
     texts, mappings = [], []
     for piece, verdict in zip(pieces, verdicts, strict=True):
         text, mapping = piece.text, verdict.mapping
-        if verdict.added is not None:
-            number = verdict.added.number
+        if (number := verdict.added) is not None:
             text, mapping = insert_marker(text, render([number])), {**mapping, number: number}
         texts.append(text)
         mappings.append((len("".join(texts)), mapping))

@@ -42,7 +42,8 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 from typing import TYPE_CHECKING, Literal
 
-from citeflow.citations.clauses import Clause, ClauseVerdict, clauses, judge_clauses, rewrite
+from citeflow.citations.clauses import Clause, ClauseVerdict, clauses, rewrite
+from citeflow.citations.layout import Layout, Place
 from citeflow.citations.markers import (
     cited_numbers,
     find_markers,
@@ -71,7 +72,6 @@ _BARE_DECISION = re.compile(
     r"(?:yes|no|maybe)\b",
     re.IGNORECASE,
 )
-_TABLE_ROW = re.compile(r"[ \t]*\|.*\|[ \t]*\Z", re.DOTALL)
 _NO_ANSWER = re.compile(
     r"\b(do(es)? not (cover|contain|mention|say|provide)|not (mentioned|covered|provided)|"
     r"no information|cannot (find|answer)|can't (find|answer)|unable to)\b",
@@ -174,20 +174,19 @@ class CitationChecker:
         self._proposition = statement_of(question or "").strip().rstrip("?").strip()
         # each sentence checked so far: when its check is done, and the sources it is cited to
         self._checks: list[asyncio.Future[tuple[int, ...]]] = []
-        self._in_table = False  # whether the sentence before was a table row
+        self._layout = Layout()
 
     async def check(self, sentence: str) -> CheckedSentence:
         """The sentence with supported markers only, and its citations. Checks of one answer's
         sentences may run at once (a judge's verdicts are awaited together); a decision that
         rests on the sentences before it waits for their checks."""
         earlier = tuple(self._checks)
-        row = _TABLE_ROW.match(sentence) is not None  # a table's first row names its columns
-        header, self._in_table = row and not self._in_table, row
+        place = self._layout.place(sentence)
         done: asyncio.Future[tuple[int, ...]] = asyncio.get_running_loop().create_future()
         self._checks.append(done)
         numbers: tuple[int, ...] = ()
         try:
-            checked = await self._check(sentence, earlier, header=header)
+            checked = await self._check(sentence, earlier, place=place)
             numbers = checked.numbers
             return checked
         finally:
@@ -198,20 +197,27 @@ class CitationChecker:
         sentence: str,
         earlier: Sequence[asyncio.Future[tuple[int, ...]]],
         *,
-        header: bool = False,
+        place: Place = "statement",
+        whole: bool = True,
     ) -> CheckedSentence:
         bare = strip_markers(sentence).strip()
         if not bare:
             return CheckedSentence("", [])
         cited = [n for n in cited_numbers(sentence) if 1 <= n <= self._count]
+        if place == "source list":  # "[1] essay.txt" under "Sources:": names, states nothing
+            return CheckedSentence(renumber(sentence, {n: n for n in cited}), [])
         # what it states: "[2] shows that X" states "shows that X", which Source 1 may say
         statement = statement_of(strip_markers(sentence, name_subjects=False).strip())
         if not self._policy.settings.repair:
             return CheckedSentence(
                 renumber(sentence, {n: n for n in cited}), [], numbers=tuple(cited)
             )
+        if whole and (pieces := clauses(sentence)):  # "X [1], and Y [3].": [3] cites "and Y"
+            by_clause = await self._by_clause(bare, pieces, earlier)
+            if by_clause is not None:
+                return by_clause
         denied = frame_denies(bare)  # "No, it is not true that X": checked as not-X
-        states = needs_citation(bare) and not header  # a header row names columns, says nothing
+        states = needs_citation(bare) and place == "statement"  # a table's header names columns
         decision = _BARE_DECISION.match(bare)
         relative = self._policy.relative
         if decision and self._proposition and not content_terms(bare[decision.end() :]):
@@ -243,13 +249,6 @@ class CitationChecker:
             add = min(add, floor, best.score) if cited else add  # moving needs only support
         elif best is not None and not any(n in band for n in cited) and earlier:
             best = await _evidence_among_equals(best, ranking, earlier)
-        pieces = clauses(sentence)  # "X [1], and Y [3].": [3] is held to "and Y"
-        if pieces:
-            verdicts = await judge_clauses(
-                pieces, self.verifier, cited=cited, band=band, relative=self._policy.relative
-            )
-            if any(v.mapping or v.added for v in verdicts):
-                return _by_clause(sentence, bare, pieces, verdicts, by_number)
         kept = [n for n in cited if n in band]
         citations = [_citation(bare, by_number[n], "model") for n in kept]
         mapping = {n: n for n in kept}
@@ -268,28 +267,35 @@ class CitationChecker:
         numbers = tuple(dict.fromkeys(mapping[n] for n in cited if n in mapping))
         return CheckedSentence(text, citations, unsupported, numbers)
 
-
-def _by_clause(
-    sentence: str,
-    bare: str,
-    pieces: Sequence[Clause],
-    verdicts: Sequence[ClauseVerdict],
-    by_number: Mapping[int, Support],
-) -> CheckedSentence:
-    """A sentence whose markers were judged clause by clause (`judge_clauses`)."""
-    citations: dict[int, Citation] = {}
-    for verdict in verdicts:
-        for support, moved in verdict.supports:
-            citations.setdefault(
-                support.number, _citation(bare, support, "moved" if moved else "model")
-            )
-        if verdict.added is not None:
-            citations.setdefault(verdict.added.number, _citation(bare, verdict.added, "added"))
-        for number in verdict.mapping.values():  # kept by the sentence's verdict
-            if number not in citations and number in by_number:
-                citations[number] = _citation(bare, by_number[number], "model")
-    text = markers_last(rewrite(pieces, verdicts))
-    return CheckedSentence(text, list(citations.values()), numbers=tuple(citations))
+    async def _by_clause(
+        self,
+        bare: str,
+        pieces: Sequence[Clause],
+        earlier: Sequence[asyncio.Future[tuple[int, ...]]],
+    ) -> CheckedSentence | None:
+        """A sentence whose markers close clauses of their own (`clauses`), each clause checked
+        as a sentence and its markers rewritten by its own verdict; None when no clause keeps or
+        gets a marker (the sentence is then checked whole)."""
+        verdicts: list[ClauseVerdict] = []
+        citations: dict[int, Citation] = {}
+        for piece in pieces:
+            checked = await self._check(piece.text, earlier, whole=False)
+            cited = [n for n in cited_numbers(piece.text) if 1 <= n <= self._count]
+            mapping: dict[int, int] = {}
+            added = None
+            for citation in checked.citations:
+                citations.setdefault(citation.number, replace(citation, sentence=bare))
+                if citation.origin == "model":
+                    mapping[citation.number] = citation.number
+                elif citation.origin == "moved":
+                    mapping[cited[0]] = citation.number
+                else:
+                    added = citation.number
+            verdicts.append(ClauseVerdict(mapping, added))
+        if not citations:
+            return None
+        text = markers_last(rewrite(pieces, verdicts))
+        return CheckedSentence(text, list(citations.values()), numbers=tuple(citations))
 
 
 async def _evidence_among_equals(
