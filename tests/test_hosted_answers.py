@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from citeflow.citations.answer import check_text
+from citeflow.citations.clauses import split_at_conjunctions
 from citeflow.citations.repair import CitationPolicy
 
 SOURCES = [
@@ -200,3 +201,38 @@ async def test_a_line_that_opens_with_a_marker_outside_a_list_of_sources_is_chec
         checked.text
         == "Aspirin lowers fever in adults [1].\nParacetamol was discovered in 1877 [3]."
     )
+
+
+@pytest.mark.parametrize(
+    ("sentence", "expected"),
+    [
+        (  # no source says both clauses: each keeps the number of the source that says it
+            "Aspirin lowers fever in adults, and paracetamol was discovered in 1877 [1][3].",
+            "Aspirin lowers fever in adults [1], and paracetamol was discovered in 1877 [3].",
+        ),
+        (  # sources named in prose, no marker: each clause cited on its own
+            "According to Source 1, aspirin lowers fever in adults within an hour, and Source 3 "
+            "notes that paracetamol was discovered in 1877.",
+            "According to Source 1, aspirin lowers fever in adults within an hour [1], and Source "
+            "3 notes that paracetamol was discovered in 1877 [3].",
+        ),
+        (  # one source says it all: the sentence's own check, unchanged
+            "Aspirin lowers fever in adults, and it works within an hour of a single dose [1].",
+            "Aspirin lowers fever in adults, and it works within an hour of a single dose [1].",
+        ),
+    ],
+)
+async def test_a_sentence_no_source_says_whole_is_checked_clause_by_clause(
+    sentence: str, expected: str
+) -> None:
+    text, _, unsupported = await _check(sentence)
+    assert (text, unsupported) == (expected, False)
+
+
+def test_the_and_that_closes_a_list_opens_no_clause() -> None:
+    assert split_at_conjunctions("It treats fever, pain, and swelling in adults.") == []
+    pieces = split_at_conjunctions("It treats fever in adults, and it was discovered in 1877.")
+    assert [p.text for p in pieces] == [
+        "It treats fever in adults",
+        ", and it was discovered in 1877.",
+    ]

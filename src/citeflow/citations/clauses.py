@@ -18,11 +18,12 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 from citeflow.citations.markers import find_markers, insert_marker, render, renumber, strip_markers
 from citeflow.citations.text import content_terms, statement_of
 
-__all__ = ["Clause", "ClauseVerdict", "clauses", "rewrite"]
+__all__ = ["Clause", "ClauseVerdict", "clauses", "rewrite", "split_at_conjunctions"]
 
 #: what follows a marker that closes a clause
 _CLAUSE_ENDS = re.compile(
@@ -30,6 +31,13 @@ _CLAUSE_ENDS = re.compile(
     re.IGNORECASE,
 )
 
+#: the most words of an item of a list ("A, B, and C"), where ", and" closes the list
+_LIST_ITEM = 4
+#: where a clause of its own opens inside a sentence
+_CONJUNCTION = re.compile(
+    r"(?:,[ \t]*(?:and|but|while|whereas|although|though)|;|[ \t]+(?:while|whereas))[ \t]+(?=\w)",
+    re.IGNORECASE,
+)
 _CLOSER = re.compile(r"[ \t,;]*[)\]】]")
 #: what stands between markers that name sources together ("[1], [2]", "[1] and [2]")
 _JOINED = re.compile(r"[ \t]*(?:[,;][ \t]*)?(?:(?:and|or|&)[ \t]*)?", re.IGNORECASE)
@@ -79,6 +87,28 @@ def clauses(sentence: str) -> list[Clause]:
     if sentence[end:]:
         pieces.append(Clause(sentence[end:], ()))
     return pieces
+
+
+def split_at_conjunctions(sentence: str) -> list[Clause]:
+    """``sentence`` cut before each conjunction that opens a clause of its own (", and", ", but",
+    ", while", ", whereas", "; "; not the ", and" that closes a list of short items, "A, B, and
+    C"), when each piece says something of its own; none when there is one piece. What a
+    sentence whose markers all close it, or that has none, is checked by when no source supports
+    all of it: "X, and Y [1][3]." keeps [3] for Y and cites X on its own."""
+    cuts = [0]
+    for boundary in _CONJUNCTION.finditer(sentence):
+        before = sentence[cuts[-1] : boundary.start()]
+        item = before.rsplit(",", 1)[1] if "," in before else ""
+        if boundary[0].lower().startswith(", and") and 0 < len(item.split()) <= _LIST_ITEM:
+            continue  # the ", and" closing a list, "A, B, and C"
+        if _states_between(sentence, cuts[-1], boundary.start()):
+            cuts.append(boundary.start())
+    if len(cuts) < 2 or not _states_between(sentence, cuts[-1], len(sentence)):
+        cuts = cuts[:-1]
+    if len(cuts) < 2:
+        return []
+    bounds = [*cuts, len(sentence)]
+    return [Clause(sentence[a:b], ()) for a, b in pairwise(bounds)]
 
 
 def _states_between(sentence: str, start: int, stop: int) -> bool:

@@ -42,7 +42,13 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 from typing import TYPE_CHECKING, Literal
 
-from citeflow.citations.clauses import Clause, ClauseVerdict, clauses, rewrite
+from citeflow.citations.clauses import (
+    Clause,
+    ClauseVerdict,
+    clauses,
+    rewrite,
+    split_at_conjunctions,
+)
 from citeflow.citations.layout import Layout, Place
 from citeflow.citations.markers import (
     cited_numbers,
@@ -250,6 +256,16 @@ class CitationChecker:
         elif best is not None and not any(n in band for n in cited) and earlier:
             best = await _evidence_among_equals(best, ranking, earlier)
         kept = [n for n in cited if n in band]
+        alone = states and not cited and (best is None or best.score < add - 1e-9)
+        if whole and (len(kept) < len(cited) or alone):
+            # no source says all of "X, and Y [1][3].": each clause checked on its own, and taken
+            # when it cites more of the model's numbers, or cites a sentence none would
+            pieces = split_at_conjunctions(sentence)
+            by_clause = await self._by_clause(bare, pieces, earlier) if pieces else None
+            if by_clause is not None and (
+                len(set(by_clause.numbers) & set(cited)) > len(kept) or alone
+            ):
+                return by_clause
         citations = [_citation(bare, by_number[n], "model") for n in kept]
         mapping = {n: n for n in kept}
         if not mapping and best is not None and best.score >= add - 1e-9:  # a source supports it
@@ -354,9 +370,9 @@ def _citation(sentence: str, s: Support, origin: Origin) -> Citation:
 
 
 def needs_citation(sentence: str) -> bool:
-    """Whether a sentence states something a source should back (not a question or a
-    refusal)."""
+    """Whether a sentence states something a source should back (not a question, a line that
+    leads into a list, "Two drugs are relevant:", or a refusal)."""
     stripped = sentence.strip()
-    if stripped.endswith("?") or _NO_ANSWER.search(stripped):
-        return False
+    if stripped.endswith(("?", ":")) or _NO_ANSWER.search(stripped):
+        return False  # a question, a line that leads into what follows, a refusal
     return len(content_terms(statement_of(stripped))) >= 2

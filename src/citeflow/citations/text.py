@@ -46,7 +46,8 @@ STOPWORDS = frozenset(
 # points at its evidence ("This is supported by the study, which found that", "That is evident
 # from the data showing that", "Studies show that", "Source 2 found that"): framing, not content.
 _FRAMING = re.compile(
-    r"^\s*(?:(?:yes|no|indeed)\s*[,.;:!]\s*)?"
+    r"^[\s,;]*(?:(?:and|but|while|whereas|although|though)\s+)?"  # a clause after its conjunction
+    r"(?:(?:yes|no|indeed)\s*[,.;:!]\s*)?"
     r"(?:(?:is|was|are)\s+it\s+(?:true|correct|the case)\s+that\s+)?"
     r"(?:(?:it|this|that)\s+(?:is|was)\s+(?:not\s+)?(?:true|correct|false|the case)\s*"
     r"(?:that\b)?[,\s]*)?"
