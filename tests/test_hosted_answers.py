@@ -229,6 +229,36 @@ async def test_a_sentence_no_source_says_whole_is_checked_clause_by_clause(
     assert (text, unsupported) == (expected, False)
 
 
+async def test_a_clause_no_source_says_leaves_its_sentence_reported_unsupported() -> None:
+    text, citations, unsupported = await _check(
+        "Aspirin lowers fever in adults, and warfarin thins the blood of cats."
+    )
+    assert (text, citations, unsupported) == (
+        "Aspirin lowers fever in adults [1], and warfarin thins the blood of cats.",
+        [(1, "added")],
+        True,
+    )
+
+
+async def test_footnote_definitions_and_a_line_leading_into_a_list_state_nothing() -> None:
+    answer = (
+        "Two drugs are relevant:\n"
+        "- Aspirin lowers fever in adults within an hour.[^1]\n"
+        "- Paracetamol was discovered in 1877.[^3]\n\n"
+        "[^1]: aspirin.txt\n"
+        "[^3]: paracetamol.txt"
+    )
+    checked = await check_text(CitationPolicy().checker(SOURCES, QUESTION), answer)
+    assert checked.unsupported == []
+    assert checked.text == (
+        "Two drugs are relevant:\n"
+        "- Aspirin lowers fever in adults within an hour [1].\n"
+        "- Paracetamol was discovered in 1877 [3].\n\n"
+        "[^1]: aspirin.txt\n"
+        "[^3]: paracetamol.txt"
+    )
+
+
 def test_the_and_that_closes_a_list_opens_no_clause() -> None:
     assert split_at_conjunctions("It treats fever, pain, and swelling in adults.") == []
     pieces = split_at_conjunctions("It treats fever in adults, and it was discovered in 1877.")

@@ -14,6 +14,9 @@ shows that X" states "shows that X") or yes/no framing) and:
   evidence the answer's earlier sentences are cited to, when a source of it supports the claim
   (the model's own choice among them first), else to the best-ranked source (the retriever's
   order for those words) among those that support it;
+* a marker that closes a clause of its own ("X [1], and Y [3].") is checked against that clause,
+  and a sentence no source supports whole against its clauses ("X, and Y [1][3]."), each clause
+  as a sentence (`citeflow.citations.clauses`); a sentence is unsupported when a clause is;
 * a marker on a source that does not support the statement is moved to the source that supports
   it best (among sources that support it equally, one the answer's earlier sentences are cited
   to), when that one reaches the verifier's ``add`` score;
@@ -21,11 +24,13 @@ shows that X" states "shows that X") or yes/no framing) and:
 * markers are removed only when no source supports the statement; such a sentence is reported
   as *unsupported* (`citeflow.citations.answer.RepairedAnswer.unsupported`, and so
   `CitedResponse.unsupported` and the API's ``unsupported``), never silently left looking
-  sourced. Questions, refusals and sentences with no content words state nothing and are not
-  reported; a sentence that only repeats the prompt's worked example
-  (`citeflow.prompts.EXAMPLE_SENTENCES`), which no source supports, is left out of the answer,
-  and so is one that only pointed at sources none of which supports it ("This is stated in
-  [2]."): without its markers it would say nothing ("This is stated.").
+  sourced. Questions, refusals, sentences with no content words, a line that leads into a list
+  ("Two drugs are relevant:"), a table's header and a closing list of sources
+  (`citeflow.citations.layout`) state nothing and are not reported; a sentence that only
+  repeats the prompt's worked example (`citeflow.prompts.EXAMPLE_SENTENCES`), which no source
+  supports, is left out of the answer, and so is one that only pointed at sources none of which
+  supports it ("This is stated in [2]."): without its markers it would say nothing ("This is
+  stated.").
 
 Working per sentence lets the workflow stream checked text (`citeflow.citations.answer`): what
 is streamed is exactly the final answer. Marker text is rewritten by
@@ -289,13 +294,16 @@ class CitationChecker:
         pieces: Sequence[Clause],
         earlier: Sequence[asyncio.Future[tuple[int, ...]]],
     ) -> CheckedSentence | None:
-        """A sentence whose markers close clauses of their own (`clauses`), each clause checked
-        as a sentence and its markers rewritten by its own verdict; None when no clause keeps or
-        gets a marker (the sentence is then checked whole)."""
+        """A sentence checked clause by clause (the clauses its markers close, `clauses`, or
+        its conjunctions', `split_at_conjunctions`): each clause checked as a sentence, its
+        markers rewritten by its own verdict, and the sentence unsupported when a clause states
+        what no source supports; None when no clause keeps or gets a marker."""
         verdicts: list[ClauseVerdict] = []
         citations: dict[int, Citation] = {}
+        unsupported = False
         for piece in pieces:
             checked = await self._check(piece.text, earlier, whole=False)
+            unsupported = unsupported or checked.unsupported
             cited = [n for n in cited_numbers(piece.text) if 1 <= n <= self._count]
             mapping: dict[int, int] = {}
             added = None
@@ -311,7 +319,7 @@ class CitationChecker:
         if not citations:
             return None
         text = markers_last(rewrite(pieces, verdicts))
-        return CheckedSentence(text, list(citations.values()), numbers=tuple(citations))
+        return CheckedSentence(text, list(citations.values()), unsupported, tuple(citations))
 
 
 async def _evidence_among_equals(
