@@ -261,8 +261,28 @@ async def test_footnote_definitions_and_a_line_leading_into_a_list_state_nothing
 
 def test_the_and_that_closes_a_list_opens_no_clause() -> None:
     assert split_at_conjunctions("It treats fever, pain, and swelling in adults.") == []
-    pieces = split_at_conjunctions("It treats fever in adults, and it was discovered in 1877.")
+    pieces = split_at_conjunctions("It treats fever in adults, and Morse found it in 1877.")
     assert [p.text for p in pieces] == [
         "It treats fever in adults",
-        ", and it was discovered in 1877.",
+        ", and Morse found it in 1877.",
     ]
+    # a predicate of the sentence's subject is no clause of its own
+    assert split_at_conjunctions("It is a drink made of gin and honey, and served hot.") == []
+
+
+async def test_a_decision_in_a_clause_rests_on_the_clauses_before_it() -> None:
+    sources = [
+        "Local H is an American rock band formed in Zion, Illinois in 1987.",
+        "Local H is a band from the United States of America.",
+        "Ducks are waterfowl.",
+    ]
+    checker = CitationPolicy().checker(sources, "Is Local H from the United States?")
+    sentence = (
+        "Local H is an American rock band formed in Zion, Illinois in 1987 [1]; the answer is "
+        "yes [1]."
+    )
+    checked = await checker.check(sentence)
+    # the decision is cited to the evidence its own sentence's first clause cites, as it would
+    # be to an earlier sentence's
+    assert checked.text == sentence
+    assert [(c.number, c.origin) for c in checked.citations] == [(1, "model")]

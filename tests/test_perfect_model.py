@@ -254,6 +254,20 @@ def test_the_clauses_author_writes_two_to_a_sentence_and_is_scored_clause_by_cla
     score = score_answer(AUTHORED, final, clauses=True)
     assert (score.unaligned, score.correct_kept, score.wrong_added) == (0, 1, 2)
     assert score_answer(AUTHORED, reply, clauses=True).kept_rate == 1.0
+    # a copied sentence's own semicolons are no joints: only where an authored sentence opens
+    stats = [
+        AuthoredSentence(
+            "OR was 1.49; P was 0.03; CI was 1.05; HR was 0.97; N was 40.", frozenset({2}), (2,)
+        ),
+        AuthoredSentence("Abstinence rose at 12 weeks.", frozenset({1}), (1,)),
+    ]
+    reply = render_reply(stats, clauses=True)
+    assert reply == (
+        "OR was 1.49; P was 0.03; CI was 1.05; HR was 0.97; N was 40 [2]; "
+        "Abstinence rose at 12 weeks [1]."
+    )
+    score = score_answer(stats, reply, clauses=True)
+    assert (score.unaligned, score.correct_kept) == (0, 2)
 
 
 def test_a_reworded_sentence_is_unaligned_and_keeps_nothing() -> None:

@@ -33,6 +33,9 @@ _CLAUSE_ENDS = re.compile(
 
 #: the most words of an item of a list ("A, B, and C"), where ", and" closes the list
 _LIST_ITEM = 4
+#: the fewest content words of a clause cut out at a conjunction: one that says a fact of its own,
+#: not a predicate of the sentence's subject ("X is a drink made of Y, and served hot")
+_CLAUSE_WORDS = 3
 #: where a clause of its own opens inside a sentence
 _CONJUNCTION = re.compile(
     r"(?:,[ \t]*(?:and|but|while|whereas|although|though)|;|[ \t]+(?:while|whereas))[ \t]+(?=\w)",
@@ -101,9 +104,9 @@ def split_at_conjunctions(sentence: str) -> list[Clause]:
         item = before.rsplit(",", 1)[1] if "," in before else ""
         if boundary[0].lower().startswith(", and") and 0 < len(item.split()) <= _LIST_ITEM:
             continue  # the ", and" closing a list, "A, B, and C"
-        if _states_between(sentence, cuts[-1], boundary.start()):
+        if _states_between(sentence, cuts[-1], boundary.start(), _CLAUSE_WORDS):
             cuts.append(boundary.start())
-    if len(cuts) < 2 or not _states_between(sentence, cuts[-1], len(sentence)):
+    if len(cuts) < 2 or not _states_between(sentence, cuts[-1], len(sentence), _CLAUSE_WORDS):
         cuts = cuts[:-1]
     if len(cuts) < 2:
         return []
@@ -111,15 +114,15 @@ def split_at_conjunctions(sentence: str) -> list[Clause]:
     return [Clause(sentence[a:b], ()) for a, b in pairwise(bounds)]
 
 
-def _states_between(sentence: str, start: int, stop: int) -> bool:
+def _states_between(sentence: str, start: int, stop: int, least: int = 2) -> bool:
     """Whether the words of ``sentence`` from ``start`` to ``stop`` say something of their own:
-    two content words more than the rest of the sentence, each read with its markers out as the
-    check reads it (so that "According to Source [2]," which only says where, says nothing)."""
+    ``least`` content words more than the rest of the sentence, each read with its markers out as
+    the check reads it (so that "According to Source [2]," which only says where, says nothing)."""
 
     def terms(at: int) -> int:
         return len(content_terms(statement_of(strip_markers(sentence[at:]))))
 
-    return terms(start) - terms(stop) >= 2
+    return terms(start) - terms(stop) >= least
 
 
 def rewrite(pieces: Sequence[Clause], verdicts: Sequence[ClauseVerdict]) -> str:

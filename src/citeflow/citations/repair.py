@@ -301,9 +301,13 @@ class CitationChecker:
         verdicts: list[ClauseVerdict] = []
         citations: dict[int, Citation] = {}
         unsupported = False
+        before = list(earlier)  # a clause's decision rests on the clauses before it too
         for piece in pieces:
-            checked = await self._check(piece.text, earlier, whole=False)
+            checked = await self._check(piece.text, before, whole=False)
             unsupported = unsupported or checked.unsupported
+            done: asyncio.Future[tuple[int, ...]] = asyncio.get_running_loop().create_future()
+            done.set_result(checked.numbers)
+            before.append(done)
             cited = [n for n in cited_numbers(piece.text) if 1 <= n <= self._count]
             mapping: dict[int, int] = {}
             added = None

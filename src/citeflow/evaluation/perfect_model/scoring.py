@@ -13,6 +13,9 @@ from citeflow.evaluation.perfect_model.author import AuthoredSentence
 
 __all__ = ["PerfectScore", "score_answer"]
 
+#: how many words open an authored sentence, to find where the author joined two
+_OPENING_WORDS = 3
+
 
 @dataclass(frozen=True)
 class PerfectScore:
@@ -58,12 +61,29 @@ def _key(text: str) -> str:
     return " ".join(word for word in words if word not in TIDIED_WORDS)
 
 
-def _final_sentences(text: str, clauses: bool = False) -> list[tuple[str, set[int]]]:
-    """The final text's sentences as (key, cited numbers), each cut at its semicolons with
-    ``clauses`` (the author joined two there); a sentence of markers only (a marker after the
-    period) belongs to the sentence before it."""
+def _opening(text: str) -> str:
+    return " ".join(_key(text).split()[:_OPENING_WORDS])
+
+
+def _cut_at_joints(sentence: str, openings: frozenset[str]) -> list[str]:
+    """``sentence`` cut at each "; " that the author joined two of its sentences at: one followed
+    by an authored sentence's opening words (a copied sentence's own semicolons stay)."""
+    pieces, start = [], 0
+    for joint in re.finditer(r"; ", sentence):
+        if _opening(sentence[joint.end() :]) in openings:
+            pieces.append(sentence[start : joint.start()])
+            start = joint.end()
+    return [*pieces, sentence[start:]]
+
+
+def _final_sentences(
+    text: str, openings: frozenset[str] = frozenset()
+) -> list[tuple[str, set[int]]]:
+    """The final text's sentences as (key, cited numbers), each cut where the author joined two
+    (`_cut_at_joints`; ``openings``: the authored sentences' opening words); a sentence of
+    markers only (a marker after the period) belongs to the sentence before it."""
     out: list[tuple[str, set[int]]] = []
-    pieces = [p for s in split_sentences(text) for p in (s.split("; ") if clauses else [s])]
+    pieces = [p for s in split_sentences(text) for p in _cut_at_joints(s, openings)]
     for sentence in pieces:
         numbers = {n for marker in find_markers(sentence) for n in marker.numbers}
         key = _key(sentence)
@@ -94,7 +114,8 @@ def score_answer(
     """Compare the authored sentences with citeflow's final answer, sentence by sentence in
     order (matched by their marker-free words, so tidied punctuation and moved markers count as
     the same sentence); ``clauses``: the author wrote two to a sentence, joined by "; "."""
-    finals = _final_sentences(final_text, clauses)
+    openings = frozenset(_opening(s.text) for s in authored) if clauses else frozenset()
+    finals = _final_sentences(final_text, openings)
     counts = dict.fromkeys((f.name for f in fields(PerfectScore)), 0)
     counts["sentences"] = len(authored)
     cursor = 0
