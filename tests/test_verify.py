@@ -263,3 +263,20 @@ async def test_an_abandoned_answer_cancels_its_running_checks() -> None:
     answer.cancel()
     await asyncio.sleep(0.01)
     assert judge.cancelled >= 2 and judge.judging == []
+
+
+async def test_the_judge_is_asked_about_each_clause_a_marker_closes() -> None:
+    judge = ScriptedJudge({}, default=1.0)
+    answer = await check_text(
+        _judged(judge).checker(SOURCES),
+        "Yahoo bought Viaweb in 1998 [1], and ducks live near ponds and rivers [3].",
+    )
+    assert (
+        answer.text == "Yahoo bought Viaweb in 1998 [1], and ducks live near ponds and rivers [3]."
+    )
+    assert [(c.number, c.origin) for c in answer.citations] == [(1, "model"), (3, "model")]
+    # each marker's source is judged for its own clause, never for the whole sentence
+    assert {sentence for sentence, _ in judge.asked} == {
+        "Yahoo bought Viaweb in 1998",
+        "ducks live near ponds and rivers",
+    }
