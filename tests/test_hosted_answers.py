@@ -81,6 +81,11 @@ async def _check(sentence: str) -> tuple[str, list[tuple[int, str]], bool]:
             "Aspirin lowers fever in adults [1], and paracetamol was discovered in 1877 [3].",
             [(1, "added"), (3, "model")],
         ),
+        (  # one number on two clauses its source says both stays on both
+            "Aspirin lowers fever in adults [1], and it works within an hour of a single dose [1].",
+            "Aspirin lowers fever in adults [1], and it works within an hour of a single dose [1].",
+            [(1, "model")],
+        ),
         (  # one number written on two clauses goes two ways
             "Aspirin lowers fever in adults [2], and paracetamol was discovered in 1877 [2].",
             "Aspirin lowers fever in adults [1], and paracetamol was discovered in 1877 [3].",
@@ -95,44 +100,33 @@ async def test_a_marker_is_held_to_the_clause_it_closes(
     assert (text, sorted(citations), unsupported) == (expected, cited, False)
 
 
-async def test_markers_closing_the_sentence_together_are_held_to_the_whole_sentence() -> None:
-    # no marker closes a clause of its own: the sentence's rule (the best source, and those
-    # within `relative` of it) decides, as it did before
-    text, citations, _ = await _check(
-        "Aspirin lowers fever in adults and paracetamol was discovered in 1877 [1][3]."
-    )
-    assert (text, citations) == (
-        "Aspirin lowers fever in adults and paracetamol was discovered in 1877 [1].",
-        [(1, "model")],
-    )
-
-
-async def test_a_marker_on_a_noun_is_no_clause() -> None:
-    # "the study [2] which found": the marker names the study; what it found is the claim, and
-    # the marker is checked against the whole sentence
-    text, citations, _ = await _check(
-        "This is shown by the study [2] which found that aspirin lowers fever in adults."
-    )
-    assert citations == [(1, "moved")]
-    assert text == "This is shown by the study [1] which found that aspirin lowers fever in adults."
-
-
-async def test_a_clause_of_one_word_is_left_to_the_sentence() -> None:
-    text, citations, _ = await _check("According to [3], aspirin lowers fever in adults.")
-    assert (text, citations) == (
-        "According to [1], aspirin lowers fever in adults.",
-        [(1, "moved")],
-    )
-
-
-async def test_a_number_cited_in_two_clauses_is_held_to_the_sentence() -> None:
-    text, citations, _ = await _check(
-        "Aspirin lowers fever in adults [1], and it works within an hour of a single dose [1]."
-    )
-    assert (text, citations) == (
-        "Aspirin lowers fever in adults [1], and it works within an hour of a single dose [1].",
-        [(1, "model")],
-    )
+@pytest.mark.parametrize(
+    ("sentence", "expected", "cited"),
+    [
+        (  # no marker closes a clause of its own: the sentence's rule (the best source, and
+            # those within `relative` of it) decides
+            "Aspirin lowers fever in adults and paracetamol was discovered in 1877 [1][3].",
+            "Aspirin lowers fever in adults and paracetamol was discovered in 1877 [1].",
+            [(1, "model")],
+        ),
+        (  # "the study [2] which found": the marker names the study, and the claim is what it
+            # found: the marker is checked against the whole sentence
+            "This is shown by the study [2] which found that aspirin lowers fever in adults.",
+            "This is shown by the study [1] which found that aspirin lowers fever in adults.",
+            [(1, "moved")],
+        ),
+        (  # a marker after words that only say where closes no clause
+            "According to [3], aspirin lowers fever in adults.",
+            "According to [1], aspirin lowers fever in adults.",
+            [(1, "moved")],
+        ),
+    ],
+)
+async def test_markers_that_close_no_clause_of_their_own_are_held_to_the_sentence(
+    sentence: str, expected: str, cited: list[tuple[int, str]]
+) -> None:
+    text, citations, _ = await _check(sentence)
+    assert (text, citations) == (expected, cited)
 
 
 @pytest.mark.parametrize(
