@@ -131,10 +131,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--perfect-model",
-        choices=("verbatim", "paraphrase", "wrong", "clauses"),
+        choices=("verbatim", "paraphrase", "wrong", "clauses", "wrong-clauses"),
         help="with --answers: answer with the perfect-model fake instead of the LLM (it cites "
         "gold evidence correctly, paraphrased, with wrong numbers, or two clauses to a sentence "
-        "each cited where it ends) and print how many correct "
+        "each cited where it ends, rightly or wrongly) and print how many correct "
         "citations citeflow kept and how many wrong ones it fixed or removed",
     )
     parser.add_argument(

@@ -84,7 +84,7 @@ def perfect_section(
 
     answered = perfect_answers(dataset, context, ids, variant, template)
     records = [record for record, _ in answered]
-    clauses = variant == "clauses"
+    clauses = variant.endswith("clauses")
     perfect = PerfectScore.total(score_answer(a, r["answer"], clauses=clauses) for r, a in answered)
     name = f"perfect model ({variant})"
     rows = {

@@ -28,7 +28,7 @@ __all__ = [
     "render_reply",
 ]
 
-Variant = Literal["verbatim", "paraphrase", "wrong", "clauses"]
+Variant = Literal["verbatim", "paraphrase", "wrong", "clauses", "wrong-clauses"]
 #: a source sentence this long that stands in gold evidence makes its source supporting
 MIN_WORDS = 6
 YES_NO = frozenset({"yes", "no", "maybe"})
@@ -96,9 +96,9 @@ class PerfectAuthor:
     """Writes answers whose citations are known: each sentence from gold evidence, cited with
     its own source (``verbatim``: copied; ``paraphrase``: reworded by `paraphrase`; ``clauses``:
     copied, two to a sentence, each cited where it ends, "A [1]; B [2].", as hosted models cite
-    clause by clause) or with a source that does not support it (``wrong``). A refine prompt is
-    answered from its own sources only (the existing answer is not repeated): score runs whose
-    sources fit one prompt."""
+    clause by clause) or with a source that does not support it (``wrong``; ``wrong-clauses``:
+    two to a sentence). A refine prompt is answered from its own sources only (the existing
+    answer is not repeated): score runs whose sources fit one prompt."""
 
     def __init__(self, golds: Iterable[Gold], variant: Variant) -> None:
         self.variant = variant
@@ -110,7 +110,7 @@ class PerfectAuthor:
 
     def render(self, authored: Sequence[AuthoredSentence]) -> str:
         """The reply text of ``authored`` sentences, as this variant writes them."""
-        return render_reply(authored, clauses=self.variant == "clauses")
+        return render_reply(authored, clauses=self.variant.endswith("clauses"))
 
     def authored(self, messages: Messages) -> list[AuthoredSentence]:
         """The sentences `reply` writes (none: the documents do not cover the question)."""
@@ -154,7 +154,7 @@ class PerfectAuthor:
     def _number(self, number: int, numbers: list[int], supporting: list[int]) -> int:
         """The number to cite a sentence of source ``number`` with: itself, or (``wrong``) the
         next source that supports nothing, cyclically, else a number past the last source."""
-        if self.variant != "wrong":
+        if not self.variant.startswith("wrong"):
             return number
         at = numbers.index(number)
         ring = numbers[at + 1 :] + numbers[: at + 1]
