@@ -10,7 +10,9 @@ clauses can go two ways.
 
 A marker closes a clause when a stop, comma, semicolon, colon or a conjunction that opens another
 clause follows it, or nothing: "the study [2] which found X" cites the study, and is left to its
-sentence, as is a marker after fewer than two content words ("According to [2], X").
+sentence, as is a marker after fewer than two content words ("According to [2], X"). A sentence
+that no source says whole is read at its conjunctions the same way (`split_at_conjunctions`):
+"X, and Y [1][3]." keeps [3] for Y and cites X on its own.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ _CONJUNCTION = re.compile(
     r"(?:,[ \t]*(?:and|but|while|whereas|although|though)|;|[ \t]+(?:while|whereas))[ \t]+(?=\w)",
     re.IGNORECASE,
 )
+#: the bracket a marker stands in, closed after it ("(see [3])")
 _CLOSER = re.compile(r"[ \t,;]*[)\]】]")
 #: what stands between markers that name sources together ("[1], [2]", "[1] and [2]")
 _JOINED = re.compile(r"[ \t]*(?:[,;][ \t]*)?(?:(?:and|or|&)[ \t]*)?", re.IGNORECASE)
