@@ -266,7 +266,7 @@ async def test_an_abandoned_answer_cancels_its_running_checks() -> None:
 
 
 async def test_the_judge_is_asked_about_each_clause_a_marker_closes() -> None:
-    judge = ScriptedJudge({}, default=1.0)
+    judge = ScriptedJudge({}, default=1.0, delays={"Yahoo": 0.05, "ducks": 0.05})
     answer = await check_text(
         _judged(judge).checker(SOURCES),
         "Yahoo bought Viaweb in 1998 [1], and ducks live near ponds and rivers [3].",
@@ -280,3 +280,4 @@ async def test_the_judge_is_asked_about_each_clause_a_marker_closes() -> None:
         "Yahoo bought Viaweb in 1998",
         "ducks live near ponds and rivers",
     }
+    assert judge.most_sentences == 2  # the two clauses judged at once, as sentences are

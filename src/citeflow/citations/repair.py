@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Mapping, Sequence, Set
+from collections.abc import Awaitable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from functools import cache
 from typing import TYPE_CHECKING, Literal
@@ -195,13 +195,7 @@ class CitationChecker:
         place = self._layout.place(sentence)
         done: asyncio.Future[tuple[int, ...]] = asyncio.get_running_loop().create_future()
         self._checks.append(done)
-        numbers: tuple[int, ...] = ()
-        try:
-            checked = await self._check(sentence, earlier, place=place)
-            numbers = checked.numbers
-            return checked
-        finally:
-            done.set_result(numbers)
+        return await _settling(self._check(sentence, earlier, place=place), done)
 
     async def _check(
         self,
@@ -300,14 +294,16 @@ class CitationChecker:
         what no source supports; None when no clause keeps or gets a marker."""
         verdicts: list[ClauseVerdict] = []
         citations: dict[int, Citation] = {}
-        unsupported = False
-        before = list(earlier)  # a clause's decision rests on the clauses before it too
-        for piece in pieces:
-            checked = await self._check(piece.text, before, whole=False)
-            unsupported = unsupported or checked.unsupported
-            done: asyncio.Future[tuple[int, ...]] = asyncio.get_running_loop().create_future()
-            done.set_result(checked.numbers)
-            before.append(done)
+        loop = asyncio.get_running_loop()
+        dones: list[asyncio.Future[tuple[int, ...]]] = [loop.create_future() for _ in pieces]
+        # checked at once, as sentences are; a clause's decision rests on the clauses before it
+        checks = await asyncio.gather(
+            *(
+                _settling(self._check(p.text, [*earlier, *dones[:i]], whole=False), dones[i])
+                for i, p in enumerate(pieces)
+            )
+        )
+        for piece, checked in zip(pieces, checks, strict=True):
             cited = [n for n in cited_numbers(piece.text) if 1 <= n <= self._count]
             mapping: dict[int, int] = {}
             added = None
@@ -323,7 +319,22 @@ class CitationChecker:
         if not citations:
             return None
         text = markers_last(rewrite(pieces, verdicts))
+        unsupported = any(checked.unsupported for checked in checks)
         return CheckedSentence(text, list(citations.values()), unsupported, tuple(citations))
+
+
+async def _settling(
+    check: Awaitable[CheckedSentence], done: asyncio.Future[tuple[int, ...]]
+) -> CheckedSentence:
+    """``check``'s result, the numbers it cites set on ``done`` however it ends, so that a
+    decision waiting for it never hangs."""
+    numbers: tuple[int, ...] = ()
+    try:
+        checked = await check
+        numbers = checked.numbers
+        return checked
+    finally:
+        done.set_result(numbers)
 
 
 async def _evidence_among_equals(
