@@ -288,10 +288,9 @@ class CitationChecker:
         pieces: Sequence[Clause],
         earlier: Sequence[asyncio.Future[tuple[int, ...]]],
     ) -> CheckedSentence | None:
-        """A sentence checked clause by clause (the clauses its markers close, `clauses`, or
-        its conjunctions', `split_at_conjunctions`): each clause checked as a sentence, its
-        markers rewritten by its own verdict, and the sentence unsupported when a clause states
-        what no source supports; None when no clause keeps or gets a marker."""
+        """A sentence checked clause by clause (`clauses`, `split_at_conjunctions`), each as a
+        sentence, its markers rewritten by its own verdict; unsupported when a clause is, and
+        None when no clause keeps or gets a marker."""
         verdicts: list[ClauseVerdict] = []
         citations: dict[int, Citation] = {}
         loop = asyncio.get_running_loop()
@@ -326,8 +325,7 @@ class CitationChecker:
 async def _settling(
     check: Awaitable[CheckedSentence], done: asyncio.Future[tuple[int, ...]]
 ) -> CheckedSentence:
-    """``check``'s result, the numbers it cites set on ``done`` however it ends, so that a
-    decision waiting for it never hangs."""
+    """``check``'s result, its numbers set on ``done`` however it ends: a decision never hangs."""
     numbers: tuple[int, ...] = ()
     try:
         checked = await check
