@@ -86,6 +86,13 @@ async def _check(sentence: str) -> tuple[str, list[tuple[int, str]], bool]:
             "Aspirin lowers fever in adults [1], and it works within an hour of a single dose [1].",
             [(1, "model")],
         ),
+        (  # a marker inside a quotation closes its clause with the quotation
+            'Aspirin is said to "lower fever in adults within an hour [2]"; paracetamol was '
+            "discovered in 1877 by Morse [2].",
+            'Aspirin is said to "lower fever in adults within an hour [1]"; paracetamol was '
+            "discovered in 1877 by Morse [3].",
+            [(1, "moved"), (3, "moved")],
+        ),
         (  # one number written on two clauses goes two ways
             "Aspirin lowers fever in adults [2], and paracetamol was discovered in 1877 [2].",
             "Aspirin lowers fever in adults [1], and paracetamol was discovered in 1877 [3].",

@@ -43,8 +43,8 @@ _CONJUNCTION = re.compile(
     r"(?:,[ \t]*(?:and|but|while|whereas|although|though)|;|[ \t]+(?:while|whereas))[ \t]+(?=\w)",
     re.IGNORECASE,
 )
-#: the bracket a marker stands in, closed after it ("(see [3])")
-_CLOSER = re.compile(r"[ \t,;]*[)\]】]")
+#: the bracket or quotation a marker stands in, closed after it ("(see [3])", "…interact [2]"")
+_CLOSER = re.compile(r"[ \t,;]*[)\]】]|[\"”’]")
 #: what stands between markers that name sources together ("[1], [2]", "[1] and [2]")
 _JOINED = re.compile(r"[ \t]*(?:[,;][ \t]*)?(?:(?:and|or|&)[ \t]*)?", re.IGNORECASE)
 
