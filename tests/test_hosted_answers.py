@@ -267,6 +267,9 @@ def test_the_and_that_closes_a_list_opens_no_clause() -> None:
         "It treats fever in adults",
         ", and Morse found it in 1877.",
     ]
+    # nor is a quotation's own ", and"
+    quoted = 'It aims "to teach players economics, and the ways the government works" [2].'
+    assert split_at_conjunctions(quoted) == []
     # a predicate of the sentence's subject is no clause of its own
     assert split_at_conjunctions("It is a drink made of gin and honey, and served hot.") == []
 

@@ -103,6 +103,8 @@ def split_at_conjunctions(sentence: str) -> list[Clause]:
     all of it: "X, and Y [1][3]." keeps [3] for Y and cites X on its own."""
     cuts = [0]
     for boundary in _CONJUNCTION.finditer(sentence):
+        if _in_quotation(sentence[: boundary.start()]):
+            continue  # a quotation's own words, not a clause of the answer's
         before = sentence[cuts[-1] : boundary.start()]
         item = before.rsplit(",", 1)[1] if "," in before else ""
         if boundary[0].lower().startswith(", and") and 0 < len(item.split()) <= _LIST_ITEM:
@@ -115,6 +117,11 @@ def split_at_conjunctions(sentence: str) -> list[Clause]:
         return []
     bounds = [*cuts, len(sentence)]
     return [Clause(sentence[a:b], ()) for a, b in pairwise(bounds)]
+
+
+def _in_quotation(text: str) -> bool:
+    """Whether ``text`` ends inside a quotation (an opening quotation mark not yet closed)."""
+    return text.count('"') % 2 == 1 or text.count("“") > text.count("”")
 
 
 def _states_between(sentence: str, start: int, stop: int, least: int = 2) -> bool:
