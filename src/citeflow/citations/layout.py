@@ -13,11 +13,12 @@ from __future__ import annotations
 import re
 from typing import Literal
 
+from citeflow.citations.text import is_table_row
+
 __all__ = ["Layout", "Place"]
 
 Place = Literal["statement", "table header", "source list"]
 
-_TABLE_ROW = re.compile(r"[ \t]*\|.*\|[ \t]*\Z", re.DOTALL)
 #: a line that heads a list of sources: "Sources:", "**References**", "## Citations"
 _LIST_HEADING = re.compile(
     r"[ \t#*_]*(?:sources?|references?|citations?|bibliography|works cited)[ \t*_]*:?[ \t*_]*\Z",
@@ -43,7 +44,7 @@ class Layout:
         """What ``sentence``, the answer's next, is: a table's first row, an entry of a list of
         sources (a line that opens with a marker or a number, after a heading such as "Sources:"
         or another entry; a footnote's definition anywhere), or a statement."""
-        row = _TABLE_ROW.match(sentence) is not None
+        row = is_table_row(sentence)
         header, self._in_table = row and not self._in_table, row
         entry = self._in_list and _LIST_ENTRY.match(sentence) is not None
         entry = entry or _DEFINITION.match(sentence) is not None

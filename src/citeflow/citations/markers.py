@@ -36,7 +36,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from citeflow.citations.text import closes_abbreviation
+from citeflow.citations.text import closes_abbreviation, is_table_row
 
 _NUM = r"\d{1,3}(?:[ \t]*[-–][ \t]*\d{1,3})?"
 _NUMS = rf"{_NUM}(?:[ \t]*(?:,|;|and|&)[ \t]*(?:Sources?[ \t]*)?{_NUM})*"
@@ -390,7 +390,7 @@ def insert_marker(sentence: str, marker: str) -> str:
     (``Washington, D.C. [1].``)."""
     stripped = sentence.rstrip()
     trailing = sentence[len(stripped) :]
-    if stripped.endswith("|") and stripped.lstrip().startswith("|"):  # a table row: its last cell
+    if is_table_row(stripped):  # in the row's last cell
         return f"{insert_marker(stripped[:-1].rstrip(), marker)} |{trailing}"
     match = _END_PUNCT.search(stripped)
     if match and match[1] == "." and closes_abbreviation(stripped, match.start()):

@@ -122,6 +122,14 @@ ABBREVIATIONS = frozenset(
 )
 
 
+_TABLE_ROW = re.compile(r"\|.*\|", re.DOTALL)
+
+
+def is_table_row(line: str) -> bool:
+    """Whether ``line`` is a row of a Markdown table ("| Drug | Effect |")."""
+    return _TABLE_ROW.fullmatch(line.strip()) is not None
+
+
 def closes_abbreviation(text: str, stop: int) -> bool:
     """Whether the full stop at ``text[stop]`` closes an abbreviation rather than a sentence: an
     initial ("J. M. Barrie", "Gerald R. Ford"; not the pronoun "I"), a short lower-case word with
