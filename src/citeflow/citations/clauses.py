@@ -22,7 +22,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
-from citeflow.citations.markers import find_markers, insert_marker, render, renumber, strip_markers
+from citeflow.citations.markers import (
+    CLOSING_BRACKET,
+    find_markers,
+    insert_marker,
+    render,
+    renumber,
+    strip_markers,
+)
 from citeflow.citations.text import content_terms, statement_of
 
 __all__ = ["Clause", "ClauseVerdict", "clauses", "rewrite", "split_at_conjunctions"]
@@ -44,7 +51,7 @@ _CONJUNCTION = re.compile(
     re.IGNORECASE,
 )
 #: the bracket or quotation a marker stands in, closed after it ("(see [3])", "…interact [2]"")
-_CLOSER = re.compile(r"[ \t,;]*[)\]】]|[\"”’]")
+_CLOSER = re.compile(rf"{CLOSING_BRACKET.pattern}|[\"”’]")
 #: what stands between markers that name sources together ("[1], [2]", "[1] and [2]")
 _JOINED = re.compile(r"[ \t]*(?:[,;][ \t]*)?(?:(?:and|or|&)[ \t]*)?", re.IGNORECASE)
 

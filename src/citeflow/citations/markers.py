@@ -88,7 +88,7 @@ _JOINED = re.compile(r"(?<=\])[ \t]*(?:,[ \t]*)?(?:and|or|&)[ \t]*\Z", re.I)
 STOP_CLOSERS = "\"'”’)\\]"
 _STOPPED = re.compile(rf"[.!?][{STOP_CLOSERS}]*\Z")
 _OPENED = re.compile(r"[(\[【][ \t]*(?:see(?: also)?|cf\.|sources?)?[ \t,;:]*\Z", re.I)
-_CLOSED = re.compile(r"[ \t,;]*[)\]】]")
+CLOSING_BRACKET = re.compile(r"[ \t,;]*[)\]】]")  # after a marker in brackets
 _CLOSERS = ".,;:!?)]}】”’\r\n"
 #: where a sentence opens: the text's or a line's start, or after a stop and a space
 _OPENING = rf"(?:\A|\n|[.!?][{STOP_CLOSERS}]*[ \t]+)"
@@ -197,7 +197,7 @@ def _close(left: str, text: str, j: int) -> tuple[str, int]:
         k = j
         while text[k : k + 1] in (" ", "\t"):
             k += 1
-        opened, closed = _OPENED.search(core), _CLOSED.match(text, k)
+        opened, closed = _OPENED.search(core), CLOSING_BRACKET.match(text, k)
         if opened and closed:  # an emptied bracket: "([1])", "([1], [2])", "(see [1])"
             left, j = core[: opened.start()], closed.end()
         elif (not core or core.endswith("\n") or opened) and text[k : k + 1] in (",", ";"):
