@@ -87,6 +87,8 @@ def clauses(sentence: str) -> list[Clause]:
             groups[-1] = (start, marker.end, numbers + list(marker.numbers))
         else:
             groups.append((marker.start, marker.end, list(marker.numbers)))
+    if len(groups) < 2 and not (groups and content_terms(sentence[groups[0][1] :])):
+        return []  # the common sentence: its markers, if any, close it together
     pieces: list[Clause] = []
     end = 0
     for _, group_end, numbers in groups:
@@ -145,13 +147,14 @@ def _states_between(sentence: str, start: int, stop: int, least: int = 2) -> boo
 def rewrite(pieces: Sequence[Clause], verdicts: Sequence[ClauseVerdict]) -> str:
     """The sentence with each clause's markers rewritten by its own verdict: rewritten whole,
     so that removing a marker tidies the words on both sides of it ("conducted in [3], which")."""
-    texts, mappings = [], []
+    texts, mappings, end = [], [], 0
     for piece, verdict in zip(pieces, verdicts, strict=True):
         text, mapping = piece.text, verdict.mapping
         if (number := verdict.added) is not None:
             text, mapping = insert_marker(text, render([number])), {**mapping, number: number}
         texts.append(text)
-        mappings.append((len("".join(texts)), mapping))
+        end += len(text)
+        mappings.append((end, mapping))
     sentence = "".join(texts)
     own = [
         next(m for end, m in mappings if marker.start < end) for marker in find_markers(sentence)
