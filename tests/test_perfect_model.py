@@ -21,6 +21,7 @@ from citeflow.evaluation.perfect_model import (
     PerfectModelLLM,
     PerfectScore,
     Variant,
+    joins_clauses,
     paraphrase,
     parse_prompt,
     render_reply,
@@ -407,7 +408,7 @@ async def test_the_workflow_answering_with_the_author_is_scored_from_its_real_an
         # every authored sentence found, every written marker counted once, every wrong one given
         # a fate, whatever the variant
         assert authored, f"{variant}: the author found no gold evidence in the sources"
-        score = score_answer(authored, str(result), clauses=variant.endswith("clauses"))
+        score = score_answer(authored, str(result), clauses=joins_clauses(variant))
         assert score.sentences == len(authored) and score.unaligned == 0
         assert score.correct_written + score.wrong_written == sum(len(s.written) for s in authored)
         assert score.wrong_kept + score.wrong_fixed + score.wrong_removed == score.wrong_written

@@ -79,12 +79,12 @@ def perfect_section(
     the perfect-model fake (`citeflow.evaluation.perfect_model`) through the whole workflow;
     prints how many of its correct citations citeflow kept, how many it added wrong, and how many
     of its wrong ones it fixed or removed, beside the usual figures."""
-    from citeflow.evaluation.perfect_model import PerfectScore, score_answer
+    from citeflow.evaluation.perfect_model import PerfectScore, joins_clauses, score_answer
     from citeflow.evaluation.scoring import score_all, table
 
     answered = perfect_answers(dataset, context, ids, variant, template)
     records = [record for record, _ in answered]
-    clauses = variant.endswith("clauses")
+    clauses = joins_clauses(variant)
     perfect = PerfectScore.total(score_answer(a, r["answer"], clauses=clauses) for r, a in answered)
     name = f"perfect model ({variant})"
     rows = {

@@ -15,6 +15,7 @@ from citeflow.evaluation.perfect_model.author import (
     Gold,
     PerfectAuthor,
     Variant,
+    joins_clauses,
     render_reply,
 )
 from citeflow.evaluation.perfect_model.llm import PerfectModelLLM
@@ -29,6 +30,7 @@ __all__ = [
     "PerfectModelLLM",
     "PerfectScore",
     "Variant",
+    "joins_clauses",
     "paraphrase",
     "parse_prompt",
     "render_reply",

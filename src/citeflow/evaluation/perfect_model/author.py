@@ -25,6 +25,7 @@ __all__ = [
     "Gold",
     "PerfectAuthor",
     "Variant",
+    "joins_clauses",
     "render_reply",
 ]
 
@@ -110,7 +111,7 @@ class PerfectAuthor:
 
     def render(self, authored: Sequence[AuthoredSentence]) -> str:
         """The reply text of ``authored`` sentences, as this variant writes them."""
-        return render_reply(authored, clauses=self.variant.endswith("clauses"))
+        return render_reply(authored, clauses=joins_clauses(self.variant))
 
     def authored(self, messages: Messages) -> list[AuthoredSentence]:
         """The sentences `reply` writes (none: the documents do not cover the question)."""
@@ -159,6 +160,11 @@ class PerfectAuthor:
         at = numbers.index(number)
         ring = numbers[at + 1 :] + numbers[: at + 1]
         return next((n for n in ring if n not in supporting), max(numbers) + 1)
+
+
+def joins_clauses(variant: Variant) -> bool:
+    """Whether ``variant`` writes its sentences two to a sentence, as clauses."""
+    return variant in ("clauses", "wrong-clauses")
 
 
 def render_reply(authored: Sequence[AuthoredSentence], *, clauses: bool = False) -> str:
