@@ -9,17 +9,14 @@ import pytest
 from llama_index.core.schema import NodeRelationship, NodeWithScore, RelatedNodeInfo, TextNode
 
 from citeflow.citations.answer import RepairedAnswer, check_text
-from citeflow.citations.repair import (
-    Citation,
-    CitationPolicy,
-    needs_citation,
-)
+from citeflow.citations.repair import Citation, CitationPolicy
 from citeflow.citations.sources import format_sources, make_sources, split_spans
 from citeflow.citations.stream import SentenceStream
 from citeflow.citations.support import LexicalSupport
 from citeflow.citations.text import (
     ABBREVIATIONS,
     content_terms,
+    needs_citation,
     question_parts,
     sentence_spans,
     split_sentences,

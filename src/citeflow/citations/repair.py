@@ -66,7 +66,13 @@ from citeflow.citations.markers import (
     strip_markers,
 )
 from citeflow.citations.support import LexicalSupport, Support
-from citeflow.citations.text import content_terms, frame_denies, statement_of, term_set
+from citeflow.citations.text import (
+    content_terms,
+    frame_denies,
+    needs_citation,
+    statement_of,
+    term_set,
+)
 from citeflow.citations.verify import CitationVerifier, JudgeVerifier, LexicalVerifier
 from citeflow.prompts import EXAMPLE_SENTENCES
 from citeflow.settings import CitationSettings
@@ -81,11 +87,6 @@ Origin = Literal["model", "moved", "added"]
 _BARE_DECISION = re.compile(
     r"^\W*(?:(?:so|thus|therefore|in short)\s*,?\s*)?(?:the\s+answer\s+is\s*:?\s*)?"
     r"(?:yes|no|maybe)\b",
-    re.IGNORECASE,
-)
-_NO_ANSWER = re.compile(
-    r"\b(do(es)? not (cover|contain|mention|say|provide)|not (mentioned|covered|provided)|"
-    r"no information|cannot (find|answer)|can't (find|answer)|unable to)\b",
     re.IGNORECASE,
 )
 
@@ -388,12 +389,3 @@ def _copies_the_example(statement: str) -> bool:
 
 def _citation(sentence: str, s: Support, origin: Origin) -> Citation:
     return Citation(s.number, sentence, s.quote, s.quote_start, s.quote_end, s.score, origin)
-
-
-def needs_citation(sentence: str) -> bool:
-    """Whether a sentence states something a source should back (not a question, a line that
-    leads into a list, "Two drugs are relevant:", or a refusal)."""
-    stripped = sentence.strip()
-    if stripped.endswith(("?", ":")) or _NO_ANSWER.search(stripped):
-        return False  # a question, a line that leads into what follows, a refusal
-    return len(content_terms(statement_of(stripped))) >= 2

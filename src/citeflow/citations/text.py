@@ -82,6 +82,22 @@ def statement_of(sentence: str) -> str:
     return _REFERENCE.sub("", sentence[_FRAMING.match(sentence).end() :])  # type: ignore[union-attr]
 
 
+_NO_ANSWER = re.compile(
+    r"\b(do(es)? not (cover|contain|mention|say|provide)|not (mentioned|covered|provided)|"
+    r"no information|cannot (find|answer)|can't (find|answer)|unable to)\b",
+    re.IGNORECASE,
+)
+
+
+def needs_citation(sentence: str) -> bool:
+    """Whether a sentence states something a source should back (not a question, a line that
+    leads into a list, "Two drugs are relevant:", or a refusal)."""
+    stripped = sentence.strip()
+    if stripped.endswith(("?", ":")) or _NO_ANSWER.search(stripped):
+        return False  # a question, a line that leads into what follows, a refusal
+    return len(content_terms(statement_of(stripped))) >= 2
+
+
 _DENYING_FRAME = re.compile(r"\b(?:no|not|false)\b", re.IGNORECASE)
 
 
