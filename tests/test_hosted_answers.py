@@ -143,13 +143,64 @@ async def test_markers_that_close_no_clause_of_their_own_are_held_to_the_sentenc
         "As Source 1 notes, aspirin lowers fever in adults.",
         "In Source 1, aspirin is said to lower fever in adults.",
         "Aspirin lowers fever in adults, according to Source 1.",
-        "Aspirin lowers fever in adults (as Documents 1 and 2 say).",
+        "Aspirin lowers fever in adults (as Document 1 says).",
     ],
 )
 async def test_a_source_named_in_prose_is_not_what_the_sentence_states(sentence: str) -> None:
     text, citations, unsupported = await _check(sentence)
     assert (citations, unsupported) == ([(1, "added")], False)
     assert text.startswith(sentence[:-1].rstrip(".")) and text.endswith("[1].")
+
+
+@pytest.mark.parametrize(
+    ("sentence", "expected"),
+    [
+        (  # the source the sentence names is not the one that says it: both name Source 1
+            "Per Source 2, aspirin lowers fever in adults.",
+            "Per Source 1, aspirin lowers fever in adults [1].",
+        ),
+        (
+            "As Document 2 shows, aspirin lowers fever in adults [2].",
+            "As Document 1 shows, aspirin lowers fever in adults [1].",
+        ),
+        (  # a number the check drops leaves the list, and the verb agrees with one source
+            "Aspirin lowers fever in adults (as Documents 1 and 2 say).",
+            "Aspirin lowers fever in adults (as Document 1 says) [1].",
+        ),
+        (
+            "Sources 2 and 3 show that aspirin lowers fever in adults [2][3].",
+            "Source 1 shows that aspirin lowers fever in adults [1].",
+        ),
+        (
+            "Source 2 and Source 3 both say that aspirin lowers fever in adults [1][3].",
+            "Source 1 says that aspirin lowers fever in adults [1].",
+        ),
+        (  # each clause names the source its own marker cites
+            "Per Source 3, aspirin lowers fever in adults, and Source 1 notes that paracetamol "
+            "was discovered in 1877.",
+            "Per Source 1, aspirin lowers fever in adults [1], and Source 3 notes that "
+            "paracetamol was discovered in 1877 [3].",
+        ),
+        (  # "(Source 2)" is a marker, moved as one, not a source named in prose
+            "Aspirin lowers fever in adults (Source 2), and paracetamol was discovered in 1877 "
+            "(Source 1).",
+            "Aspirin lowers fever in adults [1], and paracetamol was discovered in 1877 [3].",
+        ),
+        (  # a number that is no source's is what the sentence says, not where it is from
+            "Document 7 says aspirin lowers fever in adults [2].",
+            "Document 7 says aspirin lowers fever in adults [1].",
+        ),
+        (  # no source says it: reported as written
+            "Per Source 2, warfarin thins the blood of cats.",
+            "Per Source 2, warfarin thins the blood of cats.",
+        ),
+    ],
+)
+async def test_a_source_named_in_prose_names_the_source_its_marker_cites(
+    sentence: str, expected: str
+) -> None:
+    text, _, unsupported = await _check(sentence)
+    assert (text, unsupported) == (expected, "warfarin" in sentence)
 
 
 async def test_a_table_s_header_states_nothing_and_a_row_s_marker_stays_in_its_last_cell() -> None:

@@ -20,7 +20,8 @@ shows that X" states "shows that X") or yes/no framing) and:
 * a marker on a source that does not support the statement is moved to the source that supports
   it best (among sources that support it equally, one the answer's earlier sentences are cited
   to), when that one reaches the verifier's ``add`` score;
-* a sentence with no marker gets one to that source the same way;
+* a sentence with no marker gets one to that source the same way, and a source it names in
+  prose ("Per Source 2, X") is renamed to the one its markers cite (`citeflow.citations.prose`);
 * markers are removed only when no source supports the statement; such a sentence is reported
   as *unsupported* (`citeflow.citations.answer.RepairedAnswer.unsupported`, and so
   `CitedResponse.unsupported` and the API's ``unsupported``), never silently left looking
@@ -65,6 +66,7 @@ from citeflow.citations.markers import (
     renumber,
     strip_markers,
 )
+from citeflow.citations.prose import follow_markers
 from citeflow.citations.support import LexicalSupport, Support
 from citeflow.citations.text import (
     content_terms,
@@ -274,13 +276,14 @@ class CitationChecker:
                 citations.append(_citation(bare, best, "moved"))
             elif states:
                 text = insert_marker(renumber(sentence, {}), render([best.number]))
+                text = follow_markers(text, (best.number,), self._count)
                 added = _citation(bare, best, "added")
                 return CheckedSentence(text, [added], numbers=(best.number,))
         if not mapping and _only_points(sentence, bare):
             return CheckedSentence("", [])  # it said only where, and no source says it
-        text = markers_last(renumber(sentence, mapping))
         unsupported = not citations and states
         numbers = tuple(dict.fromkeys(mapping[n] for n in cited if n in mapping))
+        text = follow_markers(markers_last(renumber(sentence, mapping)), numbers, self._count)
         return CheckedSentence(text, citations, unsupported, numbers)
 
     async def _by_clause(
@@ -293,6 +296,7 @@ class CitationChecker:
         sentence, its markers rewritten by its own verdict; unsupported when a clause is, and
         None when no clause keeps or gets a marker."""
         verdicts: list[ClauseVerdict] = []
+        followed: list[Clause] = []  # each clause's sources named in prose as its markers cite
         citations: dict[int, Citation] = {}
         loop = asyncio.get_running_loop()
         dones: list[asyncio.Future[tuple[int, ...]]] = [loop.create_future() for _ in pieces]
@@ -316,9 +320,11 @@ class CitationChecker:
                 else:
                     added = citation.number
             verdicts.append(ClauseVerdict(mapping, added))
+            own = [mapping[n] for n in cited if n in mapping] + ([added] if added else [])
+            followed.append(replace(piece, text=follow_markers(piece.text, own, self._count)))
         if not citations:
             return None
-        text = markers_last(rewrite(pieces, verdicts))
+        text = markers_last(rewrite(followed, verdicts))
         unsupported = any(checked.unsupported for checked in checks)
         return CheckedSentence(text, list(citations.values()), unsupported, tuple(citations))
 

@@ -45,6 +45,8 @@ STOPWORDS = frozenset(
 # Source 2,", "The answer is"), how such a question opens ("Is it true that"), and how an answer
 # points at its evidence ("This is supported by the study, which found that", "That is evident
 # from the data showing that", "Studies show that", "Source 2 found that"): framing, not content.
+# ``_NUMBERED``: the numbers a label names ("Source 2", "Sources 1 and 3")
+_NUMBERED = r"(?:\s*\d+(?:\s*(?:,|and|&)\s*\d+)*)?"
 _FRAMING = re.compile(
     r"^[\s,;]*(?:(?:and|but|while|whereas|although|though)\s+)?"  # a clause after its conjunction
     r"(?:(?:yes|no|indeed)\s*[,.;:!]\s*)?"
@@ -57,10 +59,10 @@ _FRAMING = re.compile(
     r"indicated|indicates|suggested|suggests|reported|reports)|\s+(?:showing|demonstrating|"
     r"indicating|suggesting))\s+that\s+)?"
     r"(?:(?:according to|as (?:stated|shown|reported) in)\s+(?:the\s+)?"
-    r"(?:sources?|documents?|studies|study|text)(?:\s*\d+)?\s*,\s*)?"
+    rf"(?:sources?|documents?|studies|study|text){_NUMBERED}\s*,\s*)?"
     r"(?:(?:the\s+)?(?:sources?|documents?|studies|study|research|text|evidence|data)"
-    r"(?:\s*\d+)?\s+)?(?:(?:also\s+|further\s+)?(?:shows?|showed|suggests?|suggested|indicates?|"
-    r"indicated|states?|stated|reports?|reported|finds|found|says|notes?|noted|confirms?|"
+    rf"{_NUMBERED}\s+)?(?:(?:also\s+|further\s+)?(?:shows?|showed|suggests?|suggested|"
+    r"indicates?|indicated|states?|stated|reports?|reported|finds|found|says|notes?|noted|confirms?|"
     r"confirmed|demonstrates?|demonstrated)\s+that\s+)?"
     r"(?:(?:so|thus|therefore|in short|in summary)\s*,?\s*)?"
     r"(?:the\s+(?:short\s+|final\s+)?answer\s+(?:is|was)\s*:?\s*)?",
@@ -70,8 +72,9 @@ _FRAMING = re.compile(
 
 #: a source named in prose, outside brackets ("Per Source 1, X", "X, as Document 2 notes"): where
 #: the sentence says it is from, not what it says
-_REFERENCE = re.compile(
-    r"\b(?:sources?|documents?)[ \t]*#?[ \t]*\d{1,3}(?:[ \t]*(?:,|and|&|or)[ \t]*\d{1,3})*\b",
+NAMED_IN_PROSE = re.compile(
+    r"\b(?P<label>sources?|documents?)(?P<gap>[ \t]*#?[ \t]*)"
+    r"(?P<numbers>\d{1,3}(?:[ \t]*(?:,|and|&|or)[ \t]*\d{1,3})*)\b",
     re.IGNORECASE,
 )
 
@@ -79,7 +82,7 @@ _REFERENCE = re.compile(
 def statement_of(sentence: str) -> str:
     """What a sentence states, without its yes/no framing ("Yes, it is true that X" → "X") and
     the sources it names in prose ("Per Source 1, X" → "Per , X")."""
-    return _REFERENCE.sub("", sentence[_FRAMING.match(sentence).end() :])  # type: ignore[union-attr]
+    return NAMED_IN_PROSE.sub("", sentence[_FRAMING.match(sentence).end() :])  # type: ignore[union-attr]
 
 
 _NO_ANSWER = re.compile(
