@@ -13,9 +13,9 @@ from citeflow.citations.markers import (
     remove_markers,
     render,
     renumber,
-    strip_footnotes,
     strip_markers,
 )
+from citeflow.citations.sources import strip_footnotes
 from citeflow.citations.stream import SentenceStream
 from citeflow.evaluation.scoring import broken_sentences
 

@@ -11,8 +11,8 @@ such as "step" ("Step 2 (3)") or a function word ("choose (1) or (2)."), as 0, w
 or with four digits (a year). No form is read in a number such as ``(1,000)``, inside code
 (backticks), as a link (``[1](url)``) or as a link or footnote definition (``[^1]:`` opening a
 line). Bracketed numbers in the documents themselves (footnotes such as ``[15]``) are removed from
-the text the model sees (`strip_footnotes`), so the only numbers in brackets the model has seen are
-source numbers.
+the text the model sees (`citeflow.citations.sources.strip_footnotes`), so the only numbers in
+brackets the model has seen are source numbers.
 
 Removing a marker (`strip_markers`, `remove_markers`, `renumber`) repairs the text only where a
 marker was, so the answer's own wording (".NET", "cd ..") is never touched: no space before
@@ -63,7 +63,6 @@ _RANGE = re.compile(r"(\d{1,3})\s*[-–]\s*(\d{1,3})")
 _BRACKETS = str.maketrans("", "", "[]")
 _THOUSANDS = re.compile(r"\d,\d{3}(?!\d)")  # "(1,000)" is a number, not sources 1 and 0
 _CODE = re.compile(r"^[ \t]*(`{3,}|~{3,})[^`\n]*$.*?(?:^[ \t]*\1|\Z)|(`+)[^`\n]+\2", re.M | re.S)
-_FOOTNOTE_RE = re.compile(r"\[\s*\d{1,3}\s*\]")
 #: a range longer than this names only its two ends
 MAX_RANGE = 20
 
@@ -72,8 +71,6 @@ _FUNCTION = (
     "|this|these|it|its|be|been|being|such|also"
 )
 _AFTER_FUNCTION = re.compile(rf"\b(?:{_FUNCTION}|between)[ \t]*$", re.I)  # "(1) or (2)."
-_SPACE_BEFORE_PUNCTUATION = re.compile(r"[ \t]+([.,;:!?])")
-_DOUBLE_SPACE = re.compile(r"(?<=\S)[ \t]{2,}")  # indentation stays
 # where a marker was removed: the text before it (``left``) and after it
 _DANGLING = re.compile(rf"[ \t]*[,;:]+(?:[ \t]+(?:{_FUNCTION}))*[ \t]*\Z", re.I)
 #: words whose object a marker can be ("conducted in [1]."), as a regex alternation
@@ -336,13 +333,6 @@ def remove_markers(text: str, numbers: Iterable[int] | None = None) -> str:
 def renumber(text: str, mapping: dict[int, int] | Sequence[dict[int, int]]) -> str:
     """Rewrite markers through ``mapping`` (old → new) or one each; other numbers are dropped."""
     return _rewrite(text, [mapping] * len(_markers(text)) if isinstance(mapping, dict) else mapping)
-
-
-def strip_footnotes(text: str) -> str:
-    """Remove bracketed numbers that belong to a document (footnotes) before prompting; only
-    the spacing they leave is fixed (a document's own wording is not touched)."""
-    text = _SPACE_BEFORE_PUNCTUATION.sub(r"\1", _FOOTNOTE_RE.sub("", text))
-    return _DOUBLE_SPACE.sub(" ", text)
 
 
 #: canonical markers after a sentence's closing stop

@@ -12,6 +12,7 @@ view of a source, a `TextNode` whose text starts with ``Source N:``, is built fr
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
@@ -26,11 +27,13 @@ from llama_index.core.schema import (
     TextNode,
 )
 
-from citeflow.citations.markers import strip_footnotes
 from citeflow.citations.support import QuestionCoverage
 from citeflow.citations.text import count_tokens, sentence_spans, term_set
 
 SOURCE_PREFIX = "Source {number}:\n"
+_FOOTNOTE = re.compile(r"\[\s*\d{1,3}\s*\]")
+_SPACE_BEFORE_PUNCTUATION = re.compile(r"[ \t]+([.,;:!?])")
+_DOUBLE_SPACE = re.compile(r"(?<=\S)[ \t]{2,}")  # indentation stays
 
 
 @dataclass(frozen=True)
@@ -222,3 +225,10 @@ def format_sources(sources: Sequence[Source], first_number: int = 1) -> str:
         heading = f"[{first_number + offset}]" + (f" ({title})" if title else "")
         blocks.append(f"{heading}\n{strip_footnotes(source.text).strip()}")
     return "\n\n".join(blocks)
+
+
+def strip_footnotes(text: str) -> str:
+    """Remove bracketed numbers that belong to a document (footnotes) before prompting; only
+    the spacing they leave is fixed (a document's own wording is not touched)."""
+    text = _SPACE_BEFORE_PUNCTUATION.sub(r"\1", _FOOTNOTE.sub("", text))
+    return _DOUBLE_SPACE.sub(" ", text)

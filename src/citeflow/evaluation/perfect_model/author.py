@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from citeflow.citations.markers import strip_footnotes
+from citeflow.citations.sources import strip_footnotes
 from citeflow.citations.text import split_sentences, term_set
 from citeflow.evaluation.perfect_model.prompt import (
     Messages,
