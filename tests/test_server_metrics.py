@@ -6,7 +6,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from citeflow.api.engine import Engine
 from citeflow.api.metrics import Metrics
-from citeflow.citations.repair import Citation, citation_actions
+from citeflow.citations.answer import citation_actions
+from citeflow.citations.repair import Citation
 from citeflow.knowledge_base import KnowledgeBase
 from citeflow.result import CitedResponse
 from citeflow.testing.llm import ScriptedLLM

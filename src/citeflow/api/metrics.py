@@ -42,7 +42,7 @@ from starlette.types import Scope
 
 from citeflow.api.deps import require_api_key
 from citeflow.api.errors import METHODS
-from citeflow.citations.repair import citation_actions
+from citeflow.citations.answer import citation_actions
 from citeflow.errors import UpstreamRateLimitError
 from citeflow.events import AnswerDeltaEvent
 from citeflow.result import CitedResponse

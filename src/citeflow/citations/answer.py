@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
-from citeflow.citations.markers import strip_markers
+from citeflow.citations.markers import find_markers, strip_markers
 from citeflow.citations.repair import CheckedSentence, Citation, CitationChecker
 from citeflow.citations.stream import SentenceStream
 from citeflow.citations.text import word_terms
@@ -146,3 +146,15 @@ async def check_text(checker: CitationChecker, text: str) -> RepairedAnswer:
     await answer.feed(text)
     await answer.flush()
     return answer
+
+
+def citation_actions(citations: Sequence[Citation], raw_text: str) -> dict[str, int]:
+    """What checking did to one answer's citations: the model's kept, moved to a supporting
+    source, added where it cited none, and removed (the model's markers in ``raw_text`` that
+    neither stayed nor moved)."""
+    counts = {"kept": 0, "moved": 0, "added": 0}
+    for citation in citations:
+        counts["kept" if citation.origin == "model" else citation.origin] += 1
+    written = sum(len(marker.numbers) for marker in find_markers(raw_text))
+    counts["removed"] = max(0, written - counts["kept"] - counts["moved"])
+    return counts

@@ -106,18 +106,6 @@ class Citation:
     origin: Origin
 
 
-def citation_actions(citations: Sequence[Citation], raw_text: str) -> dict[str, int]:
-    """What checking did to one answer's citations: the model's kept, moved to a supporting
-    source, added where it cited none, and removed (the model's markers in ``raw_text`` that
-    neither stayed nor moved)."""
-    counts = {"kept": 0, "moved": 0, "added": 0}
-    for citation in citations:
-        counts["kept" if citation.origin == "model" else citation.origin] += 1
-    written = sum(len(marker.numbers) for marker in find_markers(raw_text))
-    counts["removed"] = max(0, written - counts["kept"] - counts["moved"])
-    return counts
-
-
 @dataclass(frozen=True, slots=True)
 class CitationPolicy:
     """How citations are checked: the citation settings with what only a run knows, and the

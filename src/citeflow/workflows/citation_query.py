@@ -17,8 +17,9 @@ from workflows import Context, Workflow, step
 from workflows.events import StopEvent
 from workflows.handler import WorkflowHandler
 
+from citeflow.citations.answer import citation_actions
 from citeflow.citations.judge import build_judge
-from citeflow.citations.repair import CitationPolicy, citation_actions
+from citeflow.citations.repair import CitationPolicy
 from citeflow.citations.sources import make_sources
 from citeflow.errors import EmptyQueryError
 from citeflow.events import (
