@@ -40,6 +40,8 @@ def test_broken_sentences_are_found_and_clean_ones_pass() -> None:
         "It is supported by Rrp6p. further confirms that iron is toxic.",
         "According to, aspirin works.",
         "Aspirin works, as stated in Source.",
+        "Aspirin works, and according to, it is cheap.",
+        "Aspirin works, while, as notes, it is cheap.",
     ]
     for sentence in broken:
         assert broken_sentences(sentence) == [sentence], sentence
@@ -60,6 +62,7 @@ def test_broken_sentences_are_found_and_clean_ones_pass() -> None:
     assert broken_sentences("Some say X: others say Y [2].") == []  # the answer's last word
     clean = 'Yahoo bought Viaweb in 1998 [1]. He said "go." It cost $49.5 million... Really?'
     clean += " H. pylori has urease, e.g. the mRNA of iPhone users. Based on a True Story... is it."
+    clean += " It works, and according to the label, it is cheap. As shown in Table 2, it works."
     assert broken_sentences(clean) == []
 
 

@@ -202,6 +202,17 @@ ERIKA = "Erika Jayne was born on 10 July 1971."
         ("Based on [2], [3], X is.", [2], "Based on [3], X is."),
         ("In 2010 [2], prices rose.", None, "In 2010, prices rose."),  # a phrase that says more
         ("The study [2], however, found X.", None, "The study, however, found X."),  # a subject
+        # ... and so does one that opens a clause inside the sentence
+        ("It works, and according to [2], it is cheap.", None, "It works, and it is cheap."),
+        ("It works; according to Source [2], it is cheap.", None, "It works; it is cheap."),
+        ("It works, while, as [2] notes, it is cheap.", None, "It works, while it is cheap."),
+        (
+            "It works [1], but as Sources [2] and [3] note, it is cheap.",
+            [2, 3],
+            "It works [1], but it is cheap.",
+        ),
+        ("As [2] and [3] show, it is cheap.", None, "It is cheap."),
+        ("It rose, in 2010 [2], sharply.", None, "It rose, in 2010, sharply."),
     ],
 )
 def test_removing_markers_joins_the_text_cleanly(
@@ -260,6 +271,7 @@ SENTENCES = [
     "This is supported by [1]. [2] further confirms that iron is toxic.",
     "According to Source [2], aspirin works [1].",
     "Rome is old, as stated in Source [2] and Source [3].",
+    "It works, and according to [2], it is cheap.",
     "As [2] notes, X is true. Based on [1], [3], Y is.",
 ]
 

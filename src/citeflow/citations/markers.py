@@ -100,14 +100,18 @@ _LABEL = re.compile(rf"(?<![\w-]){_LABEL_WORD}\Z")
 _SAYING = (
     "according|to|as|in|on|by|from|of|per|see|based|the|a|an|this|that|these|its|their|and|also"
     "|shown|stated|reported|noted|described|mentioned|explained|discussed|found|cited|shows"
-    "|states|reports|notes|says|explains|describes|mentions|suggests|indicates|finds"
+    "|states|reports|notes|says|explains|describes|mentions|suggests|indicates|finds|show|state"
+    "|report|note|say|explain|describe|mention|suggest|indicate|find"
     "|source|sources|document|documents|study|studies|text|passage|passages|article|paper"
 )
+_CONJUNCTION = r"\b(?:and|but|while|whereas|although|though|yet)"
 _PHRASE_BEFORE = re.compile(  # opening on a preposition: "The study [2], however," is a subject
-    rf"{_OPENING}((?:according|as|in|on|by|from|per|based|see)[ \t]+"
+    rf"(?:(?P<sentence>{_OPENING})|[,;][ \t]*|[ \t]+{_CONJUNCTION}[ \t]+)"  # or a clause
+    rf"(?P<phrase>(?:according|as|in|on|by|from|per|based|see)[ \t]+"
     rf"(?:(?:{_SAYING})[ \t]+){{0,4}})\Z",
     re.I,
 )
+_COMMA_AFTER = re.compile(rf"({_CONJUNCTION}),(?=[ \t]*\Z)", re.I)  # "while, as [1] notes, X"
 _PHRASE_AFTER = re.compile(rf"(?:[ \t]+(?:{_SAYING})){{0,2}}[ \t]*,[ \t]*(?=[^\W\d_])", re.I)
 _LABEL_NEXT = re.compile(_LABEL_WORD)
 #: a plural label left with one marker after its others were removed
@@ -233,14 +237,17 @@ def _close(left: str, text: str, j: int) -> tuple[str, int]:
 
 
 def _opening_phrase(out: str, text: str, end: int) -> tuple[str, int] | None:
-    """Where a removed marker ends a sentence's opening phrase that only said where ("According
-    to [2], X" is "X"): ``out`` without the phrase and with the next letter capitalised, and
-    where ``text`` goes on; None when the marker ends no such phrase."""
+    """Where a removed marker ends a sentence's or a clause's opening phrase that only said where
+    ("According to [2], X" is "X", "A, and according to [2], B" is "A, and B"): ``out`` without
+    the phrase (a sentence's next letter capitalised), and where ``text`` goes on; None when the
+    marker ends no such phrase."""
     before, after = _PHRASE_BEFORE.search(out), _PHRASE_AFTER.match(text, end)
     if before is None or after is None:
         return None
-    j = after.end()
-    return out[: before.start(1)] + text[j : j + 1].upper(), j + 1
+    j, head = after.end(), out[: before.start("phrase")]
+    if before["sentence"] is None:
+        return _COMMA_AFTER.sub(r"\1", head), j
+    return head + text[j : j + 1].upper(), j + 1
 
 
 def _after_label(text: str, k: int) -> int:
@@ -296,7 +303,7 @@ def _rewrite(
             named = (out + _in_words(list(dict.fromkeys(n for m in run for n in m.numbers))), end)
             out, i = named if name_subjects else _close(out, text, end)
             continue
-        if not new and (phrase := _opening_phrase(out, text, marker.end)):
+        if not new and not stays and (phrase := _opening_phrase(out, text, end)):
             out, i = phrase
             continue
         elif not new:

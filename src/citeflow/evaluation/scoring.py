@@ -51,7 +51,9 @@ _BROKEN = re.compile(
     rf"|,\s+(?:{_FUNCTION_WORDS})(?:\s+(?:{_FUNCTION_WORDS}))*\s*[.!?]$"  # ", which is."
     rf"|\s(?:{OBJECT_WORDS})\s*[.!?]$"  # a word whose object was a marker: "reported in."
     r"|(?-i:^[a-z]{2}|(?<=\w\w\w[.!?])\s+[a-z]{2})"  # one whose subject was: "It is. shows that"
-    r"|^(?:according to|based on|as \w+ (?:in|by))\s*,"  # a phrase cut off: "According to, X"
+    # a phrase cut off, opening the sentence or a clause: "According to, X", "Y, and as notes, X"
+    r"|(?:^|[,;]\s*|\b(?:and|but|while|whereas|although|though|yet)\s+)(?:according to|based on"
+    r"|as \w+ (?:in|by)|as (?:notes?|shows?|says?|states?|reports?|suggests?|indicates?))\s*,"
     r"|(?-i:\bSources?)\s*[.,;:!?]",  # a label without its number: "as stated in Source."
     re.IGNORECASE,
 )
