@@ -268,6 +268,25 @@ async def test_a_line_that_opens_with_a_marker_outside_a_list_of_sources_is_chec
             "According to Source 1, aspirin lowers fever in adults within an hour [1], and Source "
             "3 notes that paracetamol was discovered in 1877 [3].",
         ),
+        (  # a marker that opens its clause: the whole sentence kept [1] on the clause Source 3
+            # says, and removed [2]; each clause finds its own source for the marker it has
+            "Source [2] shows that aspirin lowers fever in adults, while Source [1] reports that "
+            "paracetamol was discovered in 1877.",
+            "Source [1] shows that aspirin lowers fever in adults, while Source [3] reports that "
+            "paracetamol was discovered in 1877.",
+        ),
+        (  # the words that only said where go with a marker removed inside the sentence
+            "According to [1], aspirin lowers fever in adults, and according to [2], paracetamol "
+            "was discovered in 1877.",
+            "According to [1], aspirin lowers fever in adults, and paracetamol was discovered in "
+            "1877 [3].",
+        ),
+        (
+            "Aspirin lowers fever in adults (Source 1), while, as Source [2] notes, paracetamol "
+            "was discovered in 1877.",
+            "Aspirin lowers fever in adults [1], while, as Source [3] notes, paracetamol was "
+            "discovered in 1877.",
+        ),
         (  # one source says it all: the sentence's own check, unchanged
             "Aspirin lowers fever in adults, and it works within an hour of a single dose [1].",
             "Aspirin lowers fever in adults, and it works within an hour of a single dose [1].",

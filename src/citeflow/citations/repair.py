@@ -253,7 +253,13 @@ class CitationChecker:
             pieces = split_at_conjunctions(sentence)
             by_clause = await self._by_clause(bare, pieces, earlier) if pieces else None
             if by_clause is not None and (
-                len(set(by_clause.numbers) & set(cited)) > len(kept) or alone
+                len(set(by_clause.numbers) & set(cited)) > len(kept)
+                or alone
+                or (
+                    kept
+                    and not by_clause.unsupported
+                    and sum(c.origin != "added" for c in by_clause.citations) >= len(cited)
+                )
             ):
                 return by_clause
         citations = [_citation(bare, by_number[n], "model") for n in kept]
