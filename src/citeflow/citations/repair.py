@@ -249,7 +249,8 @@ class CitationChecker:
         alone = states and not cited and (best is None or best.score < add - 1e-9)
         if whole and (len(kept) < len(cited) or alone):
             # no source says all of "X, and Y [1][3].": each clause checked on its own, and taken
-            # when it cites more of the model's numbers, or cites a sentence none would
+            # when it cites more of the model's numbers, cites a sentence none would, or finds
+            # each of the model's markers a source where the whole sentence removed some
             pieces = split_at_conjunctions(sentence)
             by_clause = await self._by_clause(bare, pieces, earlier) if pieces else None
             if by_clause is not None and (
