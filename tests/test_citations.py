@@ -368,6 +368,8 @@ async def test_a_ranking_gets_one_marker_after_its_number() -> None:
 
 def test_repair_leaves_refusals_and_questions_alone() -> None:
     assert not needs_citation("The documents do not cover Viaweb's stores.")
+    assert not needs_citation("I could not find Viaweb's stores in the provided sources.")
+    assert needs_citation("The study could not find a link between Viaweb and Yahoo.")  # a finding
     refusal = _check(SOURCES, "The documents do not cover Viaweb stores.", **LOOSE)
     assert refusal[0].endswith("stores.") and not refusal[2]  # not reported unsupported
     question = _check(SOURCES, "What about ducks near ponds?", **LOOSE)

@@ -87,7 +87,10 @@ def statement_of(sentence: str) -> str:
 
 _NO_ANSWER = re.compile(
     r"\b(do(es)? not (cover|contain|mention|say|provide)|not (mentioned|covered|provided)|"
-    r"no information|cannot (find|answer)|can't (find|answer)|unable to)\b",
+    r"no information|cannot (find|answer)|can't (find|answer)|unable to|"
+    # "I could not find X in the provided sources": not "The study could not find a link"
+    r"(could not|couldn't) find\b[^.]*\b(in|from) the (provided |given )?(sources|documents|"
+    r"context|passages|texts?))\b",
     re.IGNORECASE,
 )
 
