@@ -7,13 +7,13 @@ Reads the answers `citeflow eval DATASET --retrievers none --answers N` recorded
 settings (run it first for each dataset; the LLM is not called here), and has the perfect-model
 fake answer the first ``--perfect`` questions of the FIRST dataset in its five variants (correct
 citations verbatim, paraphrased, and two clauses to a sentence; wrong numbers a sentence and two
-clauses at a time). Each (keep, add, relative) setting of the
-grid re-checks both. The setting is chosen on the FIRST dataset only, by one rule fixed in
-advance: among the settings that meet the perfect-model targets there (≥ 98% of correct
-citations kept and none added wrong in each correct variant, ≥ 90% of each wrong variant's
-citations fixed or removed), the highest min(answers cited, document precision) of the real
-model's answers, ties to the higher precision, then to the stricter setting (higher add, keep,
-relative); when no setting meets the targets, the rule is applied to all and that is said.
+clauses at a time). Each (keep, add, relative) setting of the grid re-checks both. The setting is
+chosen on the FIRST dataset only, by one rule fixed in advance: among the settings that meet the
+perfect-model targets there (≥ 98% of correct citations kept and none added wrong in each correct
+variant, ≥ 90% of each wrong variant's citations fixed or removed), the highest min(answers cited,
+document precision) of the real model's answers, ties to the higher precision, then to the stricter
+setting (higher add, keep, relative); when no setting meets the targets, the rule is applied to all
+and that is said.
 
 ``--decisions DATASET`` (one of the datasets) then chooses ``decision_relative``, the relative
 rule of bare decisions ("Yes [1]."), on that dataset alone by the same rule with the chosen
