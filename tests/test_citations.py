@@ -600,7 +600,7 @@ def test_markers_opening_a_sentence_move_to_its_end() -> None:
     assert _check(sources, labelled, **policy)[0] == labelled.replace("[2]", "[1]")
     plural = "Sources [2] and [3] say that before college the two main things were writing."
     text, cits, unsupported = _check(sources, plural, **policy)
-    assert text == "Source [1] say that before college the two main things were writing."
+    assert text == "Source [1] says that before college the two main things were writing."
     assert [(c.number, c.origin) for c in cits] == [(1, "moved")] and not unsupported
 
 

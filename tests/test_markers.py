@@ -196,7 +196,8 @@ ERIKA = "Erika Jayne was born on 10 July 1971."
         ("X (Sources: [1], [2]).", [2], "X (Source: [1])."),
         ("X [1].\n\nSources: [1], [2]", None, "X.\n\n"),  # a list of the sources: a label
         ("According to Sources [2] and [1], X.", [2], "According to Source [1], X."),
-        ("Sources [2] and [3] say X.", [2], "Source [3] say X."),
+        ("Sources [2] and [3] say X.", [2], "Source [3] says X."),
+        ("Sources [2] and [3] both show that X.", [3], "Source [2] shows that X."),
         ("According to Source [2], aspirin works.", [2], "Aspirin works."),
         ("Y is. As [1] notes, it is [2].", [1], "Y is. It is [2]."),
         ("Based on [2], [3], X is.", [2], "Based on [3], X is."),

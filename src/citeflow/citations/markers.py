@@ -21,9 +21,9 @@ emptied bracket ("([1])", "(see [1])"), no double or trailing space, no dangling
 function words (", which is [2].") or word left without its object ("as reported in [3]."), no
 sentence left without its subject ("[2] shows that X." keeps "Source 2 shows that X."), no
 joined lines; list items and table cells keep their bullets and pipes. The words that only say
-where go with the marker: the label ("in Source [2]"; "Sources [1] and [3]" without 3 is "Source
-[1]"), an opening phrase ("According to [2], x" is "X") and a closing one ("X, as stated in
-[2]." is "X.").
+where go with the marker (`citeflow.citations.saying`): the label ("in Source [2]"; "Sources [1]
+and [3] say" without 3 is "Source [1] says"), an opening phrase ("According to [2], x" is "X")
+and a closing one ("X, as stated in [2]." is "X.").
 
 Placing a marker (`insert_marker`, `markers_last`) puts it at the end of its sentence, before the
 closing punctuation, never inside a quotation or after an abbreviation's full stop.
@@ -36,7 +36,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from citeflow.citations.text import closes_abbreviation, is_table_row
+from citeflow.citations.saying import LABEL_BEFORE, SAID, label_end, one_left, opening_phrase
+from citeflow.citations.text import (
+    SENTENCE_OPENING,
+    STOP_CLOSERS,
+    closes_abbreviation,
+    is_table_row,
+)
 
 _NUM = r"\d{1,3}(?:[ \t]*[-–][ \t]*\d{1,3})?"
 _NUMS = rf"{_NUM}(?:[ \t]*(?:,|;|and|&)[ \t]*(?:Sources?[ \t]*)?{_NUM})*"
@@ -81,44 +87,13 @@ TIDIED_WORDS = frozenset(f"{_FUNCTION}|{OBJECT_WORDS}".split("|"))
 #: what joins a marker to the next one ("[2] and [3]", "[2], [3]"), and to the one before
 _JOINER = re.compile(r",[ \t]*(?:(?:and|or|&)[ \t]+)?|(?:and|or|&)[ \t]+", re.I)
 _JOINED = re.compile(r"(?<=\])[ \t]*(?:,[ \t]*)?(?:and|or|&)[ \t]*\Z", re.I)
-#: what may close a sentence after its stop (a character class's contents): quotes, brackets
-STOP_CLOSERS = "\"'”’)\\]"
 _STOPPED = re.compile(rf"[.!?][{STOP_CLOSERS}]*\Z")
 _OPENED = re.compile(r"[(\[【][ \t]*(?:see(?: also)?|cf\.|sources?)?[ \t,;:]*\Z", re.I)
 CLOSING_BRACKET = re.compile(r"[ \t,;]*[)\]】]")  # after a marker in brackets
 _CLOSERS = ".,;:!?)]}】”’\r\n"
-#: where a sentence opens: the text's or a line's start, or after a stop and a space
-_OPENING = rf"(?:\A|\n|[.!?][{STOP_CLOSERS}]*[ \t]+)"
 #: a marker that opens a sentence as its subject ("[2] shows that ..."), not a list item
-_SENTENCE_START = re.compile(rf"{_OPENING}\Z")
+_SENTENCE_START = re.compile(rf"{SENTENCE_OPENING}\Z")
 _VERB_NEXT = re.compile(r"[ \t]+(?!(?:and|or)\b)[a-z]{2}")
-#: the prompt's label written before a marker ("as stated in Source [2]"): it goes with it
-_LABEL_WORD = r"Sources?[ \t]*:?[ \t]+"
-_LABEL = re.compile(rf"(?<![\w-]){_LABEL_WORD}\Z")
-#: the words of a sentence's opening phrase that only says where ("According to [2], ...",
-#: "As [2] notes, ...", "Based on the study [3], ...")
-_SAYING = (
-    "according|to|as|in|on|by|from|of|per|see|based|the|a|an|this|that|these|its|their|and|also"
-    "|shown|stated|reported|noted|described|mentioned|explained|discussed|found|cited|shows"
-    "|states|reports|notes|says|explains|describes|mentions|suggests|indicates|finds|show|state"
-    "|report|note|say|explain|describe|mention|suggest|indicate|find"
-    "|source|sources|document|documents|study|studies|text|passage|passages|article|paper"
-)
-_CONJUNCTION = r"\b(?:and|but|while|whereas|although|though|yet)"
-_PHRASE_BEFORE = re.compile(  # opening on a preposition: "The study [2], however," is a subject
-    rf"(?:(?P<sentence>{_OPENING})|[,;][ \t]*|[ \t]+{_CONJUNCTION}[ \t]+)"  # or a clause
-    rf"(?P<phrase>(?:according|as|in|on|by|from|per|based|see)[ \t]+"
-    rf"(?:(?:{_SAYING})[ \t]+){{0,4}})\Z",
-    re.I,
-)
-_COMMA_AFTER = re.compile(rf"({_CONJUNCTION}),(?=[ \t]*\Z)", re.I)  # "while, as [1] notes, X"
-_PHRASE_AFTER = re.compile(rf"(?:[ \t]+(?:{_SAYING})){{0,2}}[ \t]*,[ \t]*(?=[^\W\d_])", re.I)
-_LABEL_NEXT = re.compile(_LABEL_WORD)
-#: a plural label left with one marker after its others were removed
-_ONE_LEFT = re.compile(
-    r"(?<![\w-])Sources(:?[ \t]+\[\d+\])(?![ \t]*(?:,[ \t]*)?(?:(?:and|or|&)[ \t]+)?\[)"
-)
-_SAID = re.compile(rf"[ \t]*,(?:[ \t]+(?:{_SAYING}))+[ \t]*\Z", re.I)  # "X, as stated in [2]."
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +185,7 @@ def _close(left: str, text: str, j: int) -> tuple[str, int]:
         elif (
             core[-1:] not in (",", ";", ":")
             and (joiner := _JOINER.match(text, k))
-            and any(m.start == _after_label(text, joiner.end()) for m in _markers(text))
+            and any(m.start == label_end(text, joiner.end()) for m in _markers(text))
         ):
             j = joiner.end()  # "in [2] and [3]" without 2: its "and" goes with it
         elif joined := _JOINED.search(core):
@@ -223,7 +198,7 @@ def _close(left: str, text: str, j: int) -> tuple[str, int]:
     closing_quote = nxt in "\"'" and text[k + 1 : k + 2] in ("", " ", *_CLOSERS)
     if nxt in ".!?":
         # "first, [3]." "1971, which is [2]." "reported in [3]." "conducted in [1], and [2]."
-        while dangling := _DANGLING.search(core) or _ORPHANED.search(core) or _SAID.search(core):
+        while dangling := _DANGLING.search(core) or _ORPHANED.search(core) or SAID.search(core):
             core = core[: dangling.start()]
         if nxt == "." and _STOPPED.search(core) and text[k : k + 2] != "..":
             k += 1  # 'photography." [2].'
@@ -234,26 +209,6 @@ def _close(left: str, text: str, j: int) -> tuple[str, int]:
     if core[-1] in "([【":
         return core, k
     return core + (" " if pre or post else ""), k
-
-
-def _opening_phrase(out: str, text: str, end: int) -> tuple[str, int] | None:
-    """Where a removed marker ends a sentence's or a clause's opening phrase that only said where
-    ("According to [2], X" is "X", "A, and according to [2], B" is "A, and B"): ``out`` without
-    the phrase (a sentence's next letter capitalised), and where ``text`` goes on; None when the
-    marker ends no such phrase."""
-    before, after = _PHRASE_BEFORE.search(out), _PHRASE_AFTER.match(text, end)
-    if before is None or after is None:
-        return None
-    j, head = after.end(), out[: before.start("phrase")]
-    if before["sentence"] is None:
-        return _COMMA_AFTER.sub(r"\1", head), j
-    return head + text[j : j + 1].upper(), j + 1
-
-
-def _after_label(text: str, k: int) -> int:
-    """Where a marker written at ``k`` would start, after its label ("Source [3]")."""
-    label = _LABEL_NEXT.match(text, k)
-    return label.end() if label else k
 
 
 def _in_words(numbers: Sequence[int]) -> str:
@@ -272,7 +227,7 @@ def _run(text: str, marker: Marker) -> list[Marker]:
         while text[k : k + 1] in (" ", "\t"):
             k += 1
         joiner = _JOINER.match(text, k)  # joined as `_close` joins them
-        if _after_label(text, joiner.end() if joiner else k) != after.start:
+        if label_end(text, joiner.end() if joiner else k) != after.start:
             break
         run.append(after)
     return run
@@ -294,7 +249,7 @@ def _rewrite(
         new = "" if keep is None else render(dict.fromkeys(keep[n] for n in numbers if n in keep))
         run = [marker] if new else _run(text, marker)
         stays = keep is not None and any(n in keep for m in run for n in m.numbers)
-        label = None if new else _LABEL.search(out)
+        label = None if new else LABEL_BEFORE.search(out)
         if label and not (stays and label[0].lower().startswith("sources")):
             out = out[: label.start()]  # "Sources [2] and [3]" keeps it while one stays
         end = run[-1].end
@@ -303,7 +258,7 @@ def _rewrite(
             named = (out + _in_words(list(dict.fromkeys(n for m in run for n in m.numbers))), end)
             out, i = named if name_subjects else _close(out, text, end)
             continue
-        if not new and not stays and (phrase := _opening_phrase(out, text, end)):
+        if not new and not stays and (phrase := opening_phrase(out, text, end)):
             out, i = phrase
             continue
         elif not new:
@@ -317,7 +272,7 @@ def _rewrite(
     out += text[i:]
     each = zip(_markers(text), keeps, strict=True)
     if any(k is not None and n not in k for m, k in each for n in m.numbers):
-        out = _ONE_LEFT.sub(r"Source\1", out)  # "Sources [1] and [3]" without 3: "Source [1]"
+        out = one_left(out)  # "Sources [1] and [3] say" without 3
     return out
 
 

@@ -18,23 +18,17 @@ import re
 from collections.abc import Sequence
 
 from citeflow.citations.markers import find_markers
-from citeflow.citations.text import NAMED_IN_PROSE
+from citeflow.citations.text import NAMED_IN_PROSE, PLURAL_VERB, one_source_says
 
 __all__ = ["follow_markers"]
 
 _NUMBER = re.compile(r"\d{1,3}")
-#: the verb of a label that was plural ("Sources 2 and 3 show that"), to agree with one source
-_VERB = (
-    r"[ \t]+(?:also[ \t]+|both[ \t]+)?(?:show|suggest|indicate|state|report|find|say|note|confirm|"
-    r"demonstrate|agree)\b"
-)
-_PLURAL_VERB = re.compile(_VERB, re.IGNORECASE)
-_BOTH = re.compile(r"both[ \t]+", re.IGNORECASE)
+_PLURAL_VERB = re.compile(PLURAL_VERB, re.IGNORECASE)
 #: one source named twice in a row, as a number dropped from its list can leave it ("Source 1 and
 #: Source 1 show"): named once, its verb agreeing
 _TWICE = re.compile(
     r"\b(?P<once>(?:source|document)s?[ \t]*#?[ \t]*(\d{1,3}))[ \t]*(?:,|and|&|or)[ \t]*"
-    rf"(?:source|document)s?[ \t]*#?[ \t]*\2\b(?P<verb>{_VERB})?",
+    rf"(?:source|document)s?[ \t]*#?[ \t]*\2\b(?P<verb>{PLURAL_VERB})?",
     re.IGNORECASE,
 )
 
@@ -66,18 +60,13 @@ def follow_markers(text: str, numbers: Sequence[int], count: int) -> str:
             pieces += [text[end : match.start()], _named(match["label"], match["gap"], kept)]
             end = match.end()
             if len(kept) == 1 and len(written) > 1 and (verb := _PLURAL_VERB.match(text, end)):
-                pieces.append(_agreeing(verb[0]))
+                pieces.append(one_source_says(verb[0]))
                 end = verb.end()
     return _TWICE.sub(_once, "".join([*pieces, text[end:]])) if pieces else text
 
 
 def _once(twice: re.Match[str]) -> str:
-    return twice["once"] + (_agreeing(twice["verb"]) if twice["verb"] else "")
-
-
-def _agreeing(verb: str) -> str:
-    """A plural subject's verb for one source: "both show" → "shows", "also say" → "also says"."""
-    return _BOTH.sub("", verb) + "s"
+    return twice["once"] + (one_source_says(twice["verb"]) if twice["verb"] else "")
 
 
 def _named(label: str, gap: str, numbers: Sequence[int]) -> str:

@@ -79,6 +79,21 @@ NAMED_IN_PROSE = re.compile(
 )
 
 
+#: the verb after a plural label ("Sources 2 and 3 show that"), which agrees with one source once
+#: the others are dropped (`one_source_says`)
+PLURAL_VERB = (
+    r"[ \t]+(?:also[ \t]+|both[ \t]+)?(?:show|suggest|indicate|state|report|find|say|note|"
+    r"confirm|demonstrate|agree)\b"
+)
+_BOTH = re.compile(r"both[ \t]+", re.IGNORECASE)
+
+
+def one_source_says(verb: str) -> str:
+    """A plural label's verb for one source: " both show" → " shows", " also say" → " also
+    says"."""
+    return _BOTH.sub("", verb) + "s"
+
+
 def statement_of(sentence: str) -> str:
     """What a sentence states, without its yes/no framing ("Yes, it is true that X" → "X") and
     the sources it names in prose ("Per Source 1, X" → "Per , X")."""
@@ -142,6 +157,12 @@ ABBREVIATIONS = frozenset(
     prof rep reps sen sep sept sr st sw tenn tues va vs vt wash wed wis yr
     """.split()
 )
+
+
+#: what may close a sentence after its stop (a character class's contents): quotes, brackets
+STOP_CLOSERS = "\"'”’)\\]"
+#: where a sentence opens: the text's or a line's start, or after a stop and a space
+SENTENCE_OPENING = rf"(?:\A|\n|[.!?][{STOP_CLOSERS}]*[ \t]+)"
 
 
 _TABLE_ROW = re.compile(r"\|.*\|", re.DOTALL)
