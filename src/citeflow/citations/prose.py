@@ -1,15 +1,14 @@
 """Sources named in prose follow the markers the check leaves.
 
 Hosted models name their sources in words as well as in brackets: "Per Source 2, aspirin lowers
-fever." The check reads what such a sentence states without those words (`text.statement_of`)
-and cites the source that says it. When that is Source 1, the words must name Source 1 too: "Per
-Source 2, aspirin lowers fever [1]." would tell the reader one thing and the citation chip
-another. So each number a sentence names in prose that its checked markers do not cite is
-rewritten to a cited number the prose does not name yet, or dropped from the list it stands in
-(a label left naming no number names the first cited source).
-A number that is no source's ("Document 7" among four sources) is the sentence's content, not a
-reference, and stays; so does the prose of a sentence left with no marker, which is reported
-unsupported as it stands.
+fever." The check reads what such a sentence states without those words (`text.statement_of`) and
+cites the source that says it. When that is Source 1, the words must name Source 1 too: "Per Source
+2, aspirin lowers fever [1]." would tell the reader one thing and the citation chip another. So
+each number a sentence names in prose that its checked markers do not cite is rewritten to a cited
+number the prose does not name yet, or dropped from the list it stands in (a label left naming no
+number names the first cited source). A number that is no source's ("Document 7" among four
+sources) is the sentence's content, not a reference, and stays; so does the prose of a sentence
+left with no marker, which is reported unsupported as it stands.
 """
 
 from __future__ import annotations
