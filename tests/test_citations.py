@@ -1,162 +1,18 @@
-"""Citation chunks, markers, support scoring, sentence streaming and repair."""
+"""The citation check: word support and the repair of each sentence's markers."""
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 
 import pytest
-from llama_index.core.schema import NodeRelationship, NodeWithScore, RelatedNodeInfo, TextNode
 
 from citeflow.citations.answer import RepairedAnswer, check_text
 from citeflow.citations.repair import Citation, CitationPolicy
-from citeflow.citations.sources import format_sources, make_sources, split_spans
-from citeflow.citations.stream import SentenceStream
 from citeflow.citations.support import LexicalSupport
-from citeflow.citations.text import (
-    ABBREVIATIONS,
-    content_terms,
-    needs_citation,
-    question_parts,
-    sentence_spans,
-    split_sentences,
-)
+from citeflow.citations.text import content_terms, needs_citation
 from tests.conftest import STATIN_QUESTION, STATIN_SOURCES
 
-ESSAY = (
-    "Before college the two main things I worked on, outside of school, were writing and "
-    "programming. I didn't write essays. I wrote what beginning writers were supposed to write "
-    "then, and probably still are: short stories. My stories were awful. They had hardly any "
-    "plot, just characters with strong feelings, which I imagined made them deep. The first "
-    "programs I tried writing were on the IBM 1401 that our school district used for what was "
-    "then called data processing. This was in 9th grade, so I was 13 or 14. The school "
-    "district's 1401 happened to be in the basement of our junior high school, and my friend "
-    "Rich Draves and I got permission to use it. [2] It was like a mini Bond villain's lair."
-)
 
-
-def _node(text: str, node_id: str, score: float = 0.5) -> NodeWithScore:
-    node = TextNode(id_=node_id, text=text, metadata={"file_name": f"{node_id}.txt"})
-    node.relationships = {NodeRelationship.SOURCE: RelatedNodeInfo(node_id=f"doc-{node_id}")}
-    return NodeWithScore(node=node, score=score)
-
-
-# --- text ------------------------------------------------------------------------------------
-def test_sentence_spans_cover_sentences_and_keep_decimals() -> None:
-    text = "Pi is 3.14 roughly. Is it? Yes!\nNext line e.g. here."
-    assert split_sentences(text) == [
-        "Pi is 3.14 roughly.",
-        "Is it?",
-        "Yes!",
-        "Next line e.g. here.",
-    ]
-    for start, end in sentence_spans(text):
-        assert text[start:end] == text[start:end].strip()
-
-
-@pytest.mark.parametrize(
-    "sentences",
-    [
-        [
-            "Edward Albee outlived J. M. Barrie.",
-            "Dr. Smith of St. Louis met the U.S. Army, e.g. Gerald R. Ford.",
-            "So did I.",  # the pronoun is no initial
-            "Then it rained.",
-        ],
-        # a short word before a number is an abbreviation, but an acronym ends a sentence
-        [
-            "Relapse fell (63.5% vs. 58.9%) as in Fig. 3 of Smith et al. (2019).",
-            "Serena held the No. 1 ranking in c. 2002.",
-            "It was viral RNA.",  # an acronym
-            "5 cells died.",
-            "They waited a year.",  # a word longer than `SHORT_WORD`
-            "65 remained.",
-        ],
-        # a stop inside a name ends no sentence, but a unit or a possessive does
-        [
-            "Hey Pa! There's a Goat on the Roof came out in 1966.",  # "!" after a capitalised word
-            "Rostker v. Goldberg was decided in 1981.",  # a lower-case letter after one
-            "So yes, I wanted it!",
-            "It took 48 h.",  # a unit after a number
-            "Then Sana'a.",
-            "Eliezer b. Hyrcanus taught.",
-            "Agreement (AD vs. MR) was poor.",  # a short word with no vowel after a capitalised one
-            "The dose was 20 mg.",
-            "It rained in Hawai i.",  # a vowel: a word, not an abbreviation
-            "He left.",
-        ],
-    ],
-)
-def test_a_full_stop_that_closes_an_abbreviation_ends_no_sentence(sentences: list[str]) -> None:
-    assert split_sentences(" ".join(sentences)) == sentences
-
-
-def test_the_abbreviations_are_those_of_punkts_english_model() -> None:
-    """`ABBREVIATIONS` is punkt's list (NLTK, with llama-index-core), not one written here."""
-    from llama_index.core.utils import globals_helper
-    from nltk.data import find
-    from nltk.tokenize.punkt import load_punkt_params
-
-    globals_helper.wait_for_nltk_check()  # LlamaIndex's bundled NLTK data on NLTK's path
-    punkt = load_punkt_params(find("tokenizers/punkt_tab/english/")).abbrev_types
-    assert {a for a in punkt if len(a) > 1 and a.isalpha()} == ABBREVIATIONS
-
-
-# --- sources ---------------------------------------------------------------------------------
-def test_split_spans_pack_whole_sentences_with_overlap() -> None:
-    pieces = split_spans(ESSAY, chunk_tokens=40, overlap_tokens=12)
-    assert len(pieces) > 2
-    for piece in pieces:
-        chunk = ESSAY[piece.start : piece.end]
-        assert chunk[0].isupper() or chunk[0] == "["
-        assert chunk.rstrip()[-1] in ".!?]"
-    # consecutive pieces overlap (or touch) and together cover the text
-    assert pieces[0].start == 0 and pieces[-1].end == len(ESSAY)
-    for a, b in itertools.pairwise(pieces):
-        assert b.start <= a.end + 1
-        assert b.start > a.start
-
-
-def test_make_sources_numbers_fresh_nodes_with_offsets() -> None:
-    parent = _node(ESSAY, "essay", 0.8)
-    other = _node("Ducks are birds that live near water. They quack.", "duck", 0.3)
-    sources = make_sources(
-        [parent, other], "IBM 1401 programs", chunk_tokens=40, overlap_tokens=8, max_sources=3
-    )
-    assert 1 <= len(sources) <= 3
-    ids = [s.node.node_id for s in sources]
-    assert len(set(ids)) == len(ids)
-    for number, source in enumerate(sources, start=1):
-        node = source.node
-        text = node.get_content()
-        assert text.startswith(f"Source {number}:\n")
-        meta = node.metadata
-        parent_text = ESSAY if meta["parent_id"] == "essay" else other.node.get_content()
-        assert parent_text[meta["parent_start_char"] : meta["parent_end_char"]] == source.text
-        assert node.ref_doc_id == f"doc-{meta['parent_id']}"
-    # the piece about the IBM 1401 is among the sources; the parent is untouched
-    assert any("1401" in s.text for s in sources)
-    assert parent.node.get_content() == ESSAY
-
-
-def test_every_piece_keeps_its_own_text() -> None:
-    """The notebook's pydantic-v2 bug made every piece of a node hold its last piece."""
-    parent = _node(ESSAY, "essay")
-    sources = make_sources([parent], "school", chunk_tokens=30, overlap_tokens=0, max_sources=10)
-    texts = [s.text for s in sources]
-    assert len(texts) == len(set(texts)) > 2
-
-
-def test_format_sources_numbers_and_drops_footnotes() -> None:
-    sources = make_sources(
-        [_node(ESSAY, "essay")], "lair", chunk_tokens=400, overlap_tokens=0, max_sources=1
-    )
-    context = format_sources(sources, first_number=3)
-    assert context.startswith("[3]")
-    assert "[2]" not in context
-
-
-# --- support and repair ----------------------------------------------------------------------
 def _check(
     sources: list[str], sentence: str, *, question: str | None = None, **policy: float | bool
 ) -> tuple[str, list[Citation], bool]:
@@ -382,94 +238,6 @@ def test_repair_disabled_only_validates_numbers() -> None:
     assert cits == [] and not unsupported
 
 
-# --- streaming -------------------------------------------------------------------------------
-def test_sentence_stream_is_lossless_and_holds_markers() -> None:
-    text = "First claim. [1] Second claim [2]. Third\nline 3.5 units. Last one"
-    stream = SentenceStream()
-    out: list[str] = []
-    for i in range(0, len(text), 3):  # deltas cut anywhere, markers split across them
-        out.extend(stream.feed(text[i : i + 3]))
-    out.extend(stream.flush())
-    assert "".join(out) == text
-    assert out[0] == "First claim. [1] "
-    assert out[1] == "Second claim [2]. "
-    assert all("[" not in seg or "]" in seg for seg in out)
-
-
-@pytest.mark.parametrize(
-    "segments",
-    [
-        # a name with initials stays whole
-        ["It is Gerald R. Ford International Airport [3]. ", "Dr. Who? ", "Yes."],
-        # the stream waits to see whether a bracket opens a year
-        ["Smith et al. (2019) found it [1]. ", "Then (as before) it rained. ", "Fig. 2 shows it."],
-        # a title's exclamation mark and a case's "v." stay inside their sentence
-        ["Hey Pa! There's a Goat on the Roof [1]. ", "Rostker v. Goldberg held it [2]. ", "Wow!"],
-        # markers after a stop that are the next sentence's subject open that sentence
-        ["It is shown by [1]. ", "[1] shows that ducks swim. ", "[2] [3] further show it."],
-        # markers on the stop's line are its sentence's; those opening the next line are not
-        ["It failed. [1]\n\n", "[2] Starlite is a material [2]. ", "It is light [2]."],
-        # a marker between two stops is its sentence's
-        ["It failed. [1]. ", "It is light. (Source 2). ", "It is new. (see Sources: 1, 3)."],
-    ],
-)
-def test_sentence_stream_fed_one_character_at_a_time_or_whole(segments: list[str]) -> None:
-    text = "".join(segments)
-    stream = SentenceStream()
-    assert [seg for char in text for seg in stream.feed(char)] + stream.flush() == segments
-    whole = SentenceStream()
-    assert whole.feed(text) + whole.flush() == segments
-
-
-def test_sources_are_the_pieces_that_cover_the_question() -> None:
-    """A lower-ranked chunk's piece holding the question's words beats the top chunk's pieces
-    that hold none of them; between pieces covering it alike, the better-ranked parent wins."""
-    first = _node(ESSAY, "essay", 0.9)
-    second = _node(
-        "Julian gave us seed money. We were very poor then. Yahoo bought Viaweb in 1998.",
-        "viaweb",
-        0.5,
-    )
-    third = _node("Yahoo bought Viaweb in 1998, for stock.", "viaweb2", 0.4)
-    question = "When did Yahoo buy Viaweb?"
-    one = {"chunk_tokens": 12, "overlap_tokens": 0, "max_sources": 1}
-    sources = make_sources([first, second, third], question, **one)
-    assert [s.node.metadata["parent_id"] for s in sources] == ["viaweb"]
-    assert "Yahoo bought Viaweb" in sources[0].text
-    # with a rank prior large enough, the ranking alone decides: the top chunk's first piece
-    ranked = make_sources([first, second], question, **one, rank_prior=2.0)
-    assert [s.node.metadata["parent_id"] for s in ranked] == ["essay"]
-
-
-def test_sources_span_several_parents_when_each_covers_the_question() -> None:
-    first = _node(ESSAY, "essay", 0.9)
-    second = _node(
-        "The IBM 1401 used punch cards. Programs were typed on cards. The 1401 printed output.",
-        "ibm",
-        0.5,
-    )
-    sources = make_sources(
-        [first, second], "IBM 1401 punch cards", chunk_tokens=30, overlap_tokens=0, max_sources=2
-    )
-    assert [s.node.metadata["parent_id"] for s in sources] == ["essay", "ibm"]
-    assert "1401" in sources[0].text
-
-
-def test_a_text_stored_twice_is_one_source_and_takes_no_place_in_the_ranking() -> None:
-    """The same file in two folders is two hits with one text: one source, from the better-ranked
-    copy, and the copy does not push the next document down the rank prior."""
-    text = "Yahoo bought Viaweb in 1998, for stock."
-    copy_a = _node(text, "a/viaweb", 0.9)
-    copy_b = _node(text.replace(" ", "\n", 1), "b/viaweb", 0.9)  # spacing aside, the same
-    other = _node("Viaweb was sold in 1998 to Yahoo.", "sale", 0.5)
-    question = "When did Yahoo buy Viaweb?"
-    opts = {"chunk_tokens": 40, "overlap_tokens": 0, "max_sources": 3}
-    sources = make_sources([copy_a, copy_b, other], question, **opts)
-    assert [s.node.metadata["parent_id"] for s in sources] == ["a/viaweb", "sale"]
-    without = make_sources([copy_a, other], question, **opts)
-    assert [s.node.get_content() for s in sources] == [s.node.get_content() for s in without]
-
-
 def test_support_backs_what_the_sentence_adds_to_the_question() -> None:
     """The answer's own word ("Fortran") decides the citation, not the question's words the
     sentence repeats ("IBM 1401", which the other source says more of)."""
@@ -555,18 +323,6 @@ def test_repair_checks_the_statement_and_drops_uncheckable_markers() -> None:
     assert _check(SOURCES, "[2].", **LOOSE) == ("", [], False)  # only a marker and its stop
     text, cits, unsupported = _check(SOURCES, "This is stated in [1] and [2].", **LOOSE)
     assert "[" not in text and cits == [] and not unsupported  # it states nothing
-
-
-def test_question_parts_split_compound_questions_only() -> None:
-    assert question_parts("What did he build, and what did it cost?") == [
-        "What did he build",
-        "what did it cost?",
-    ]
-    assert question_parts("What is Viaweb? Who bought it?") == ["What is Viaweb", "Who bought it?"]
-    assert question_parts("How do ducks and geese migrate?") == ["How do ducks and geese migrate?"]
-    assert question_parts("Is it true that A and B lower C?") == [
-        "Is it true that A and B lower C?"
-    ]
 
 
 def test_markers_opening_a_sentence_move_to_its_end() -> None:
