@@ -275,6 +275,12 @@ async def test_a_line_that_opens_with_a_marker_outside_a_list_of_sources_is_chec
             "Source [1] shows that aspirin lowers fever in adults, while Source [3] reports that "
             "paracetamol was discovered in 1877.",
         ),
+        (  # the same with bare markers: the opening one closes the first clause
+            "[2] shows that aspirin lowers fever in adults, and [1] says paracetamol was "
+            "discovered in 1877.",
+            "Source 1 shows that aspirin lowers fever in adults [1], and [3] says paracetamol was "
+            "discovered in 1877.",
+        ),
         (  # the words that only said where go with a marker removed inside the sentence
             "According to [1], aspirin lowers fever in adults, and according to [2], paracetamol "
             "was discovered in 1877.",

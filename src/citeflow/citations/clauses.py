@@ -47,7 +47,8 @@ _LIST_ITEM = 4
 _CLAUSE_WORDS = 3
 #: where a clause of its own opens inside a sentence
 _CONJUNCTION = re.compile(
-    r"(?:,[ \t]*(?:and|but|while|whereas|although|though)|;|[ \t]+(?:while|whereas))[ \t]+(?=\w)",
+    r"(?:,[ \t]*(?:and|but|while|whereas|although|though)|;|[ \t]+(?:while|whereas))[ \t]+"
+    r"(?=[\w\[(【])",  # a word, or a marker that opens the clause ("and [1] says Y")
     re.IGNORECASE,
 )
 #: the bracket or quotation a marker stands in, closed after it ("(see [3])", "…interact [2]"")

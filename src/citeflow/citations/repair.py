@@ -316,7 +316,9 @@ class CitationChecker:
                     added = citation.number
             verdicts.append(ClauseVerdict(mapping, added))
             own = [mapping[n] for n in cited if n in mapping] + ([added] if added else [])
-            followed.append(replace(piece, text=follow_markers(piece.text, own, self._count)))
+            # the sentence's opening markers close its first clause ("[2] shows X, and …")
+            text = markers_last(piece.text) if not followed else piece.text
+            followed.append(replace(piece, text=follow_markers(text, own, self._count)))
         if not citations:
             return None
         text = markers_last(rewrite(followed, verdicts))
