@@ -12,7 +12,7 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import Document
 
 from citeflow.errors import InvalidRequestError, StoreLockedError
-from citeflow.evaluation.cli import build_parser, main, run
+from citeflow.evaluation.cli import build_parser, main, new_report_path, run
 from citeflow.evaluation.dataset import BeirDataset, load_beir
 from citeflow.evaluation.dense import COLLECTION, DenseIndex, default_cache_dir, index_key
 from citeflow.evaluation.metrics import evaluate
@@ -345,6 +345,11 @@ def test_run_prints_the_table_and_writes_json(
     err = capsys.readouterr().err
     assert "reused" in err
     assert len(list((tmp_path / "cache" / "reports").glob("beir_mini-test-*.json"))) == 1
+
+
+def test_two_runs_ending_in_the_same_second_write_two_reports(tmp_path: Path) -> None:
+    first, second = (new_report_path(tmp_path / "reports", "scifact-test-1") for _ in range(2))
+    assert (first.name, second.name) == ("scifact-test-1.json", "scifact-test-1-2.json")
 
 
 def test_main_uses_the_configured_embedder_and_reports_errors(

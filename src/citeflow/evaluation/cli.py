@@ -239,12 +239,24 @@ def run(
         print(report.table())
     if answers is not None:
         print(answers)
-    out = args.out or (
-        cache_dir / "reports" / f"{dataset.name}-{dataset.split}-"
-        f"{datetime.now().strftime('%Y%m%d-%H%M%S')}.json"
-    )
+    stem = f"{dataset.name}-{dataset.split}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    out = args.out or new_report_path(cache_dir / "reports", stem)
     _say(f"report: {report.write_json(out)}")
     return 0
+
+
+def new_report_path(folder: Path, stem: str) -> Path:
+    """``folder/stem.json``, or ``stem-2.json``... when a run that ended in the same second has
+    it: the name is taken by creating the file, so two runs never write one report."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path, n = folder / f"{stem}.json", 1
+    while True:
+        try:
+            path.open("x").close()
+            return path
+        except FileExistsError:
+            n += 1
+            path = folder / f"{stem}-{n}.json"
 
 
 def _answers_table(
