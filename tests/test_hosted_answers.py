@@ -366,3 +366,13 @@ async def test_a_decision_in_a_clause_rests_on_the_clauses_before_it() -> None:
     # be to an earlier sentence's
     assert checked.text == sentence
     assert [(c.number, c.origin) for c in checked.citations] == [(1, "model")]
+
+
+async def test_a_bare_yes_answers_nothing_in_a_question_that_asks_for_a_thing() -> None:
+    answer = "Yes. Aspirin lowers fever in adults within an hour of a single dose [1]."
+    checked = await check_text(CitationPolicy().checker(SOURCES, QUESTION), answer)
+    assert (checked.text, checked.unsupported) == (answer, [])  # "What lowers fever, …?"
+    # under a yes/no question it says the question's claim, and is cited to its source
+    asked = CitationPolicy().checker(SOURCES, "Does aspirin lower fever in adults?")
+    checked = await check_text(asked, answer)
+    assert checked.text.startswith("Yes [1].") and checked.unsupported == []

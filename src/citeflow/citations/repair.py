@@ -72,6 +72,7 @@ from citeflow.citations.text import (
     content_terms,
     frame_denies,
     needs_citation,
+    opens_with_question_word,
     statement_of,
     term_set,
 )
@@ -172,8 +173,10 @@ class CitationChecker:
         self.verifier = policy.verifier(texts, question)
         self._policy = policy
         self._count = len(texts)
-        # what a bare "Yes." or "The answer is no." states: the question's proposition
+        # the question's words as a claim: a sentence that only restates them is a decision
         self._proposition = statement_of(question or "").strip().rstrip("?").strip()
+        # what a bare "Yes." says: the claim a yes/no question asks about ("Who …?" asks none)
+        self._asked = "" if opens_with_question_word(question or "") else self._proposition
         # each sentence checked so far: when its check is done, and the sources it is cited to
         self._checks: list[asyncio.Future[tuple[int, ...]]] = []
         self._layout = Layout()
@@ -216,8 +219,8 @@ class CitationChecker:
         states = needs_citation(bare) and place == "statement"  # a table's header names columns
         decision = _BARE_DECISION.match(bare)
         relative = self._policy.relative
-        if decision and self._proposition and not content_terms(bare[decision.end() :]):
-            statement, states = self._proposition, True  # "Yes." says the question's claim
+        if decision and self._asked and not content_terms(bare[decision.end() :]):
+            statement, states = self._asked, True  # "Yes." says the question's claim
         if term_set(statement) <= term_set(self._proposition):
             relative = self._policy.decision_relative  # restates the question's claim
         if not content_terms(statement):  # states nothing to check

@@ -138,6 +138,17 @@ _PART_BREAK = re.compile(
 )
 
 
+#: the words an English question opens with: such a question asks for a thing, and "Yes" or "No"
+#: answers nothing in it ("Who was born first, A or B"; a dataset query may lack its "?")
+QUESTION_OPENERS = frozenset("who whom whose what which when where why how".split())
+
+
+def opens_with_question_word(question: str) -> bool:
+    """Whether ``question`` opens with one of `QUESTION_OPENERS`."""
+    words = question.split(" ", 1)
+    return words[0].lower() in QUESTION_OPENERS
+
+
 def question_parts(question: str) -> list[str]:
     """The parts of a compound question, e.g. "What did he build, and what did it cost?" →
     ["What did he build", "what did it cost?"]; a simple question is one part."""

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from tqdm.auto import tqdm
 
+from citeflow.citations.text import opens_with_question_word
 from citeflow.evaluation.answer_cache import RECORD_FORMAT, AnswerCache, generation_facts
 from citeflow.evaluation.dense import doc_id_of
 
@@ -38,11 +39,6 @@ if TYPE_CHECKING:
 CLAIM_QUESTION = "Is it true that {claim}?"
 
 
-#: the words an English question opens with; a query opening with one is a question even when
-#: it lacks its question mark ("Who was born first, A or B"), not a claim to ask about
-QUESTION_OPENERS = frozenset("who whom whose what which when where why how".split())
-
-
 def question_of(query: str, template: str = CLAIM_QUESTION) -> str:
     """The question the workflow is asked for a dataset query: a question as it stands (its
     question mark added when it opens with a question word), a claim through ``template``."""
@@ -50,7 +46,7 @@ def question_of(query: str, template: str = CLAIM_QUESTION) -> str:
     if text.rstrip("\"'”’)").endswith("?"):  # also 'recorded "Old and in the Way?"'
         return text
     bare = text.rstrip(". ")
-    if bare.split(" ", 1)[0].lower() in QUESTION_OPENERS:
+    if opens_with_question_word(bare):  # a question without its "?", not a claim to ask about
         return f"{bare}?"
     return template.format(claim=bare)
 
