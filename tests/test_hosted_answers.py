@@ -281,6 +281,18 @@ async def test_a_line_that_opens_with_a_marker_outside_a_list_of_sources_is_chec
             "Source 1 shows that aspirin lowers fever in adults [1], and [3] says paracetamol was "
             "discovered in 1877.",
         ),
+        (  # a dash joins two clauses as a semicolon does: each keeps its own source
+            "Aspirin lowers fever in adults [1] — and paracetamol was discovered in 1877 [3].",
+            "Aspirin lowers fever in adults [1] — and paracetamol was discovered in 1877 [3].",
+        ),
+        (
+            "Aspirin lowers fever in adults [2]—paracetamol was discovered in 1877 [1].",
+            "Aspirin lowers fever in adults [1]—paracetamol was discovered in 1877 [3].",
+        ),
+        (  # an aside between dashes keeps its marker, moved
+            "Aspirin lowers fever in adults—see [2]—and paracetamol was discovered in 1877 [3].",
+            "Aspirin lowers fever in adults—see [1]—and paracetamol was discovered in 1877 [3].",
+        ),
         (  # the words that only said where go with a marker removed inside the sentence
             "According to [1], aspirin lowers fever in adults, and according to [2], paracetamol "
             "was discovered in 1877.",

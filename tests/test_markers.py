@@ -214,6 +214,11 @@ ERIKA = "Erika Jayne was born on 10 July 1971."
         ),
         ("As [2] and [3] show, it is cheap.", None, "It is cheap."),
         ("It rose, in 2010 [2], sharply.", None, "It rose, in 2010, sharply."),
+        # an aside between dashes goes whole; a dash keeps the spacing it had
+        ("It works — see [2] — and it is cheap.", None, "It works and it is cheap."),
+        ("It works—see [2]—and it is cheap.", None, "It works and it is cheap."),
+        ("It works [2]—it is cheap.", None, "It works—it is cheap."),
+        ("It works [2] — it is cheap.", None, "It works — it is cheap."),
     ],
 )
 def test_removing_markers_joins_the_text_cleanly(

@@ -36,7 +36,8 @@ __all__ = ["Clause", "ClauseVerdict", "clauses", "rewrite", "split_at_conjunctio
 
 #: what follows a marker that closes a clause
 _CLAUSE_ENDS = re.compile(
-    r"[ \t]*(?:[.,;:!?)\]]|\Z|(?:and|but|or|yet|so|while|whereas|although|though|because)\b)",
+    r"[ \t]*(?:[.,;:!?)\]—–]|-(?=[ \t])|\Z"  # a dash too: "X [2]—Y [1]."
+    r"|(?:and|but|or|yet|so|while|whereas|although|though|because)\b)",
     re.IGNORECASE,
 )
 
@@ -47,7 +48,8 @@ _LIST_ITEM = 4
 _CLAUSE_WORDS = 3
 #: where a clause of its own opens inside a sentence
 _CONJUNCTION = re.compile(
-    r"(?:,[ \t]*(?:and|but|while|whereas|although|though)|;|[ \t]+(?:while|whereas))[ \t]+"
+    r"(?:(?:,[ \t]*(?:and|but|while|whereas|although|though)|;|[ \t]+(?:while|whereas))[ \t]+"
+    r"|[ \t]*—[ \t]*|[ \t]+[–-][ \t]+)"  # or a dash: "X — and Y" (not a range, "1950–53")
     r"(?=[\w\[(【])",  # a word, or a marker that opens the clause ("and [1] says Y")
     re.IGNORECASE,
 )

@@ -90,6 +90,7 @@ _JOINED = re.compile(r"(?<=\])[ \t]*(?:,[ \t]*)?(?:and|or|&)[ \t]*\Z", re.I)
 _STOPPED = re.compile(rf"[.!?][{STOP_CLOSERS}]*\Z")
 _OPENED = re.compile(r"[(\[【][ \t]*(?:see(?: also)?|cf\.|sources?)?[ \t,;:]*\Z", re.I)
 CLOSING_BRACKET = re.compile(r"[ \t,;]*[)\]】]")  # after a marker in brackets
+_DASHED = re.compile(r"[ \t]*[—–][ \t]*(?:see(?: also)?|cf\.|sources?)?[ \t,;:]*\Z", re.I)
 _CLOSERS = ".,;:!?)]}】”’\r\n"
 #: a marker that opens a sentence as its subject ("[2] shows that ..."), not a list item
 _SENTENCE_START = re.compile(rf"{SENTENCE_OPENING}\Z")
@@ -174,8 +175,12 @@ def _close(left: str, text: str, j: int) -> tuple[str, int]:
         while text[k : k + 1] in (" ", "\t"):
             k += 1
         opened, closed = _OPENED.search(core), CLOSING_BRACKET.match(text, k)
+        dashed = text[k : k + 1] in ("—", "–") and _DASHED.search(core)
         if opened and closed:  # an emptied bracket: "([1])", "([1], [2])", "(see [1])"
             left, j = core[: opened.start()], closed.end()
+        elif dashed:  # an emptied aside between dashes: "X — see [2] — and Y" is "X and Y"
+            spaced = text[k + 1 : k + 2] in (" ", "\t", "\n", "")
+            left, j = core[: dashed.start()] + ("" if spaced else " "), k + 1
         elif (not core or core.endswith("\n") or opened) and text[k : k + 1] in (",", ";"):
             left, j = core, k + 1  # a separator opening a line or bracket: "[1], [2] Text"
         elif core[-1:] in (",", ";") and text[k : k + 1] in (")", "]", "】"):
@@ -202,6 +207,8 @@ def _close(left: str, text: str, j: int) -> tuple[str, int]:
             core = core[: dangling.start()]
         if nxt == "." and _STOPPED.search(core) and text[k : k + 2] != "..":
             k += 1  # 'photography." [2].'
+    if nxt in ("—", "–"):
+        return core + (post if core else ""), k  # its spacing kept: "X [2]—Y", "X [2] — Y"
     if nxt in _CLOSERS or closing_quote:
         return core, k
     if not core or core.endswith("\n"):
