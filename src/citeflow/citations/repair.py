@@ -305,7 +305,7 @@ class CitationChecker:
                 for i, p in enumerate(pieces)
             )
         )
-        for piece, checked in zip(pieces, checks, strict=True):
+        for i, (piece, checked) in enumerate(zip(pieces, checks, strict=True)):
             cited = [n for n in cited_numbers(piece.text) if 1 <= n <= self._count]
             mapping: dict[int, int] = {}
             added = None
@@ -318,10 +318,9 @@ class CitationChecker:
                 else:
                     added = citation.number
             verdicts.append(ClauseVerdict(mapping, added))
-            own = [mapping[n] for n in cited if n in mapping] + ([added] if added else [])
             # the sentence's opening markers close its first clause ("[2] shows X, and …")
-            text = markers_last(piece.text) if not followed else piece.text
-            followed.append(replace(piece, text=follow_markers(text, own, self._count)))
+            text = markers_last(piece.text) if i == 0 else piece.text
+            followed.append(replace(piece, text=follow_markers(text, checked.numbers, self._count)))
         if not citations:
             return None
         text = markers_last(rewrite(followed, verdicts))
