@@ -13,7 +13,7 @@ import re
 
 from citeflow.citations.text import PLURAL_VERB, SENTENCE_OPENING, one_source_says
 
-__all__ = ["LABEL_BEFORE", "SAID", "label_end", "one_left", "opening_phrase"]
+__all__ = ["CONJUNCTION", "LABEL_BEFORE", "SAID", "label_end", "one_left", "opening_phrase"]
 
 #: the prompt's label written before a marker ("as stated in Source [2]"): it goes with it
 _LABEL_WORD = r"Sources?[ \t]*:?[ \t]+"
@@ -27,14 +27,15 @@ _SAYING = (
     "|report|note|say|explain|describe|mention|suggest|indicate|find"
     "|source|sources|document|documents|study|studies|text|passage|passages|article|paper"
 )
-_CONJUNCTION = r"\b(?:and|but|while|whereas|although|though|yet)"
+#: a conjunction that opens a clause, before which such a phrase may stand ("X, and as [2] notes,")
+CONJUNCTION = r"\b(?:and|but|while|whereas|although|though|yet)"
 _PHRASE_BEFORE = re.compile(  # opening on a preposition: "The study [2], however," is a subject
-    rf"(?:(?P<sentence>{SENTENCE_OPENING})|[,;][ \t]*|[ \t]+{_CONJUNCTION}[ \t]+)"  # or a clause
+    rf"(?:(?P<sentence>{SENTENCE_OPENING})|[,;][ \t]*|[ \t]+{CONJUNCTION}[ \t]+)"  # or a clause
     rf"(?P<phrase>(?:according|as|in|on|by|from|per|based|see)[ \t]+"
     rf"(?:(?:{_SAYING})[ \t]+){{0,4}})\Z",
     re.I,
 )
-_COMMA_AFTER = re.compile(rf"({_CONJUNCTION}),(?=[ \t]*\Z)", re.I)  # "while, as [1] notes, X"
+_COMMA_AFTER = re.compile(rf"({CONJUNCTION}),(?=[ \t]*\Z)", re.I)  # "while, as [1] notes, X"
 _PHRASE_AFTER = re.compile(rf"(?:[ \t]+(?:{_SAYING})){{0,2}}[ \t]*,[ \t]*(?=[^\W\d_])", re.I)
 _LABEL_NEXT = re.compile(_LABEL_WORD)
 #: a plural label left with one marker after its others were removed

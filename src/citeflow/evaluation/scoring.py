@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from citeflow.citations.markers import OBJECT_WORDS, find_markers, strip_markers
+from citeflow.citations.saying import CONJUNCTION
 from citeflow.citations.support import negates
 from citeflow.citations.text import ends_no_sentence, split_sentences
 from citeflow.evaluation.dataset import BeirDataset
@@ -52,7 +53,7 @@ _BROKEN = re.compile(
     rf"|\s(?:{OBJECT_WORDS})\s*[.!?]$"  # a word whose object was a marker: "reported in."
     r"|(?-i:^[a-z]{2}|(?<=\w\w\w[.!?])\s+[a-z]{2})"  # one whose subject was: "It is. shows that"
     # a phrase cut off, opening the sentence or a clause: "According to, X", "Y, and as notes, X"
-    r"|(?:^|[,;]\s*|\b(?:and|but|while|whereas|although|though|yet)\s+)(?:according to|based on"
+    rf"|(?:^|[,;]\s*|{CONJUNCTION}\s+)(?:according to|based on"
     r"|as \w+ (?:in|by)|as (?:notes?|shows?|says?|states?|reports?|suggests?|indicates?))\s*,"
     r"|(?-i:\bSources?)\s*[.,;:!?]",  # a label without its number: "as stated in Source."
     re.IGNORECASE,
