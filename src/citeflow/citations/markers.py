@@ -88,9 +88,12 @@ TIDIED_WORDS = frozenset(f"{_FUNCTION}|{OBJECT_WORDS}".split("|"))
 _JOINER = re.compile(r",[ \t]*(?:(?:and|or|&)[ \t]+)?|(?:and|or|&)[ \t]+", re.I)
 _JOINED = re.compile(r"(?<=\])[ \t]*(?:,[ \t]*)?(?:and|or|&)[ \t]*\Z", re.I)
 _STOPPED = re.compile(rf"[.!?][{STOP_CLOSERS}]*\Z")
-_OPENED = re.compile(r"[(\[【][ \t]*(?:see(?: also)?|cf\.|sources?)?[ \t,;:]*\Z", re.I)
+#: what an aside holding only markers opens with, after its bracket or dash: "(see ", "— cf. "
+_ASIDE_OPENS = r"[ \t]*(?:see(?: also)?|cf\.|sources?)?[ \t,;:]*\Z"
+_OPENED = re.compile(rf"[(\[【]{_ASIDE_OPENS}", re.I)
 CLOSING_BRACKET = re.compile(r"[ \t,;]*[)\]】]")  # after a marker in brackets
-_DASHED = re.compile(r"[ \t]*[—–][ \t]*(?:see(?: also)?|cf\.|sources?)?[ \t,;:]*\Z", re.I)
+_DASHES = ("—", "–")
+_DASHED = re.compile(rf"[ \t]*[—–]{_ASIDE_OPENS}", re.I)
 _CLOSERS = ".,;:!?)]}】”’\r\n"
 #: a marker that opens a sentence as its subject ("[2] shows that ..."), not a list item
 _SENTENCE_START = re.compile(rf"{SENTENCE_OPENING}\Z")
@@ -175,7 +178,7 @@ def _close(left: str, text: str, j: int) -> tuple[str, int]:
         while text[k : k + 1] in (" ", "\t"):
             k += 1
         opened, closed = _OPENED.search(core), CLOSING_BRACKET.match(text, k)
-        dashed = text[k : k + 1] in ("—", "–") and _DASHED.search(core)
+        dashed = text[k : k + 1] in _DASHES and _DASHED.search(core)
         if opened and closed:  # an emptied bracket: "([1])", "([1], [2])", "(see [1])"
             left, j = core[: opened.start()], closed.end()
         elif dashed:  # an emptied aside between dashes: "X — see [2] — and Y" is "X and Y"
@@ -207,7 +210,7 @@ def _close(left: str, text: str, j: int) -> tuple[str, int]:
             core = core[: dangling.start()]
         if nxt == "." and _STOPPED.search(core) and text[k : k + 2] != "..":
             k += 1  # 'photography." [2].'
-    if nxt in ("—", "–"):
+    if nxt in _DASHES:
         return core + (post if core else ""), k  # its spacing kept: "X [2]—Y", "X [2] — Y"
     if nxt in _CLOSERS or closing_quote:
         return core, k
